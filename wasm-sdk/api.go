@@ -1,0 +1,99 @@
+package sdk
+
+// This file fixes the public API of the guest SDK. Bodies are filled in by the
+// implementation files; mapper code is written against these signatures.
+
+// Kind is the JSON kind of a looked-up value (the numbering is the ABI's).
+type Kind uint8
+
+const (
+	Missing Kind = iota
+	Null
+	String
+	Number
+	True
+	False
+	Object
+	Array
+)
+
+// Manifest describes a mapper module; the SDK serialises it for tally_manifest.
+type Manifest struct {
+	Name       string
+	Version    string
+	EventTypes []string
+	Releases   []string
+}
+
+// MapFunc maps one notification to zero or more events written to out.
+// It must not retain msg, its Values or out after returning.
+type MapFunc func(msg *Message, out *Output)
+
+// Value is a looked-up member of the input. Raw is a view into the input (for a
+// string: the characters between the quotes, still JSON-escaped); it is valid only
+// during the MapFunc call.
+type Value struct {
+	kind Kind
+	raw  []byte
+}
+
+// Message is the notification being mapped.
+type Message struct {
+	raw []byte
+}
+
+// Output collects the events of one call. Events are written with an
+// allocation-free builder into a buffer the SDK reuses across calls.
+type Output struct {
+	buf    []byte
+	nEv    int
+	depth  int
+	first  bool
+	errMsg string
+}
+
+// Event is the builder of one event (or of a nested object inside it).
+type Event struct {
+	out *Output
+}
+
+// Level is a log level for Log.
+type Level int32
+
+const (
+	LevelDebug Level = 0
+	LevelInfo  Level = 1
+	LevelWarn  Level = 2
+	LevelError Level = 3
+)
+
+// Signatures (implemented elsewhere in the package):
+//
+//	func Register(m Manifest, f MapFunc)            // call once from the mapper's init()
+//	func Log(level Level, msg string)
+//	func (m *Message) Get(path string) Value         // ABI path syntax (docs/abi.md)
+//	func (m *Message) Raw() []byte                   // the whole input as it arrived
+//	func (v Value) Kind() Kind
+//	func (v Value) Exists() bool                     // present and not null
+//	func (v Value) Raw() []byte
+//	func (v Value) Equal(s string) bool              // string kind, raw bytes equal s
+//	func (v Value) HasPrefix(s string) bool          // string kind
+//	func (v Value) HasSuffix(s string) bool          // string kind
+//	func (v Value) Int() (int64, bool)               // number (integral) or a string holding one
+//	func (v Value) Float() (float64, bool)           // number or a string holding one
+//	func (v Value) Or(w Value) Value                 // v if it Exists and is not an empty string, else w
+//	func (v Value) String() string                   // unescaped copy (allocates: tests, rare paths)
+//	func (o *Output) Event() *Event                  // begin a new top-level event
+//	func (o *Output) Error(reason string)            // answer {"error": reason} instead of events
+//	func (e *Event) Str(key, val string)             // literal string, escaped by the builder
+//	func (e *Event) StrValue(key string, v Value) bool    // string: copied raw; number/bool: written as a string; missing/null: omitted. Reports whether written
+//	func (e *Event) NumValue(key string, v Value) bool    // number, or string holding a number: written as a JSON number; otherwise omitted
+//	func (e *Event) Int(key string, n int64)
+//	func (e *Event) Bool(key string, b bool)
+//	func (e *Event) Timestamp(key string, v Value) bool   // oslo "2024-05-01 12:00:00[.ffffff]", ISO 8601 with T, optional zone/Z -> RFC 3339 UTC with Z; omitted if unparsable
+//	func (e *Event) Object(key string) *Event        // begin a nested object; close it with End
+//	func (e *Event) End()                            // close the nested object, or the event itself
+//
+// Native testing (files built without wasip1):
+//
+//	func MapJSON(f MapFunc, input []byte) ([]byte, error)  // runs f natively on input, returns the tally_map output document
