@@ -1,5 +1,7 @@
 package sdk
 
+import "github.com/tally-billing/tally-openstack-collector/wasm-sdk/internal/abi"
+
 // This file fixes the public API of the guest SDK. Bodies are filled in by the
 // implementation files; mapper code is written against these signatures.
 
@@ -39,23 +41,30 @@ type Value struct {
 
 // Message is the notification being mapped.
 type Message struct {
-	raw []byte
+	raw  []byte   // the input; field offsets point into it
+	host abi.Host // answers lookups (the host import, or a native index)
 }
 
 // Output collects the events of one call. Events are written with an
 // allocation-free builder into a buffer the SDK reuses across calls.
 type Output struct {
-	buf    []byte
-	nEv    int
-	depth  int
-	first  bool
-	errMsg string
+	buf     []byte // the tally_map document being written; reused across calls
+	nEv     int    // events begun so far
+	depth   int    // open objects: 0 between events, 1 inside an event, more when nested
+	first   bool   // the next member is the first of its object (no comma)
+	failed  bool   // Error was called
+	errMsg  string // its reason
+	ev      Event  // the one builder handed out, so Event and Object do not allocate
+	scratch []byte // reused for re-escaping malformed strings
 }
 
 // Event is the builder of one event (or of a nested object inside it).
 type Event struct {
 	out *Output
 }
+
+// (Event carries no state of its own: the nesting lives in Output, so every
+// *Event of a call is the same pointer and handing one out costs nothing.)
 
 // Level is a log level for Log.
 type Level int32

@@ -1,0 +1,428 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/pflag"
+)
+
+// daemonEnv is the least a daemon needs.
+var daemonEnv = []string{
+	"TALLY_OSC_REPORTING_URL=https://tally.example.com",
+	"TALLY_OSC_REPORTING_TOKEN=s3cret-token",
+}
+
+func parse(t *testing.T, args []string) *pflag.FlagSet {
+	t.Helper()
+	fs := rootFlags()
+	if err := fs.Parse(args); err != nil {
+		t.Fatalf("parse %v: %v", args, err)
+	}
+	return fs
+}
+
+func writeFile(t *testing.T, name, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestDefaults(t *testing.T) {
+	c, err := loadConfig(parse(t, nil), daemonEnv, modeDaemon)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"TransportURL", c.TransportURL, "amqp://guest:guest@127.0.0.1:5672/"},
+		{"Exchanges", strings.Join(c.Exchanges, ","), "nova,neutron,openstack,glance"},
+		{"Topics", strings.Join(c.Topics, ","), "notifications"},
+		{"Queue", c.Queue, "tally-notifications"},
+		{"QueueType", c.QueueType, "quorum"},
+		{"RequireExchanges", c.RequireExchanges, false},
+		{"Prefetch", c.Prefetch, 100},
+		{"BufferPath", c.BufferPath, "/var/lib/tally-openstack-collector/outbox"},
+		{"BufferMaxEvents", c.BufferMaxEvents, int64(1000000)},
+		{"BatchMax", c.BatchMax, 500},
+		{"ReportingInsecure", c.ReportingInsecure, false},
+		{"PlogListeners", len(c.PlogListeners), 0},
+		{"UnhealthyThreshold", c.UnhealthyThreshold, 600 * time.Second},
+		{"HTTPAddr", c.HTTPAddr, "127.0.0.1:9469"},
+		{"MappersDir", c.MappersDir, ""},
+		{"LogLevel", c.LogLevel, zerolog.InfoLevel},
+		{"LogFormat", c.LogFormat, "auto"},
+		{"MapperMemoryLimit", c.MapperMemoryLimit, uint32(64 << 20)},
+		{"MapperCallTimeout", c.MapperCallTimeout, 250 * time.Millisecond},
+		{"MapperPoolSize", c.MapperPoolSize, 0},
+		{"ReportingTimeout", c.ReportingTimeout, 30 * time.Second},
+		{"StopTimeout", c.StopTimeout, 30 * time.Second},
+		{"FlushTimeout", c.FlushTimeout, 10 * time.Second},
+	}
+	for _, ch := range checks {
+		if ch.got != ch.want {
+			t.Errorf("%s = %v, want %v", ch.name, ch.got, ch.want)
+		}
+	}
+}
+
+// TestPrecedence: defaults < file < environment < flags, key by key.
+func TestPrecedence(t *testing.T) {
+	file := writeFile(t, "c.yaml", `
+prefetch: 10
+queue: from-file
+queue_type: classic
+exchanges: [nova, glance]
+batch_max: 7
+http_addr: 127.0.0.1:1
+`)
+	env := append([]string{
+		"TALLY_OSC_QUEUE=from-env",
+		"TALLY_OSC_BATCH_MAX=8",
+		"TALLY_OSC_HTTP_ADDR=127.0.0.1:2",
+	}, daemonEnv...)
+	c, err := loadConfig(parse(t, []string{"--config", file, "--http-addr", "127.0.0.1:3"}), env, modeDaemon)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Prefetch != 10 || c.QueueType != "classic" {
+		t.Errorf("file values lost: prefetch %d queue_type %q", c.Prefetch, c.QueueType)
+	}
+	if got := strings.Join(c.Exchanges, ","); got != "nova,glance" {
+		t.Errorf("a YAML list: exchanges = %q", got)
+	}
+	if c.Queue != "from-env" || c.BatchMax != 8 {
+		t.Errorf("environment must override the file: queue %q batch_max %d", c.Queue, c.BatchMax)
+	}
+	if c.HTTPAddr != "127.0.0.1:3" {
+		t.Errorf("a flag must override the environment: http_addr %q", c.HTTPAddr)
+	}
+	if c.TransportURL != "amqp://guest:guest@127.0.0.1:5672/" {
+		t.Errorf("unset keys keep their default: %q", c.TransportURL)
+	}
+}
+
+func TestConfigFromEnvironmentVariable(t *testing.T) {
+	file := writeFile(t, "c.yaml", "prefetch: 33\n")
+	c, err := loadConfig(parse(t, nil), append([]string{"TALLY_OSC_CONFIG=" + file}, daemonEnv...), modeDaemon)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Prefetch != 33 {
+		t.Errorf("TALLY_OSC_CONFIG not read: prefetch %d", c.Prefetch)
+	}
+}
+
+// TestUnsetFlagDoesNotOverride: a flag left at its default must not hide the
+// environment.
+func TestUnsetFlagDoesNotOverride(t *testing.T) {
+	c, err := loadConfig(parse(t, []string{"--queue", "q"}), append([]string{"TALLY_OSC_PREFETCH=5", "TALLY_OSC_REQUIRE_EXCHANGES=true"}, daemonEnv...), modeDaemon)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Prefetch != 5 || !c.RequireExchanges || c.Queue != "q" {
+		t.Errorf("prefetch %d require %v queue %q", c.Prefetch, c.RequireExchanges, c.Queue)
+	}
+}
+
+func TestValidation(t *testing.T) {
+	tokenFile := writeFile(t, "token", "tok\n")
+	emptyFile := writeFile(t, "empty", "\n")
+	notDir := writeFile(t, "file.wasm", "")
+	cases := []struct {
+		name  string
+		mode  mode
+		env   []string
+		args  []string
+		wants []string // every one must appear; none = valid
+	}{
+		{name: "minimal daemon", mode: modeDaemon, env: daemonEnv},
+		{name: "reporting url required", mode: modeDaemon, env: []string{"TALLY_OSC_REPORTING_TOKEN=x"},
+			wants: []string{"TALLY_OSC_REPORTING_URL: required"}},
+		{name: "http needs insecure", mode: modeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=http://api:8080", "TALLY_OSC_REPORTING_TOKEN=x"},
+			wants: []string{"must be https"}},
+		{name: "http with insecure", mode: modeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=http://api:8080", "TALLY_OSC_REPORTING_TOKEN=x", "TALLY_OSC_REPORTING_INSECURE=true"}},
+		{name: "relative url", mode: modeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=/api", "TALLY_OSC_REPORTING_TOKEN=x"},
+			wants: []string{"absolute with a host"}},
+		{name: "url without host", mode: modeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=https:///x", "TALLY_OSC_REPORTING_TOKEN=x"},
+			wants: []string{"absolute with a host"}},
+		{name: "url scheme", mode: modeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=ftp://h", "TALLY_OSC_REPORTING_TOKEN=x"},
+			wants: []string{`scheme "ftp"`}},
+		{name: "url with credentials", mode: modeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=https://u:p@h", "TALLY_OSC_REPORTING_TOKEN=x"},
+			wants: []string{"must not carry credentials"}},
+		{name: "token missing", mode: modeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=https://h"},
+			wants: []string{"one is required"}},
+		{name: "token and file", mode: modeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=https://h", "TALLY_OSC_REPORTING_TOKEN=x", "TALLY_OSC_REPORTING_TOKEN_FILE=" + tokenFile},
+			wants: []string{"both set"}},
+		{name: "token file", mode: modeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=https://h", "TALLY_OSC_REPORTING_TOKEN_FILE=" + tokenFile}},
+		{name: "token file missing", mode: modeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=https://h", "TALLY_OSC_REPORTING_TOKEN_FILE=/nonexistent/token"},
+			wants: []string{"TALLY_OSC_REPORTING_TOKEN_FILE: no such file"}},
+		{name: "token file empty", mode: modeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=https://h", "TALLY_OSC_REPORTING_TOKEN_FILE=" + emptyFile},
+			wants: []string{"is empty"}},
+		{name: "numbers", mode: modeDaemon, env: append([]string{"TALLY_OSC_PREFETCH=0", "TALLY_OSC_BUFFER_MAX_EVENTS=-1", "TALLY_OSC_BATCH_MAX=many", "TALLY_OSC_UNHEALTHY_THRESHOLD_S=0"}, daemonEnv...),
+			wants: []string{"TALLY_OSC_PREFETCH: must be between 1 and 65535", "TALLY_OSC_BUFFER_MAX_EVENTS: must be at least 1", `TALLY_OSC_BATCH_MAX: "many" is not a whole number`, "TALLY_OSC_UNHEALTHY_THRESHOLD_S: must be at least 1"}},
+		{name: "prefetch too large", mode: modeDaemon, env: append([]string{"TALLY_OSC_PREFETCH=70000"}, daemonEnv...),
+			wants: []string{"between 1 and 65535"}},
+		{name: "bool", mode: modeDaemon, env: append([]string{"TALLY_OSC_REQUIRE_EXCHANGES=yes"}, daemonEnv...),
+			wants: []string{`TALLY_OSC_REQUIRE_EXCHANGES: "yes" is not true or false`}},
+		{name: "queue type", mode: modeDaemon, env: append([]string{"TALLY_OSC_QUEUE_TYPE=stream"}, daemonEnv...),
+			wants: []string{`"stream" is not quorum or classic`}},
+		{name: "queue type case", mode: modeDaemon, env: append([]string{"TALLY_OSC_QUEUE_TYPE=Classic"}, daemonEnv...)},
+		{name: "empty exchanges", mode: modeDaemon, env: append([]string{"TALLY_OSC_EXCHANGES= , "}, daemonEnv...),
+			wants: []string{"TALLY_OSC_EXCHANGES: at least one"}},
+		{name: "wildcard topic", mode: modeDaemon, env: append([]string{"TALLY_OSC_TOPICS=notifications,#"}, daemonEnv...),
+			wants: []string{"wildcards are not allowed"}},
+		{name: "transport scheme", mode: modeDaemon, env: append([]string{"TALLY_OSC_TRANSPORT_URL=http://u:hunter2@h/"}, daemonEnv...),
+			wants: []string{`scheme "http" is not amqp`}},
+		{name: "transport multi host needs rabbit", mode: modeDaemon, env: append([]string{"TALLY_OSC_TRANSPORT_URL=amqp://u:p@h1:5672,u:p@h2:5672/"}, daemonEnv...),
+			wants: []string{"several hosts need the rabbit:// form"}},
+		{name: "transport rabbit multi host", mode: modeDaemon, env: append([]string{"TALLY_OSC_TRANSPORT_URL=rabbit://u:p@h1:5672,u:p@h2:5672/vhost"}, daemonEnv...)},
+		{name: "transport bad port", mode: modeDaemon, env: append([]string{"TALLY_OSC_TRANSPORT_URL=amqp://u:p@h:99999/"}, daemonEnv...),
+			wants: []string{"a port is not a number"}},
+		{name: "transport empty host", mode: modeDaemon, env: append([]string{"TALLY_OSC_TRANSPORT_URL=amqps://u:p@/"}, daemonEnv...),
+			wants: []string{"a host is missing"}},
+		{name: "plog listeners", mode: modeDaemon, env: append([]string{"TALLY_OSC_PLOG_LISTENERS=udp://127.0.0.1:23456,tcp://127.0.0.1:23457"}, daemonEnv...)},
+		{name: "plog listener scheme", mode: modeDaemon, env: append([]string{"TALLY_OSC_PLOG_LISTENERS=http://127.0.0.1:1,udp://nohost"}, daemonEnv...),
+			wants: []string{"scheme must be udp or tcp", "want udp://host:port"}},
+		{name: "http addr", mode: modeDaemon, env: append([]string{"TALLY_OSC_HTTP_ADDR=9469"}, daemonEnv...),
+			wants: []string{"TALLY_OSC_HTTP_ADDR"}},
+		{name: "mappers dir missing", mode: modeDaemon, env: append([]string{"TALLY_OSC_MAPPERS_DIR=/nonexistent/mappers"}, daemonEnv...),
+			wants: []string{"TALLY_OSC_MAPPERS_DIR: no such file"}},
+		{name: "mappers dir is a file", mode: modeDaemon, env: append([]string{"TALLY_OSC_MAPPERS_DIR=" + notDir}, daemonEnv...),
+			wants: []string{"is not a directory"}},
+		{name: "log level", mode: modeDaemon, env: append([]string{"TALLY_OSC_LOG_LEVEL=loud", "TALLY_OSC_LOG_FORMAT=xml"}, daemonEnv...),
+			wants: []string{"TALLY_OSC_LOG_LEVEL", "TALLY_OSC_LOG_FORMAT"}},
+		{name: "durations", mode: modeDaemon, env: append([]string{"TALLY_OSC_MAPPER_CALL_TIMEOUT=soon", "TALLY_OSC_STOP_TIMEOUT=-1s"}, daemonEnv...),
+			wants: []string{"TALLY_OSC_MAPPER_CALL_TIMEOUT: \"soon\" is not a duration", "TALLY_OSC_STOP_TIMEOUT: must be positive"}},
+		{name: "flush within stop", mode: modeDaemon, env: append([]string{"TALLY_OSC_STOP_TIMEOUT=5s", "TALLY_OSC_FLUSH_TIMEOUT=5s"}, daemonEnv...),
+			wants: []string{"must be shorter than"}},
+		{name: "memory limit", mode: modeDaemon, env: append([]string{"TALLY_OSC_MAPPER_MEMORY_LIMIT_MIB=0"}, daemonEnv...),
+			wants: []string{"TALLY_OSC_MAPPER_MEMORY_LIMIT_MIB"}},
+		{name: "flag value checked too", mode: modeDaemon, env: daemonEnv, args: []string{"--prefetch", "none"},
+			wants: []string{`TALLY_OSC_PREFETCH: "none"`}},
+
+		// The dump needs only the AMQP settings.
+		{name: "dump without reporting url", mode: modeDump},
+		{name: "dump ignores daemon settings", mode: modeDump, env: []string{"TALLY_OSC_BATCH_MAX=x", "TALLY_OSC_REPORTING_URL=http://x"}},
+		{name: "dump checks amqp", mode: modeDump, env: []string{"TALLY_OSC_PREFETCH=x", "TALLY_OSC_TRANSPORT_URL=nope"},
+			wants: []string{"TALLY_OSC_PREFETCH", "TALLY_OSC_TRANSPORT_URL: not a URL"}},
+		// The offline tools need only the mapper settings.
+		{name: "offline needs nothing", mode: modeOffline, env: []string{"TALLY_OSC_TRANSPORT_URL=nope", "TALLY_OSC_PREFETCH=x"}},
+		{name: "offline checks mapper settings", mode: modeOffline, env: []string{"TALLY_OSC_MAPPER_CALL_TIMEOUT=x"},
+			wants: []string{"TALLY_OSC_MAPPER_CALL_TIMEOUT"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := loadConfig(parse(t, tc.args), tc.env, tc.mode)
+			if len(tc.wants) == 0 {
+				if err != nil {
+					t.Fatalf("want valid, got %v", err)
+				}
+				return
+			}
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("want *ConfigError, got %v", err)
+			}
+			msg := err.Error()
+			for _, w := range tc.wants {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error lacks %q:\n%s", w, msg)
+				}
+			}
+			if len(ce.Problems) < len(tc.wants) {
+				t.Errorf("want at least %d problems, got %d: %s", len(tc.wants), len(ce.Problems), msg)
+			}
+			if strings.Contains(msg, "hunter2") {
+				t.Errorf("a password reached the error: %s", msg)
+			}
+		})
+	}
+}
+
+// TestEveryProblemAtOnce: one message lists them all.
+func TestEveryProblemAtOnce(t *testing.T) {
+	env := []string{"TALLY_OSC_PREFETCH=0", "TALLY_OSC_QUEUE_TYPE=x", "TALLY_OSC_HTTP_ADDR=bad", "TALLY_OSC_LOG_LEVEL=x"}
+	_, err := loadConfig(parse(t, nil), env, modeDaemon)
+	var ce *ConfigError
+	if !errors.As(err, &ce) {
+		t.Fatalf("got %v", err)
+	}
+	// prefetch, queue type, http addr, log level, reporting url, token
+	if len(ce.Problems) != 6 {
+		t.Errorf("want 6 problems, got %d:\n%v", len(ce.Problems), err)
+	}
+}
+
+func TestConfigFileProblems(t *testing.T) {
+	file := writeFile(t, "c.yaml", `
+prefetch: 10
+prefech: 11
+exchanges:
+  nested: map
+`)
+	_, err := loadConfig(parse(t, []string{"--config", file}), daemonEnv, modeDaemon)
+	if err == nil || !strings.Contains(err.Error(), `unknown setting "prefech"`) || !strings.Contains(err.Error(), "exchanges must be a value") {
+		t.Fatalf("got %v", err)
+	}
+	_, err = loadConfig(parse(t, []string{"--config", "/nonexistent.yaml"}), daemonEnv, modeDaemon)
+	if err == nil || !strings.Contains(err.Error(), "/nonexistent.yaml") {
+		t.Fatalf("a missing file: %v", err)
+	}
+	bad := writeFile(t, "bad.yaml", "prefetch: [\n")
+	if _, err := loadConfig(parse(t, []string{"--config", bad}), daemonEnv, modeDaemon); err == nil {
+		t.Fatal("a broken YAML file was accepted")
+	}
+}
+
+func TestPlogSection(t *testing.T) {
+	file := writeFile(t, "c.yaml", `
+plog_listeners: [udp://127.0.0.1:23456, tcp://127.0.0.1:23457]
+plog:
+  defaults:
+    max_line_bytes: 65536
+    idle_timeout: 30s
+  listeners:
+    - address: udp://127.0.0.1:23456
+      mappers: [agent]
+      defrag_max_age: 5s
+      allow_envi: true
+`)
+	c, err := loadConfig(parse(t, []string{"--config", file}), daemonEnv, modeDaemon)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Plog) != 2 {
+		t.Fatalf("want 2 listeners, got %+v", c.Plog)
+	}
+	if c.PlogDefaults.MaxLineBytes != 65536 || c.PlogDefaults.IdleTimeout != 30*time.Second {
+		t.Errorf("defaults: %+v", c.PlogDefaults)
+	}
+	u, tcp := c.Plog[0], c.Plog[1]
+	if u.Address != "udp://127.0.0.1:23456" || len(u.Mappers) != 1 || u.Mappers[0] != "agent" ||
+		u.Settings.DefragMaxAge != 5*time.Second || u.Settings.AllowENVI == nil || !*u.Settings.AllowENVI || u.Settings.AllowKILL != nil {
+		t.Errorf("udp listener: %+v", u)
+	}
+	if tcp.Address != "tcp://127.0.0.1:23457" || tcp.Settings != (PlogSettings{}) || len(tcp.Mappers) != 0 {
+		t.Errorf("tcp listener (inherits everything): %+v", tcp)
+	}
+
+	// The environment's list picks the active listeners; details stay from the file.
+	c, err = loadConfig(parse(t, []string{"--config", file}), append([]string{"TALLY_OSC_PLOG_LISTENERS=udp://127.0.0.1:23456"}, daemonEnv...), modeDaemon)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Plog) != 1 || c.Plog[0].Settings.DefragMaxAge != 5*time.Second {
+		t.Errorf("env list: %+v", c.Plog)
+	}
+
+	// Listeners from the file alone.
+	file2 := writeFile(t, "c2.yaml", "plog:\n  listeners:\n    - address: tcp://127.0.0.1:1\n")
+	c, err = loadConfig(parse(t, []string{"--config", file2}), daemonEnv, modeDaemon)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Plog) != 1 || c.Plog[0].Address != "tcp://127.0.0.1:1" {
+		t.Errorf("file-only listeners: %+v", c.Plog)
+	}
+}
+
+func TestPlogSectionProblems(t *testing.T) {
+	file := writeFile(t, "c.yaml", `
+plog_listeners: [udp://127.0.0.1:1]
+plog:
+  extra: 1
+  defaults:
+    colour: blue
+  listeners:
+    - address: udp://127.0.0.1:1
+      max_line_bytes: -1
+      idle_timeout: soon
+    - address: tcp://127.0.0.1:2
+    - mappers: [x]
+`)
+	_, err := loadConfig(parse(t, []string{"--config", file}), daemonEnv, modeDaemon)
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, w := range []string{`plog: unknown key "extra"`, `plog.defaults: unknown key "colour"`, "must not be negative", "idle_timeout",
+		"tcp://127.0.0.1:2 is not in TALLY_OSC_PLOG_LISTENERS", "plog.listeners[2]: address is required"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("missing %q in:\n%v", w, err)
+		}
+	}
+}
+
+// TestSecretsRedacted: the effective settings never show a token or a broker
+// password, whatever the form of the URL.
+func TestSecretsRedacted(t *testing.T) {
+	env := []string{
+		"TALLY_OSC_REPORTING_URL=https://tally.example.com",
+		"TALLY_OSC_REPORTING_TOKEN=tok-very-secret",
+		"TALLY_OSC_TRANSPORT_URL=rabbit://alice:pw-one@h1:5672,bob:pw/two@h2:5672/vhost",
+	}
+	c, err := loadConfig(parse(t, nil), env, modeDaemon)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := strings.Join(c.Effective(), "\n")
+	for _, m := range c.EffectiveMap() {
+		all += "\n" + m
+	}
+	for _, secret := range []string{"tok-very-secret", "pw-one", "pw/two", "two@"} {
+		if strings.Contains(all, secret) {
+			t.Errorf("%q shown:\n%s", secret, all)
+		}
+	}
+	for _, want := range []string{"TALLY_OSC_REPORTING_TOKEN=[redacted]", "rabbit://alice:[redacted]@h1:5672,bob:[redacted]@h2:5672/vhost"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("want %q in:\n%s", want, all)
+		}
+	}
+	if c.ReportingToken != "tok-very-secret" {
+		t.Error("the token itself must still reach the sender")
+	}
+}
+
+func TestRedactTransportURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"amqp://guest:guest@127.0.0.1:5672/":     "amqp://guest:[redacted]@127.0.0.1:5672/",
+		"amqps://u@h/":                           "amqps://u@h/",
+		"amqp://h:5672":                          "amqp://h:5672",
+		"amqp://u:p@ss@h/v":                      "amqp://u:[redacted]@h/v",
+		"rabbit://a:b@h1,c:d@h2":                 "rabbit://a:[redacted]@h1,c:[redacted]@h2",
+		"not a url with user:pass@host":          "[redacted]",
+		"amqp://u:p%2Fx@h:5672/%2F?heartbeat=10": "amqp://u:[redacted]@h:5672/%2F?heartbeat=10",
+	} {
+		if got := redactTransportURL(in); got != want {
+			t.Errorf("redact(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestSettingsDocumented: docs/settings.md names every setting with its default.
+func TestSettingsDocumented(t *testing.T) {
+	b, err := os.ReadFile("../../docs/settings.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	for _, s := range settings {
+		if !strings.Contains(doc, "`"+s.env()+"`") {
+			t.Errorf("docs/settings.md lacks %s", s.env())
+		}
+		if s.def != "" && !strings.Contains(doc, "`"+s.def+"`") {
+			t.Errorf("docs/settings.md lacks the default of %s (`%s`)", s.env(), s.def)
+		}
+	}
+}

@@ -1,0 +1,362 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+// What the daemon needs of each part. The parts are built in wire.go; these
+// small interfaces keep the lifecycle independent of their concrete types.
+type (
+	// outboxPart is the durable store between an acknowledgement and delivery.
+	outboxPart interface {
+		Healthy() error
+		Depth() int64
+		Close() error
+	}
+	// inputPart is an input: the AMQP consumer or a plog listener. Run returns
+	// once ctx is cancelled and every message taken in is committed and
+	// acknowledged (for AMQP: basic.cancel, then commit, then ack).
+	inputPart interface {
+		Run(ctx context.Context) error
+	}
+	// readyPart answers readiness.
+	readyPart interface {
+		Ready() error
+	}
+	// senderPart drains the outbox to the Reporting API.
+	senderPart interface {
+		Run(ctx context.Context) error
+		Flush(ctx context.Context) error
+		Ready() error
+	}
+	// closerPart is released after every input stopped (the mapper engine).
+	closerPart interface {
+		Close(ctx context.Context) error
+	}
+)
+
+// parts are the running pieces of a daemon, built in start-up order.
+type parts struct {
+	outbox   outboxPart
+	mappers  closerPart
+	consumer inputPart // also a readyPart
+	inputs   []inputPart
+	sender   senderPart
+}
+
+// daemon owns the lifecycle: start in order (outbox, mappers, HTTP, broker and
+// sender and plog listeners), stop in reverse on the first signal, exit at once
+// on the second.
+type daemon struct {
+	cfg     *Config
+	base    zerolog.Logger
+	log     zerolog.Logger
+	reg     *prometheus.Registry
+	metrics *daemonMetrics
+	build   buildInfo
+
+	// signals delivers SIGTERM/SIGINT; exit ends the process on the second one.
+	signals <-chan os.Signal
+	exit    func(code int)
+
+	stopping atomic.Bool
+	p        parts
+	probes   *probes
+	ln       net.Listener
+	srv      *http.Server
+}
+
+func runDaemon(cfg *Config, base zerolog.Logger, b buildInfo) error {
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	reg := newRegistry(b)
+	d := &daemon{
+		cfg: cfg, base: base, log: component(base, "main"), reg: reg,
+		metrics: newDaemonMetrics(reg), build: b, signals: sig, exit: os.Exit,
+	}
+	return d.run(context.Background())
+}
+
+func (d *daemon) run(ctx context.Context) error {
+	d.log.Info().Str("version", d.build.Version).Str("commit", d.build.Commit).
+		Interface("settings", d.cfg.EffectiveMap()).Msg("starting")
+
+	// 1. The outbox: nothing may be consumed without it.
+	ob, err := openOutbox(d.cfg, component(d.base, "outbox"), d.reg)
+	if err != nil {
+		return fmt.Errorf("open outbox %s: %w", d.cfg.BufferPath, err)
+	}
+	d.p.outbox = ob
+	d.log.Info().Int64("depth", ob.Depth()).Str("path", d.cfg.BufferPath).Msg("outbox open")
+
+	// 2. The mappers: engine, built-in modules, drop-ins.
+	proc, err := loadMappers(ctx, d.cfg, d.base, d.reg)
+	if err != nil {
+		d.closeOutbox()
+		return fmt.Errorf("load mappers: %w", err)
+	}
+	d.p.mappers = proc
+
+	// 3. HTTP: probes answer "not ready" until the broker session is up.
+	d.probes = &probes{
+		outbox: ob.Healthy,
+		ready: map[string]func() error{
+			"stopping": d.stoppingCheck,
+			"broker":   nil,
+			"sender":   nil,
+		},
+		live: newLivenessTracker(d.cfg.UnhealthyThreshold, nil),
+		log:  component(d.base, "probes"),
+	}
+	if err := d.listen(); err != nil {
+		d.closeMappers(ctx)
+		d.closeOutbox()
+		return err
+	}
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	defer stopSampling()
+	go d.probes.sample(sampleCtx, time.Second)
+	go d.sampleReady(sampleCtx)
+
+	// 4. The sender, the broker consumer and the plog listeners.
+	snd, err := newSender(d.cfg, component(d.base, "sender"), d.reg, ob)
+	if err != nil {
+		d.shutdownHTTP()
+		d.closeMappers(ctx)
+		d.closeOutbox()
+		return fmt.Errorf("sender: %w", err)
+	}
+	d.p.sender = snd
+	d.probes.setReady("sender", snd.Ready)
+	// The broker package tags its logger itself.
+	cons, err := newConsumer(d.cfg, d.base, d.reg, ob, proc)
+	if err != nil {
+		d.shutdownHTTP()
+		d.closeMappers(ctx)
+		d.closeOutbox()
+		return fmt.Errorf("broker: %w", err)
+	}
+	d.p.consumer = cons
+	if r, ok := cons.(readyPart); ok {
+		d.probes.setReady("broker", r.Ready)
+	}
+	inputs, err := newPlogInputs(d.cfg, component(d.base, "plog"), d.reg, ob, proc)
+	if err != nil {
+		d.shutdownHTTP()
+		d.closeMappers(ctx)
+		d.closeOutbox()
+		return fmt.Errorf("plog: %w", err)
+	}
+	d.p.inputs = inputs
+
+	sendCtx, stopSender := context.WithCancel(ctx)
+	defer stopSender()
+	inCtx, stopInputs := context.WithCancel(ctx)
+	defer stopInputs()
+
+	type result struct {
+		name string
+		err  error
+	}
+	done := make(chan result, 2+len(inputs))
+	var senderDone = make(chan struct{})
+	go func() {
+		defer close(senderDone)
+		if err := snd.Run(sendCtx); err != nil && !errors.Is(err, context.Canceled) {
+			done <- result{"sender", err}
+		}
+	}()
+	var inWG sync.WaitGroup
+	start := func(name string, in inputPart) {
+		inWG.Add(1)
+		go func() {
+			defer inWG.Done()
+			err := in.Run(inCtx)
+			if inCtx.Err() == nil {
+				if err == nil {
+					err = errors.New("stopped unexpectedly")
+				}
+				done <- result{name, err}
+			}
+		}()
+	}
+	start("broker", cons)
+	for i, in := range inputs {
+		start(fmt.Sprintf("plog[%d] %s", i, d.cfg.Plog[i].Address), in)
+	}
+	d.log.Info().Str("http_addr", d.ln.Addr().String()).Msg("started")
+
+	// Run until a signal or a part that failed for good.
+	var runErr error
+	select {
+	case s := <-d.signals:
+		d.log.Info().Str("signal", s.String()).Dur("budget", d.cfg.StopTimeout).
+			Msg("stopping: no new deliveries; finishing in-flight ones, then flushing the outbox (a second signal exits at once)")
+	case r := <-done:
+		runErr = fmt.Errorf("%s: %w", r.name, r.err)
+		d.log.Error().Err(runErr).Msg("stopping after a failure")
+	}
+	d.stopping.Store(true)
+	d.metrics.stopping.Set(1)
+	go func() {
+		if s, ok := <-d.signals; ok {
+			d.log.Warn().Str("signal", s.String()).Msg("second signal: exiting at once")
+			d.exit(1)
+		}
+	}()
+
+	deadline := time.Now().Add(d.cfg.StopTimeout)
+	stopCtx, cancelStop := context.WithDeadline(context.Background(), deadline)
+	defer cancelStop()
+
+	// Stop the inputs: basic.cancel, in-flight deliveries committed then acked.
+	stopInputs()
+	inputsBudget := d.cfg.StopTimeout - d.cfg.FlushTimeout
+	if !waitGroupFor(&inWG, inputsBudget) {
+		d.log.Error().Dur("waited", inputsBudget).Msg("inputs did not stop in time; unacknowledged deliveries return to the queue")
+		if runErr == nil {
+			runErr = errors.New("inputs did not stop within the stop budget")
+		}
+	} else {
+		d.log.Info().Msg("inputs stopped; every delivery taken was committed and acknowledged")
+	}
+
+	// Let the sender flush what the outbox holds, for a bounded time.
+	stopSender()
+	<-senderDone
+	flushCtx, cancelFlush := context.WithTimeout(stopCtx, d.cfg.FlushTimeout)
+	if err := snd.Flush(flushCtx); err != nil {
+		d.log.Warn().Err(err).Int64("left_in_outbox", ob.Depth()).Msg("flush incomplete; the rest is sent after the next start")
+	} else {
+		d.log.Info().Int64("left_in_outbox", ob.Depth()).Msg("flushed")
+	}
+	cancelFlush()
+
+	stopSampling()
+	d.shutdownHTTP()
+	d.closeMappers(stopCtx)
+	if err := d.closeOutbox(); err != nil && runErr == nil {
+		runErr = err
+	}
+	if runErr == nil {
+		d.log.Info().Msg("stopped")
+	}
+	return runErr
+}
+
+func (d *daemon) stoppingCheck() error {
+	if d.stopping.Load() {
+		return errors.New("stopping")
+	}
+	return nil
+}
+
+// sampleReady keeps tally_collector_ready current between probes.
+func (d *daemon) sampleReady(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		if _, err := d.probes.readyErr(); err == nil {
+			d.metrics.ready.Set(1)
+		} else {
+			d.metrics.ready.Set(0)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (d *daemon) listen() error {
+	ln, err := net.Listen("tcp", d.cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", d.cfg.HTTPAddr, err)
+	}
+	d.ln = ln
+	d.srv = &http.Server{
+		Handler:           newMux(d.probes, d.reg),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+	}
+	go func() {
+		if err := d.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.log.Error().Err(err).Msg("http server")
+		}
+	}()
+	return nil
+}
+
+func (d *daemon) shutdownHTTP() {
+	if d.srv == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = d.srv.Shutdown(ctx)
+}
+
+func (d *daemon) closeMappers(ctx context.Context) {
+	if d.p.mappers == nil {
+		return
+	}
+	if err := d.p.mappers.Close(ctx); err != nil {
+		d.log.Warn().Err(err).Msg("close mappers")
+	}
+}
+
+func (d *daemon) closeOutbox() error {
+	if d.p.outbox == nil {
+		return nil
+	}
+	if err := d.p.outbox.Close(); err != nil {
+		d.log.Error().Err(err).Msg("close outbox")
+		return fmt.Errorf("close outbox: %w", err)
+	}
+	d.log.Info().Msg("outbox closed")
+	return nil
+}
+
+func waitGroupFor(wg *sync.WaitGroup, d time.Duration) bool {
+	c := make(chan struct{})
+	go func() { wg.Wait(); close(c) }()
+	select {
+	case <-c:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+func (p *probes) setReady(name string, f func() error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ready[name] = f
+}
+
+func sortedKeys(m map[string]func() error) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,155 @@
+// Command tally-openstack-collector reads OpenStack notifications from
+// RabbitMQ, maps each to a Tally usage event with a WebAssembly mapper, keeps it
+// in a durable outbox and delivers it to the Reporting API.
+//
+//	tally-openstack-collector                      run the daemon
+//	tally-openstack-collector --dump               print what the broker carries
+//	tally-openstack-collector map [FILE...]        map notifications offline
+//	tally-openstack-collector mapper test [DIR...] run mapper fixture pairs
+//	tally-openstack-collector version              version, commit, ABI versions
+//
+// Settings come from defaults, then the YAML file given with --config, then
+// TALLY_OSC_* variables, then flags (docs/settings.md).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/pflag"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Environ(), os.Stdin, os.Stdout, os.Stderr))
+}
+
+const usageHead = `tally-openstack-collector: OpenStack notifications to Tally usage events.
+
+Usage:
+  tally-openstack-collector [flags]                         run the daemon
+  tally-openstack-collector --dump [flags]                  print what the broker carries, one JSON line per delivery
+  tally-openstack-collector map [--mappers DIR] [FILE...]   map notifications offline (stdin without FILE)
+  tally-openstack-collector mapper test [--mappers DIR] [DIR...]
+                                                            run mapper fixture pairs (*.in.json -> *.out.json)
+  tally-openstack-collector version                         version, commit, mapper ABI versions
+
+Every flag can also be set as TALLY_OSC_<NAME> (dashes as underscores) or in
+the --config file; flags win over the environment, which wins over the file.
+See docs/settings.md.
+
+Flags:
+`
+
+// run is main without the process: it returns the exit code.
+func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	cmd := ""
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd = args[0]
+		args = args[1:]
+	}
+	switch cmd {
+	case "":
+		return runRoot(args, environ, stdout, stderr)
+	case "version":
+		if len(args) > 0 && args[0] != "--help" && args[0] != "-h" {
+			fmt.Fprintf(stderr, "version takes no arguments\n")
+			return 2
+		}
+		printVersion(stdout, readBuildInfo())
+		return 0
+	case "map":
+		return runMap(args, environ, stdin, stdout, stderr)
+	case "mapper":
+		if len(args) == 0 || args[0] != "test" {
+			fmt.Fprintf(stderr, "usage: tally-openstack-collector mapper test [--mappers DIR] [DIR...]\n")
+			return 2
+		}
+		return runMapperTest(args[1:], environ, stdout, stderr)
+	case "help":
+		fs := rootFlags()
+		fmt.Fprint(stdout, usageHead+fs.FlagUsages())
+		return 0
+	default:
+		fmt.Fprintf(stderr, "unknown command %q (try --help)\n", cmd)
+		return 2
+	}
+}
+
+func rootFlags() *pflag.FlagSet {
+	fs := pflag.NewFlagSet("tally-openstack-collector", pflag.ContinueOnError)
+	fs.SortFlags = false
+	fs.Bool("dump", false, "print what the broker carries, one JSON line per delivery (needs only the AMQP settings)")
+	fs.Bool("print-config", false, "print the effective settings (secrets redacted) and exit")
+	addSettingFlags(fs)
+	return fs
+}
+
+// parseFlags parses args; it prints usage for --help and reports errUsage.
+func parseFlags(fs *pflag.FlagSet, head string, args []string, stdout, stderr io.Writer) error {
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			fmt.Fprint(stdout, head+fs.FlagUsages())
+			return errUsage
+		}
+		fmt.Fprintf(stderr, "%v (try --help)\n", err)
+		return err
+	}
+	return nil
+}
+
+func runRoot(args, environ []string, stdout, stderr io.Writer) int {
+	fs := rootFlags()
+	if err := parseFlags(fs, usageHead, args, stdout, stderr); err != nil {
+		if errors.Is(err, errUsage) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "unexpected argument %q (try --help)\n", fs.Arg(0))
+		return 2
+	}
+	dump, _ := fs.GetBool("dump")
+	printCfg, _ := fs.GetBool("print-config")
+	m := modeDaemon
+	if dump {
+		m = modeDump
+	}
+	cfg, err := loadConfig(fs, environ, m)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	if printCfg {
+		for _, l := range cfg.Effective() {
+			fmt.Fprintln(stdout, l)
+		}
+		return 0
+	}
+	log := newLogger(stderr, cfg.LogFormat, cfg.LogLevel)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if dump {
+		if err := runDump(ctx, cfg, log, stdout); err != nil {
+			mlog := component(log, "main")
+			mlog.Error().Err(err).Msg("dump failed")
+			return 1
+		}
+		return 0
+	}
+	stop() // the daemon handles signals itself (a second one exits at once)
+	if err := runDaemon(cfg, log, readBuildInfo()); err != nil {
+		mlog := component(log, "main")
+		mlog.Error().Err(err).Msg("stopped with an error")
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,291 @@
+package main
+
+// The offline tools: map and mapper test. Both load the same modules as the
+// daemon (built-in, then --mappers) and go through the same pipeline.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/pflag"
+
+	"github.com/tally-billing/tally-openstack-collector/mappers/fixture"
+	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
+)
+
+const mapUsage = `Usage: tally-openstack-collector map [--mappers DIR] [FILE...]
+
+Maps notifications offline with the built-in mappers and the drop-ins of DIR,
+as the daemon would. Input (FILEs, or stdin without any): JSON, one document
+per file or one per line; each is an AMQP body (the oslo envelope), a bare
+oslo message, or a line of --dump output. One canonical event per line on
+stdout; a summary on stderr. Exit 0 when every input was read.
+
+Flags:
+`
+
+const mapperTestUsage = `Usage: tally-openstack-collector mapper test [--mappers DIR] [DIR...]
+
+Runs the fixture pairs (<case>.in.json -> <case>.out.json) found in each DIR
+and its subdirectories through the compiled modules (built-in, then the
+drop-ins of --mappers). Without DIR, the fixtures beside the drop-ins are run.
+Prints one line per case and "N passed, N failed"; exits non-zero on any
+failure.
+
+Flags:
+`
+
+// offlineFlags are --mappers and the mapper settings; the others are hidden.
+func offlineFlags(name string) *pflag.FlagSet {
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	fs.SortFlags = false
+	fs.String("mappers", "", "drop-in directory of .wasm modules, on top of the built-in ones (TALLY_OSC_MAPPERS_DIR)")
+	addSettingFlags(fs)
+	for _, s := range settings {
+		if !inMode(modeOffline, s.modes...) || s.key == "mappers_dir" {
+			_ = fs.MarkHidden(s.flag())
+		}
+	}
+	return fs
+}
+
+func offlineSetup(name, usage string, args, environ []string, stdout, stderr io.Writer) (*Config, *pflag.FlagSet, zerolog.Logger, int) {
+	fs := offlineFlags(name)
+	if err := parseFlags(fs, usage, args, stdout, stderr); err != nil {
+		if errors.Is(err, errUsage) {
+			return nil, nil, zerolog.Nop(), 0
+		}
+		return nil, nil, zerolog.Nop(), 2
+	}
+	if dir, _ := fs.GetString("mappers"); dir != "" {
+		_ = fs.Set("mappers-dir", dir)
+	}
+	cfg, err := loadConfig(fs, environ, modeOffline)
+	if err == nil && cfg.MappersDir != "" {
+		if fi, serr := os.Stat(cfg.MappersDir); serr != nil || !fi.IsDir() {
+			err = &ConfigError{Problems: []string{fmt.Sprintf("--mappers %s: not a directory", cfg.MappersDir)}}
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return nil, nil, zerolog.Nop(), 2
+	}
+	level := cfg.LogLevel
+	if level < zerolog.WarnLevel && lookupEnv(environ, envPrefix+"LOG_LEVEL") == "" && !fs.Changed("log-level") {
+		level = zerolog.WarnLevel // a tool: quiet unless asked
+	}
+	return cfg, fs, newLogger(stderr, cfg.LogFormat, level), -1
+}
+
+func runMap(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	cfg, fs, log, code := offlineSetup("map", mapUsage, args, environ, stdout, stderr)
+	if code >= 0 {
+		return code
+	}
+	ctx := context.Background()
+	ms, err := offlineMappers(ctx, cfg, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "map: %v\n", err)
+		return 1
+	}
+	defer ms.Close(ctx)
+
+	out := bufio.NewWriter(stdout)
+	defer out.Flush()
+	var sum mapSummary
+	sum.reasons = map[string]int{}
+	process := func(doc []byte) {
+		sum.read++
+		msg := pipeline.Message{Body: doc}
+		var top struct {
+			Exchange    string `json:"exchange"`
+			RoutingKey  string `json:"routing_key"`
+			Unparseable any    `json:"unparseable"`
+		}
+		if json.Unmarshal(doc, &top) == nil {
+			msg.Exchange, msg.RoutingKey = top.Exchange, top.RoutingKey
+			if top.Unparseable != nil {
+				// A --dump line for a body the dump could not read.
+				sum.count(pipeline.Unparseable, "dump_unparseable")
+				return
+			}
+		}
+		r := ms.pipeline.Process(ctx, msg)
+		sum.count(r.Outcome, r.Reason)
+		for _, e := range r.Events {
+			out.Write(e)
+			out.WriteByte('\n')
+			sum.events++
+		}
+	}
+	if fs.NArg() == 0 {
+		b, err := io.ReadAll(stdin)
+		if err != nil {
+			fmt.Fprintf(stderr, "map: read stdin: %v\n", err)
+			return 1
+		}
+		splitDocuments(b, process)
+	} else {
+		for _, f := range fs.Args() {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				out.Flush()
+				fmt.Fprintf(stderr, "map: %v\n", err)
+				return 1
+			}
+			splitDocuments(b, process)
+		}
+	}
+	if err := out.Flush(); err != nil {
+		fmt.Fprintf(stderr, "map: write: %v\n", err)
+		return 1
+	}
+	fmt.Fprintln(stderr, sum.String())
+	return 0
+}
+
+// splitDocuments calls f with the whole input when it is one JSON document,
+// else with each non-empty line.
+func splitDocuments(b []byte, f func([]byte)) {
+	t := bytes.TrimSpace(b)
+	if len(t) == 0 {
+		return
+	}
+	if json.Valid(t) {
+		f(t)
+		return
+	}
+	for _, line := range bytes.Split(t, []byte("\n")) {
+		if line = bytes.TrimSpace(line); len(line) > 0 {
+			f(line)
+		}
+	}
+}
+
+type mapSummary struct {
+	read, mapped, skipped, unparseable, failed, events int
+	reasons                                            map[string]int // outcome/reason -> count
+}
+
+func (s *mapSummary) count(o pipeline.Outcome, reason string) {
+	switch o {
+	case pipeline.Mapped:
+		s.mapped++
+		return
+	case pipeline.Skipped:
+		s.skipped++
+	case pipeline.Unparseable:
+		s.unparseable++
+	case pipeline.Failed:
+		s.failed++
+	}
+	s.reasons[o.String()+"/"+reason]++
+}
+
+func (s *mapSummary) String() string {
+	detail := func(prefix string) string {
+		var parts []string
+		for k, n := range s.reasons {
+			if r, ok := strings.CutPrefix(k, prefix+"/"); ok {
+				parts = append(parts, fmt.Sprintf("%s: %d", r, n))
+			}
+		}
+		if len(parts) == 0 {
+			return ""
+		}
+		sort.Strings(parts)
+		return " (" + strings.Join(parts, ", ") + ")"
+	}
+	return fmt.Sprintf("read %d, mapped %d (%d events), skipped %d%s, unparseable %d%s, failed %d%s",
+		s.read, s.mapped, s.events, s.skipped, detail("skipped"), s.unparseable, detail("unparseable"), s.failed, detail("failed"))
+}
+
+func runMapperTest(args, environ []string, stdout, stderr io.Writer) int {
+	cfg, flags, log, code := offlineSetup("mapper test", mapperTestUsage, args, environ, stdout, stderr)
+	if code >= 0 {
+		return code
+	}
+	roots := flags.Args()
+	if len(roots) == 0 {
+		if cfg.MappersDir == "" {
+			fmt.Fprintln(stderr, "mapper test: name fixture directories, or --mappers DIR to run the fixtures beside the drop-ins")
+			return 2
+		}
+		roots = []string{cfg.MappersDir}
+	}
+	var dirs []string
+	for _, root := range roots {
+		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() {
+				if m, _ := filepath.Glob(filepath.Join(p, "*"+fixture.InSuffix)); len(m) > 0 {
+					dirs = append(dirs, p)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			fmt.Fprintf(stderr, "mapper test: %v\n", err)
+			return 2
+		}
+	}
+	if len(dirs) == 0 {
+		fmt.Fprintf(stderr, "mapper test: no fixture pairs (*%s) under %s\n", fixture.InSuffix, strings.Join(roots, ", "))
+		return 1
+	}
+	ctx := context.Background()
+	ms, err := offlineMappers(ctx, cfg, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "mapper test: %v\n", err)
+		return 1
+	}
+	defer ms.Close(ctx)
+	mapFn := func(in []byte) ([]byte, error) {
+		r := ms.pipeline.Process(ctx, pipeline.Message{Body: in})
+		switch r.Outcome {
+		case pipeline.Mapped:
+			return fixture.Document(r.Events), nil
+		case pipeline.Skipped:
+			return fixture.Document(nil), nil
+		case pipeline.Failed:
+			return nil, r.Err
+		}
+		return nil, fmt.Errorf("unparseable: %s", r.Reason)
+	}
+	passed, failed := 0, 0
+	for _, dir := range dirs {
+		results, err := fixture.Run(dir, mapFn, false)
+		if err != nil {
+			fmt.Fprintf(stderr, "mapper test: %v\n", err)
+			return 1
+		}
+		for _, r := range results {
+			name := filepath.Join(dir, r.Case.Name)
+			if r.Err != nil {
+				failed++
+				fmt.Fprintf(stdout, "FAIL %s\n    %s\n", name, strings.ReplaceAll(r.Err.Error(), "\n", "\n    "))
+				continue
+			}
+			passed++
+			fmt.Fprintf(stdout, "ok   %s\n", name)
+		}
+	}
+	fmt.Fprintf(stdout, "%d passed, %d failed\n", passed, failed)
+	if failed > 0 {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,257 @@
+/* A tally mapper in C: nova's compute.instance.exists to an instance event.
+ *
+ * It shows that ABI v1 is language-neutral: the same exports, the same host
+ * field lookups, and an output written by hand into one reused buffer. The
+ * event it writes is byte for byte the one of the Go SDK's sample mapping
+ * (wasm-sdk/internal/sample) for the same input.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tally.h"
+
+static const char manifest[] =
+	"{\"name\":\"c-example\",\"version\":\"1.0.0\","
+	"\"event_types\":[\"compute.instance.exists\"],\"releases\":[\"2024.1\"]}";
+
+/* The input buffer handed out by tally_alloc, and the output buffer; both
+ * are reused and grown, never freed. */
+static char *in_buf;
+static uint32_t in_cap;
+static const char *in_ptr; /* input of the current call */
+static uint32_t in_len;
+
+static char *out_buf;
+static uint32_t out_len, out_cap;
+static int out_oom;
+static int first; /* next member is the first of its object */
+
+TALLY_EXPORT("tally_abi_version_1") void tally_abi_version_1(void) {}
+
+TALLY_EXPORT("tally_alloc") uint32_t tally_alloc(uint32_t size) {
+	if (size > in_cap || in_buf == NULL) {
+		uint32_t n = in_cap ? in_cap : 4096;
+		while (n < size)
+			n *= 2;
+		char *p = realloc(in_buf, n);
+		if (p == NULL)
+			return 0;
+		in_buf = p;
+		in_cap = n;
+	}
+	return (uint32_t)(uintptr_t)in_buf;
+}
+
+TALLY_EXPORT("tally_manifest") uint64_t tally_manifest(void) {
+	return tally_pack(manifest, sizeof manifest - 1);
+}
+
+static void put(const char *s, uint32_t n) {
+	if (out_oom)
+		return;
+	if (out_len + n > out_cap) {
+		uint32_t c = out_cap ? out_cap : 4096;
+		while (c < out_len + n)
+			c *= 2;
+		char *p = realloc(out_buf, c);
+		if (p == NULL) {
+			out_oom = 1;
+			return;
+		}
+		out_buf = p;
+		out_cap = c;
+	}
+	memcpy(out_buf + out_len, s, n);
+	out_len += n;
+}
+
+static void puts_(const char *s) { put(s, (uint32_t)strlen(s)); }
+
+static struct tally_value get(const char *path) {
+	uint64_t r = tally_field(path, (uint32_t)strlen(path));
+	struct tally_value v = {(enum tally_kind)(r >> 56), 0, 0};
+	uint32_t start = (uint32_t)(r >> 28) & 0xfffffff, len = (uint32_t)r & 0xfffffff;
+	if (v.kind == TALLY_MISSING || start + len > in_len) {
+		v.kind = TALLY_MISSING;
+		return v;
+	}
+	v.ptr = in_ptr + start;
+	v.len = len;
+	return v;
+}
+
+static int exists(struct tally_value v) {
+	return v.kind != TALLY_MISSING && v.kind != TALLY_NULL;
+}
+
+/* or returns v unless it is missing, null or an empty string. */
+static struct tally_value or(struct tally_value v, struct tally_value w) {
+	return (!exists(v) || (v.kind == TALLY_STRING && v.len == 0)) ? w : v;
+}
+
+/* key writes the separator and "key": (keys here need no escaping). */
+static void key(const char *k) {
+	if (!first)
+		put(",", 1);
+	first = 0;
+	put("\"", 1);
+	puts_(k);
+	put("\":", 2);
+}
+
+static void str(const char *k, const char *val) {
+	key(k);
+	put("\"", 1);
+	puts_(val);
+	put("\"", 1);
+}
+
+/* str_value copies a string as it arrived (the host validated the JSON, so
+ * its escapes are valid); numbers and booleans are written as strings. */
+static void str_value(const char *k, struct tally_value v) {
+	if (v.kind != TALLY_STRING && v.kind != TALLY_NUMBER && v.kind != TALLY_TRUE &&
+	    v.kind != TALLY_FALSE)
+		return;
+	key(k);
+	put("\"", 1);
+	put(v.ptr, v.len);
+	put("\"", 1);
+}
+
+static int is_digit(char c) { return c >= '0' && c <= '9'; }
+
+/* is_number: exactly a JSON number. */
+static int is_number(const char *s, uint32_t n) {
+	uint32_t i = 0, j;
+	if (i < n && s[i] == '-')
+		i++;
+	if (i < n && s[i] == '0')
+		i++;
+	else if (i < n && s[i] >= '1' && s[i] <= '9')
+		while (i < n && is_digit(s[i]))
+			i++;
+	else
+		return 0;
+	if (i < n && s[i] == '.') {
+		j = ++i;
+		while (i < n && is_digit(s[i]))
+			i++;
+		if (i == j)
+			return 0;
+	}
+	if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+		i++;
+		if (i < n && (s[i] == '+' || s[i] == '-'))
+			i++;
+		j = i;
+		while (i < n && is_digit(s[i]))
+			i++;
+		if (i == j)
+			return 0;
+	}
+	return i == n;
+}
+
+static void num_value(const char *k, struct tally_value v) {
+	if ((v.kind == TALLY_NUMBER || v.kind == TALLY_STRING) && is_number(v.ptr, v.len)) {
+		key(k);
+		put(v.ptr, v.len);
+	}
+}
+
+/* timestamp: "YYYY-MM-DD HH:MM:SS[.f]" or the same with 'T' and an optional
+ * 'Z' (all UTC) becomes "YYYY-MM-DDTHH:MM:SS[.f]Z". Offsets other than Z are
+ * not handled by this example: such values are omitted. */
+static void timestamp(const char *k, struct tally_value v) {
+	static const char shape[] = "dddd-dd-dd?dd:dd:dd";
+	const char *s = v.ptr;
+	uint32_t n = v.len, i, f;
+	if (v.kind != TALLY_STRING || n < 19)
+		return;
+	for (i = 0; i < 19; i++) {
+		char c = shape[i];
+		if ((c == 'd' && !is_digit(s[i])) || ((c == '-' || c == ':') && s[i] != c) ||
+		    (c == '?' && s[i] != ' ' && s[i] != 'T'))
+			return;
+	}
+	f = 19;
+	if (f < n && s[f] == '.') {
+		f++;
+		while (f < n && is_digit(s[f]))
+			f++;
+		if (f == 20 || f > 29)
+			return;
+	}
+	if (!(f == n || (f + 1 == n && s[f] == 'Z')))
+		return;
+	key(k);
+	put("\"", 1);
+	put(s, 10);
+	put("T", 1);
+	put(s + 11, f - 11);
+	put("Z\"", 2);
+}
+
+static const char prefix[] = "compute.instance.";
+
+TALLY_EXPORT("tally_map") uint64_t tally_map(uint32_t ptr, uint32_t len) {
+	in_ptr = (const char *)(uintptr_t)ptr;
+	in_len = len;
+	out_len = 0;
+	out_oom = 0;
+
+	struct tally_value et = get("event_type");
+	uint32_t pl = sizeof prefix - 1;
+	if (et.kind != TALLY_STRING || et.len < pl || memcmp(et.ptr, prefix, pl) != 0) {
+		puts_("{\"error\":\"not a compute.instance notification\"}");
+		return out_oom ? 0 : tally_pack(out_buf, out_len);
+	}
+
+	puts_("{\"events\":[{");
+	first = 1;
+	str_value("event_id", get("message_id"));
+	timestamp("timestamp", get("timestamp"));
+	str_value("event_type", et);
+	str("service", "nova");
+	str("resource_type", "instance");
+	str_value("resource_id", get("payload.instance_id"));
+	str_value("project_id",
+		  or(or(get("payload.tenant_id"), get("payload.project_id")), get("_context_project_id")));
+	str_value("user_id", or(get("payload.user_id"), get("_context_user_id")));
+
+	/* action: the verb after the prefix, without a .start/.end phase. */
+	const char *verb = et.ptr + pl;
+	uint32_t vl = et.len - pl;
+	if (vl > 6 && memcmp(verb + vl - 6, ".start", 6) == 0)
+		vl -= 6;
+	else if (vl > 4 && memcmp(verb + vl - 4, ".end", 4) == 0)
+		vl -= 4;
+	key("action");
+	put("\"", 1);
+	put(verb, vl);
+	put("\"", 1);
+
+	key("attributes");
+	put("{", 1);
+	first = 1;
+	str_value("flavor_name", get("payload.instance_type"));
+	str_value("flavor_id", or(get("payload.instance_flavor_id"), get("payload.instance_type_id")));
+	num_value("vcpus", get("payload.vcpus"));
+	num_value("memory_mb", get("payload.memory_mb"));
+	num_value("root_gb", get("payload.root_gb"));
+	num_value("ephemeral_gb", get("payload.ephemeral_gb"));
+	num_value("disk_gb", get("payload.disk_gb"));
+	str_value("state", get("payload.state"));
+	str_value("image_ref", get("payload.image_ref"));
+	str_value("availability_zone", get("payload.availability_zone"));
+	str_value("host", get("payload.host"));
+	timestamp("launched_at", get("payload.launched_at"));
+	timestamp("terminated_at", get("payload.terminated_at"));
+	timestamp("deleted_at", get("payload.deleted_at"));
+	puts_("}}]}");
+	if (out_oom) {
+		static const char oom[] = "{\"error\":\"out of memory\"}";
+		return tally_pack(oom, sizeof oom - 1);
+	}
+	return tally_pack(out_buf, out_len);
+}

@@ -1,0 +1,650 @@
+// Package server is the reference Reporting API: the receiving end of the
+// collector's sender, used by the tests and by `make run`.
+//
+// It implements POST /api/v1/events as the collector expects it (bearer
+// token, body limit, dedup per (event_id, timestamp), validation with
+// reasons into a dead-letter view), read-only listings, and switches that
+// inject failures. Data lives in Badger under Options.DataDir and survives
+// restarts; without DataDir it is kept in memory.
+//
+// Routes (all but /healthz need the bearer token when one is set):
+//
+//	POST   /api/v1/events        {"events":[...]} -> {"accepted":N,"duplicates":N,"rejected":[{"event_id":..,"reason":..}]}
+//	GET    /api/v1/events        ?after=SEQ&limit=N&event_type=&project_id=&resource_id=&event_id=
+//	                             -> {"events":[...],"next":SEQ,"more":bool}
+//	GET    /api/v1/dead-letters  ?after=SEQ&limit=N -> {"dead_letters":[{"seq","event_id","reason","event","received_at"}],"next","more"}
+//	GET    /api/v1/stats         -> {"accepted","duplicates","rejected","events","requests":{"200":N,...},"max_body_bytes"}
+//	POST   /admin/fail           {"status":503,"count":2,"retry_after":"2","delay_ms":100}
+//	DELETE /admin/fail           clear the injected failure
+//	POST   /admin/limits         {"max_body_bytes":N}
+//	POST   /admin/reset          delete every event, dead letter and counter
+//	GET    /healthz              200 "ok"
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+	"github.com/rs/zerolog"
+)
+
+// DefaultMaxBodyBytes is the body limit when Options.MaxBodyBytes is 0.
+const DefaultMaxBodyBytes = 4 << 20
+
+// Options configures New.
+type Options struct {
+	Token        string // bearer token; "" accepts every request
+	DataDir      string // Badger directory; "" keeps everything in memory
+	MaxBodyBytes int64  // POST body limit (413 past it); default 4 MiB
+	Logger       zerolog.Logger
+}
+
+// Fault is an injected failure for POST /api/v1/events.
+type Fault struct {
+	Status     int    `json:"status"`      // answer with this status instead of storing; 0: store normally (after the delay)
+	Count      int    `json:"count"`       // requests affected; 0: every request until cleared
+	RetryAfter string `json:"retry_after"` // Retry-After header to send with Status, as given
+	DelayMS    int    `json:"delay_ms"`    // wait before answering
+}
+
+// Stats are the server's counters.
+type Stats struct {
+	Accepted     int64            `json:"accepted"`   // distinct events stored
+	Duplicates   int64            `json:"duplicates"` // events received again for a stored (event_id, timestamp)
+	Rejected     int64            `json:"rejected"`   // events refused by validation (dead letters)
+	Events       int64            `json:"events"`     // events held (= Accepted unless reset)
+	Requests     map[string]int64 `json:"requests"`   // POST /api/v1/events answers by status code
+	MaxBodyBytes int64            `json:"max_body_bytes"`
+}
+
+// Server is an http.Handler.
+type Server struct {
+	db   *badger.DB
+	opts Options
+	log  zerolog.Logger
+	mux  *http.ServeMux
+
+	mu       sync.Mutex // serialises ingestion and admin changes
+	fault    *Fault
+	maxBody  int64
+	requests map[string]int64
+}
+
+var (
+	metaSeq      = []byte("mseq")
+	metaDeadSeq  = []byte("mdseq")
+	metaAccepted = []byte("maccepted")
+	metaDups     = []byte("mdups")
+	metaRejected = []byte("mrejected")
+)
+
+// New opens the store and returns the server.
+func New(opts Options) (*Server, error) {
+	bo := badger.DefaultOptions(opts.DataDir).WithLogger(nil)
+	if opts.DataDir == "" {
+		bo = bo.WithInMemory(true)
+	}
+	bo.MemTableSize = 8 << 20
+	bo.NumMemtables = 2
+	bo.BlockCacheSize = 8 << 20
+	bo.IndexCacheSize = 4 << 20
+	bo.NumCompactors = 2
+	bo.SyncWrites = true
+	bo.MetricsEnabled = false
+	db, err := badger.Open(bo)
+	if err != nil {
+		return nil, fmt.Errorf("reporting-api: open store %q: %w", opts.DataDir, err)
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	s := &Server{db: db, opts: opts, log: opts.Logger, maxBody: opts.MaxBodyBytes, requests: map[string]int64{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("POST /api/v1/events", s.auth(s.postEvents))
+	mux.HandleFunc("GET /api/v1/events", s.auth(s.listEvents))
+	mux.HandleFunc("GET /api/v1/dead-letters", s.auth(s.listDeadLetters))
+	mux.HandleFunc("GET /api/v1/stats", s.auth(s.stats))
+	mux.HandleFunc("POST /admin/fail", s.auth(s.setFault))
+	mux.HandleFunc("DELETE /admin/fail", s.auth(func(w http.ResponseWriter, _ *http.Request) {
+		s.SetFault(nil)
+		writeJSON(w, 200, map[string]bool{"ok": true})
+	}))
+	mux.HandleFunc("POST /admin/limits", s.auth(s.setLimits))
+	mux.HandleFunc("POST /admin/reset", s.auth(s.reset))
+	s.mux = mux
+	return s, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// Close closes the store.
+func (s *Server) Close() error { return s.db.Close() }
+
+// SetFault injects f into POST /api/v1/events; nil clears it.
+func (s *Server) SetFault(f *Fault) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fault = f
+}
+
+// SetMaxBodyBytes changes the body limit at run time.
+func (s *Server) SetMaxBodyBytes(n int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n <= 0 {
+		n = DefaultMaxBodyBytes
+	}
+	s.maxBody = n
+}
+
+func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.opts.Token != "" {
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.opts.Token)) != 1 {
+				if r.URL.Path == "/api/v1/events" && r.Method == http.MethodPost {
+					s.count(http.StatusUnauthorized)
+				}
+				w.Header().Set("WWW-Authenticate", `Bearer realm="tally"`)
+				writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or invalid bearer token"})
+				return
+			}
+		}
+		h(w, r)
+	}
+}
+
+func (s *Server) count(status int) {
+	s.mu.Lock()
+	s.requests[strconv.Itoa(status)]++
+	s.mu.Unlock()
+}
+
+// takeFault returns the fault to apply to this request, consuming one use.
+func (s *Server) takeFault() (Fault, int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	max := s.maxBody
+	if s.fault == nil {
+		return Fault{}, max
+	}
+	f := *s.fault
+	if s.fault.Count > 0 {
+		s.fault.Count--
+		if s.fault.Count == 0 {
+			s.fault = nil
+		}
+	}
+	return f, max
+}
+
+type rejection struct {
+	EventID string `json:"event_id"`
+	Reason  string `json:"reason"`
+}
+
+type ingestAnswer struct {
+	Accepted   int         `json:"accepted"`
+	Duplicates int         `json:"duplicates"`
+	Rejected   []rejection `json:"rejected"`
+}
+
+func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
+	f, maxBody := s.takeFault()
+	if f.DelayMS > 0 {
+		select {
+		case <-time.After(time.Duration(f.DelayMS) * time.Millisecond):
+		case <-r.Context().Done():
+			return
+		}
+	}
+	if f.Status != 0 {
+		if f.RetryAfter != "" {
+			w.Header().Set("Retry-After", f.RetryAfter)
+		}
+		s.count(f.Status)
+		writeJSON(w, f.Status, map[string]string{"error": "injected failure"})
+		return
+	}
+	if r.ContentLength > maxBody {
+		s.count(http.StatusRequestEntityTooLarge)
+		writeJSON(w, http.StatusRequestEntityTooLarge, map[string]any{"error": "body too large", "max_body_bytes": maxBody})
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			s.count(http.StatusRequestEntityTooLarge)
+			writeJSON(w, http.StatusRequestEntityTooLarge, map[string]any{"error": "body too large", "max_body_bytes": maxBody})
+			return
+		}
+		s.count(http.StatusBadRequest)
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "reading body: " + err.Error()})
+		return
+	}
+	var req struct {
+		Events []json.RawMessage `json:"events"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil || req.Events == nil {
+		s.count(http.StatusBadRequest)
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": `body must be {"events":[...]}`})
+		return
+	}
+	ans, err := s.ingest(req.Events)
+	if err != nil {
+		s.log.Error().Err(err).Msg("storing events failed")
+		s.count(http.StatusInternalServerError)
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "store failure"})
+		return
+	}
+	s.count(http.StatusOK)
+	writeJSON(w, http.StatusOK, ans)
+}
+
+type required struct {
+	EventID      *string         `json:"event_id"`
+	Timestamp    *string         `json:"timestamp"`
+	EventType    *string         `json:"event_type"`
+	Service      *string         `json:"service"`
+	ResourceType *string         `json:"resource_type"`
+	ResourceID   *string         `json:"resource_id"`
+	ProjectID    *string         `json:"project_id"`
+	Action       *string         `json:"action"`
+	Attributes   json.RawMessage `json:"attributes"`
+	Source       json.RawMessage `json:"source"`
+}
+
+// validate returns the event_id (when readable), the dedup key and a
+// reason when the event is refused.
+func validate(raw json.RawMessage) (id string, key []byte, reason string) {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 || t[0] != '{' {
+		return "", nil, "event is not a JSON object"
+	}
+	var ev required
+	if err := json.Unmarshal(t, &ev); err != nil {
+		return "", nil, "event fields have the wrong types: " + err.Error()
+	}
+	if ev.EventID != nil {
+		id = *ev.EventID
+	}
+	fields := []struct {
+		name string
+		v    *string
+	}{
+		{"event_id", ev.EventID}, {"timestamp", ev.Timestamp}, {"event_type", ev.EventType}, {"service", ev.Service},
+		{"resource_type", ev.ResourceType}, {"resource_id", ev.ResourceID}, {"project_id", ev.ProjectID}, {"action", ev.Action},
+	}
+	var missing []string
+	for _, f := range fields {
+		if f.v == nil || strings.TrimSpace(*f.v) == "" {
+			missing = append(missing, f.name)
+		}
+	}
+	if len(missing) > 0 {
+		return id, nil, "missing or empty " + strings.Join(missing, ", ")
+	}
+	ts, err := time.Parse(time.RFC3339Nano, *ev.Timestamp)
+	if err != nil {
+		return id, nil, "timestamp is not RFC 3339: " + *ev.Timestamp
+	}
+	if len(ev.Attributes) > 0 && !isObject(ev.Attributes) {
+		return id, nil, "attributes is not an object"
+	}
+	if len(ev.Source) > 0 && !isObject(ev.Source) {
+		return id, nil, "source is not an object"
+	}
+	key = append([]byte{'k'}, id...)
+	key = append(key, 0)
+	key = append(key, ts.UTC().Format(time.RFC3339Nano)...)
+	return id, key, ""
+}
+
+func isObject(b json.RawMessage) bool {
+	b = bytes.TrimSpace(b)
+	return len(b) > 0 && b[0] == '{'
+}
+
+type deadLetter struct {
+	Seq        uint64          `json:"seq"`
+	EventID    string          `json:"event_id"`
+	Reason     string          `json:"reason"`
+	Event      json.RawMessage `json:"event"`
+	ReceivedAt time.Time       `json:"received_at"`
+}
+
+func (s *Server) ingest(events []json.RawMessage) (ingestAnswer, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ans := ingestAnswer{Rejected: []rejection{}}
+	now := time.Now().UTC()
+	err := s.db.Update(func(txn *badger.Txn) error {
+		seq, err := getU64(txn, metaSeq)
+		if err != nil {
+			return err
+		}
+		dseq, err := getU64(txn, metaDeadSeq)
+		if err != nil {
+			return err
+		}
+		for _, raw := range events {
+			id, key, reason := validate(raw)
+			if reason != "" {
+				dseq++
+				ev := raw
+				if !json.Valid(ev) {
+					ev, _ = json.Marshal(string(raw))
+				}
+				dl, _ := json.Marshal(deadLetter{Seq: dseq, EventID: id, Reason: reason, Event: ev, ReceivedAt: now})
+				if err := txn.Set(seqKey('r', dseq), dl); err != nil {
+					return err
+				}
+				ans.Rejected = append(ans.Rejected, rejection{EventID: id, Reason: reason})
+				continue
+			}
+			if _, err := txn.Get(key); err == nil {
+				ans.Duplicates++
+				continue
+			} else if !errors.Is(err, badger.ErrKeyNotFound) {
+				return err
+			}
+			seq++
+			var compact bytes.Buffer
+			if err := json.Compact(&compact, raw); err != nil {
+				return err
+			}
+			if err := txn.Set(seqKey('o', seq), compact.Bytes()); err != nil {
+				return err
+			}
+			if err := txn.Set(key, u64(seq)); err != nil {
+				return err
+			}
+			ans.Accepted++
+		}
+		for _, kv := range []struct {
+			k []byte
+			d int
+		}{{metaAccepted, ans.Accepted}, {metaDups, ans.Duplicates}, {metaRejected, len(ans.Rejected)}} {
+			if err := addU64(txn, kv.k, uint64(kv.d)); err != nil {
+				return err
+			}
+		}
+		if err := txn.Set(metaSeq, u64(seq)); err != nil {
+			return err
+		}
+		return txn.Set(metaDeadSeq, u64(dseq))
+	})
+	return ans, err
+}
+
+func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
+	after, limit, ok := paging(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	filters := map[string]string{}
+	for _, f := range []string{"event_type", "project_id", "resource_id", "event_id", "service", "resource_type"} {
+		if v := q.Get(f); v != "" {
+			filters[f] = v
+		}
+	}
+	out := []json.RawMessage{}
+	next, more := after, false
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 100, Prefix: []byte{'o'}})
+		defer it.Close()
+		for it.Seek(seqKey('o', after+1)); it.Valid(); it.Next() {
+			if len(out) == limit {
+				more = true
+				break
+			}
+			v, err := it.Item().ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			next = binary.BigEndian.Uint64(it.Item().Key()[1:])
+			if len(filters) > 0 {
+				var m map[string]any
+				if json.Unmarshal(v, &m) != nil {
+					continue
+				}
+				match := true
+				for k, want := range filters {
+					if got, _ := m[k].(string); got != want {
+						match = false
+						break
+					}
+				}
+				if !match {
+					continue
+				}
+			}
+			out = append(out, v)
+		}
+		return nil
+	})
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"events": out, "next": next, "more": more})
+}
+
+func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
+	after, limit, ok := paging(w, r)
+	if !ok {
+		return
+	}
+	out := []json.RawMessage{}
+	next, more := after, false
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 100, Prefix: []byte{'r'}})
+		defer it.Close()
+		for it.Seek(seqKey('r', after+1)); it.Valid(); it.Next() {
+			if len(out) == limit {
+				more = true
+				break
+			}
+			v, err := it.Item().ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			next = binary.BigEndian.Uint64(it.Item().Key()[1:])
+			out = append(out, v)
+		}
+		return nil
+	})
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"dead_letters": out, "next": next, "more": more})
+}
+
+// Stats returns the counters.
+func (s *Server) Stats() (Stats, error) {
+	st := Stats{Requests: map[string]int64{}}
+	err := s.db.View(func(txn *badger.Txn) error {
+		for _, kv := range []struct {
+			k []byte
+			p *int64
+		}{{metaAccepted, &st.Accepted}, {metaDups, &st.Duplicates}, {metaRejected, &st.Rejected}} {
+			v, err := getU64(txn, kv.k)
+			if err != nil {
+				return err
+			}
+			*kv.p = int64(v)
+		}
+		st.Events = st.Accepted // events are only ever removed all at once, by Reset
+		return nil
+	})
+	s.mu.Lock()
+	for k, v := range s.requests {
+		st.Requests[k] = v
+	}
+	st.MaxBodyBytes = s.maxBody
+	s.mu.Unlock()
+	return st, err
+}
+
+func (s *Server) stats(w http.ResponseWriter, _ *http.Request) {
+	st, err := s.Stats()
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (s *Server) setFault(w http.ResponseWriter, r *http.Request) {
+	var f Fault
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&f); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	if f.Status != 0 && (f.Status < 100 || f.Status > 599) {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "status must be 100-599"})
+		return
+	}
+	s.SetFault(&f)
+	s.log.Info().Int("status", f.Status).Int("count", f.Count).Int("delay_ms", f.DelayMS).Msg("failure injected")
+	writeJSON(w, http.StatusOK, f)
+}
+
+func (s *Server) setLimits(w http.ResponseWriter, r *http.Request) {
+	var l struct {
+		MaxBodyBytes int64 `json:"max_body_bytes"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&l); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	s.SetMaxBodyBytes(l.MaxBodyBytes)
+	s.mu.Lock()
+	n := s.maxBody
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]int64{"max_body_bytes": n})
+}
+
+// Reset deletes every event, dead letter and counter.
+func (s *Server) Reset() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requests = map[string]int64{}
+	s.fault = nil
+	return s.db.DropAll()
+}
+
+func (s *Server) reset(w http.ResponseWriter, _ *http.Request) {
+	if err := s.Reset(); err != nil {
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+}
+
+func paging(w http.ResponseWriter, r *http.Request) (after uint64, limit int, ok bool) {
+	q := r.URL.Query()
+	limit = 100
+	var err error
+	if v := q.Get("after"); v != "" {
+		if after, err = strconv.ParseUint(v, 10, 64); err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "after must be a sequence number"})
+			return 0, 0, false
+		}
+	}
+	if v := q.Get("limit"); v != "" {
+		if limit, err = strconv.Atoi(v); err != nil || limit <= 0 {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "limit must be a positive integer"})
+			return 0, 0, false
+		}
+	}
+	return after, min(limit, 10000), true
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func seqKey(p byte, seq uint64) []byte {
+	k := make([]byte, 9)
+	k[0] = p
+	binary.BigEndian.PutUint64(k[1:], seq)
+	return k
+}
+
+func u64(v uint64) []byte {
+	b := make([]byte, 8)
+	binary.BigEndian.PutUint64(b, v)
+	return b
+}
+
+func getU64(txn *badger.Txn, k []byte) (uint64, error) {
+	it, err := txn.Get(k)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	var v uint64
+	err = it.Value(func(b []byte) error {
+		if len(b) == 8 {
+			v = binary.BigEndian.Uint64(b)
+		}
+		return nil
+	})
+	return v, err
+}
+
+func addU64(txn *badger.Txn, k []byte, d uint64) error {
+	if d == 0 {
+		return nil
+	}
+	v, err := getU64(txn, k)
+	if err != nil {
+		return err
+	}
+	return txn.Set(k, u64(v+d))
+}
+
+// Serve serves the handler on ln until ctx is done (TLS when certFile and
+// keyFile are set), then shuts down gracefully.
+func (s *Server) Serve(ctx context.Context, ln net.Listener, certFile, keyFile string) error {
+	hs := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() {
+		if certFile != "" {
+			errc <- hs.ServeTLS(ln, certFile, keyFile)
+		} else {
+			errc <- hs.Serve(ln)
+		}
+	}()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return hs.Shutdown(sctx)
+	}
+}

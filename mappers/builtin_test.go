@@ -1,0 +1,81 @@
+package mappers
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"testing/fstest"
+)
+
+// services are the built-in mappers, one directory and one module each.
+var services = []string{"nova", "cinder", "neutron", "glance", "octavia"}
+
+func TestLoadMissing(t *testing.T) {
+	fsys := fstest.MapFS{"dist/.keep": {}}
+	if _, err := load(fsys, "dist"); !errors.Is(err, ErrMissing) {
+		t.Fatalf("err = %v, want ErrMissing", err)
+	}
+}
+
+func TestLoadReadsOnlyModules(t *testing.T) {
+	fsys := fstest.MapFS{
+		"dist/.keep":     {},
+		"dist/a.wasm":    {Data: []byte("\x00asm")},
+		"dist/notes.txt": {Data: []byte("x")},
+	}
+	mods, err := load(fsys, "dist")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mods) != 1 || !bytes.Equal(mods["a.wasm"], []byte("\x00asm")) {
+		t.Fatalf("mods = %v", mods)
+	}
+}
+
+// TestBuiltin checks that every built module is embedded unchanged.
+func TestBuiltin(t *testing.T) {
+	mods, err := Builtin()
+	if errors.Is(err, ErrMissing) {
+		skipUnlessCI(t, "built-in mappers not built (run make wasm)")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range services {
+		want, err := os.ReadFile(filepath.Join("dist", s+".wasm"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(mods[s+".wasm"], want) {
+			t.Errorf("%s.wasm: embedded bytes differ from dist/", s)
+		}
+	}
+}
+
+// TestCommonCopiesIdentical keeps the helper file every mapper carries the
+// same everywhere: a fix to one copy must reach all.
+func TestCommonCopiesIdentical(t *testing.T) {
+	want, err := os.ReadFile(filepath.Join(services[0], "common.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range services[1:] {
+		got, err := os.ReadFile(filepath.Join(s, "common.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s/common.go differs from %s/common.go", s, services[0])
+		}
+	}
+}
+
+func skipUnlessCI(t testing.TB, why string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatal(why)
+	}
+	t.Skip(why)
+}

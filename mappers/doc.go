@@ -1,0 +1,27 @@
+// Package mappers ships the built-in mapper modules inside the collector's
+// binary.
+//
+// The modules are built from mappers/<service> (nova, cinder, neutron,
+// glance, octavia), one WebAssembly module per OpenStack service, by `make`
+// into mappers/dist/<service>.wasm; this package embeds that directory, so a
+// binary built with `make build` needs no file beside it. A binary built
+// without the modules (plain `go build` on a fresh clone) still compiles and
+// answers Builtin with ErrMissing.
+//
+// The package never imports the guest SDK and holds no state: Builtin reads
+// the embedded files on each call and is safe for concurrent use.
+//
+// # Layout below mappers/
+//
+//	<service>/main.go       the mapper (package main, guest side, SDK only)
+//	<service>/common.go     helpers every mapper carries (identical copies)
+//	<service>/testdata/     fixture pairs <case>.in.json -> <case>.out.json and PROVENANCE.tsv
+//	fixture/                fixture walking and comparison (host side)
+//	testdata/envelope/      AMQP bodies and the events the pipeline must make of them
+//	testdata/unclaimed/     real samples of types no built-in mapper claims
+//	testdata/worked-example/ the example of docs/writing-mappers.md
+//	dist/                   the built modules (make), embedded here
+//
+// The contract of the events is docs/events.md; how to adapt a mapper to a
+// release is docs/writing-mappers.md.
+package mappers

@@ -1,0 +1,16 @@
+# Built-in mappers: one WebAssembly module per OpenStack service, embedded into
+# the binary by package mappers (mappers/dist).
+
+MAPPER_NAMES := nova cinder neutron glance octavia
+MAPPER_WASM := $(MAPPER_NAMES:%=mappers/dist/%.wasm)
+MAPPER_SDK_SRC := $(filter-out %_test.go,$(wildcard wasm-sdk/*.go wasm-sdk/*/*.go wasm-sdk/*/*/*.go))
+
+.PHONY: mappers
+mappers: $(MAPPER_WASM)
+wasm: $(MAPPER_WASM)
+
+define mapper_rule
+mappers/dist/$(1).wasm: $$(filter-out %_test.go,$$(wildcard mappers/$(1)/*.go)) $$(MAPPER_SDK_SRC) go.mod
+	GOOS=wasip1 GOARCH=wasm $$(GO) build -buildmode=c-shared -trimpath -o $$@ ./mappers/$(1)
+endef
+$(foreach m,$(MAPPER_NAMES),$(eval $(call mapper_rule,$(m))))

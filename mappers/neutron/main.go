@@ -1,0 +1,108 @@
+// Command neutron is the built-in mapper for neutron's core resources
+// (network.*, subnet.*, port.*, router.*, floatingip.*). Build it to
+// WebAssembly with
+//
+//	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o neutron.wasm .
+//
+// A notification about one resource ("network": {...}) yields one event; a
+// bulk one ("networks": [...]) yields an event per element, each with the
+// event_id "<message_id>:<index>". A delete carries only the id
+// ("network_id"), and an update.start the id beside the changed members.
+// See docs/events.md for the members and their payload paths. The
+// firewall, VPN and LBaaS v1 types are not claimed.
+package main
+
+import (
+	sdk "github.com/tally-billing/tally-openstack-collector/wasm-sdk"
+)
+
+var manifest = sdk.Manifest{
+	Name:       "neutron",
+	Version:    "1.0.0",
+	EventTypes: []string{"network.*", "subnet.*", "port.*", "router.*", "floatingip.*"},
+	Releases:   []string{"folsom", "icehouse", "2024.1"},
+}
+
+func init() { sdk.Register(manifest, mapNeutron) }
+
+func main() {}
+
+// resource names the payload members of one resource type.
+type resource struct {
+	name   string // resource_type, and the event type's first segment
+	prefix string // "network."
+	one    string // "payload.network"
+	bulk   string // "payload.networks"
+	id     string // "payload.network_id", what a delete carries
+}
+
+var resources = [...]resource{
+	{"network", "network.", "payload.network", "payload.networks", "payload.network_id"},
+	{"subnet", "subnet.", "payload.subnet", "payload.subnets", "payload.subnet_id"},
+	{"port", "port.", "payload.port", "payload.ports", "payload.port_id"},
+	{"router", "router.", "payload.router", "payload.routers", "payload.router_id"},
+	{"floatingip", "floatingip.", "payload.floatingip", "payload.floatingips", "payload.floatingip_id"},
+}
+
+// maxBulk bounds the events taken from one bulk notification.
+const maxBulk = 1000
+
+func mapNeutron(m *sdk.Message, out *sdk.Output) {
+	et := m.Get("event_type")
+	r := &resources[0]
+	for i := range resources {
+		if et.HasPrefix(resources[i].prefix) {
+			r = &resources[i]
+			break
+		}
+	}
+	var p pathBuf
+	if m.Get(r.one).Kind() != sdk.Object && m.Get(r.bulk).Kind() == sdk.Array {
+		for i := 0; i < maxBulk; i++ {
+			p.setBase(r.bulk, i)
+			if m.Get(p.base()).Kind() == sdk.Missing {
+				return
+			}
+			event(m, out, et, r, &p, i)
+		}
+		return
+	}
+	p.setBase(r.one, -1)
+	event(m, out, et, r, &p, -1)
+}
+
+// event writes one event for the resource whose members are below p's base.
+func event(m *sdk.Message, out *sdk.Output, et sdk.Value, r *resource, p *pathBuf, index int) {
+	e := out.Event()
+	header(m, e, et, "neutron", r.name, index)
+	id := m.Get(p.at("id"))
+	if !usable(id) && index < 0 {
+		id = first(m, r.id, "payload.id")
+	}
+	str(e, "resource_id", id)
+	// p.at reuses one buffer: one lookup at a time.
+	project := m.Get(p.at("project_id"))
+	if !usable(project) {
+		project = m.Get(p.at("tenant_id"))
+	}
+	writeProject(m, e, project)
+	writeUser(m, e, sdk.Value{})
+	writeAction(e, et, r.prefix)
+
+	a := e.Object("attributes")
+	if r.name == "floatingip" {
+		str(a, "floating_ip_address", m.Get(p.at("floating_ip_address")))
+		str(a, "floating_network_id", m.Get(p.at("floating_network_id")))
+		str(a, "port_id", m.Get(p.at("port_id")))
+		str(a, "status", m.Get(p.at("status")))
+	} else {
+		str(a, "name", m.Get(p.at("name")))
+		str(a, "status", m.Get(p.at("status")))
+		if r.name == "port" {
+			str(a, "network_id", m.Get(p.at("network_id")))
+			str(a, "device_owner", m.Get(p.at("device_owner")))
+		}
+	}
+	a.End()
+	e.End()
+}

@@ -1,0 +1,42 @@
+// Command octavia is the built-in mapper for octavia's load balancer
+// notifications (octavia.loadbalancer.*: create, update and delete; octavia
+// sends none for listeners, pools or members). Build it to WebAssembly with
+//
+//	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o octavia.wasm .
+//
+// Every notification yields one "loadbalancer" event; see docs/events.md
+// for the members and the payload paths each one is read from.
+package main
+
+import (
+	sdk "github.com/tally-billing/tally-openstack-collector/wasm-sdk"
+)
+
+var manifest = sdk.Manifest{
+	Name:       "octavia",
+	Version:    "1.0.0",
+	EventTypes: []string{"octavia.loadbalancer.*"},
+	Releases:   []string{"yoga", "2024.1"},
+}
+
+func init() { sdk.Register(manifest, mapOctavia) }
+
+func main() {}
+
+func mapOctavia(m *sdk.Message, out *sdk.Output) {
+	et := m.Get("event_type")
+	e := out.Event()
+	header(m, e, et, "octavia", "loadbalancer", -1)
+	str(e, "resource_id", first(m, "payload.id", "payload.loadbalancer_id"))
+	writeProject(m, e, first(m, "payload.project_id", "payload.tenant_id"))
+	writeUser(m, e, sdk.Value{})
+	writeAction(e, et, "octavia.loadbalancer.")
+	a := e.Object("attributes")
+	str(a, "provider", m.Get("payload.provider"))
+	str(a, "flavor_id", m.Get("payload.flavor_id"))
+	str(a, "vip_address", first(m, "payload.vip.ip_address", "payload.vip_address"))
+	str(a, "availability_zone", m.Get("payload.availability_zone"))
+	str(a, "provisioning_status", m.Get("payload.provisioning_status"))
+	a.End()
+	e.End()
+}

@@ -1,0 +1,184 @@
+package outbox
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// DeadLetter is a delivery the collector acknowledged without producing an
+// event (a mapper failure, for instance), kept for inspection and replay.
+type DeadLetter struct {
+	Body       []byte    `json:"body"`
+	Exchange   string    `json:"exchange,omitempty"`
+	RoutingKey string    `json:"routing_key,omitempty"`
+	EventType  string    `json:"event_type,omitempty"`
+	Module     string    `json:"module,omitempty"`
+	Reason     string    `json:"reason"`
+	Detail     string    `json:"detail,omitempty"`
+	At         time.Time `json:"at"`
+}
+
+// StoredDeadLetter is a dead letter with the sequence number it is stored
+// under (increasing, never reused).
+type StoredDeadLetter struct {
+	Seq uint64 `json:"seq"`
+	DeadLetter
+}
+
+// AppendDeadLetters commits letters in one synced transaction. They do not
+// count against MaxEvents. Errors as for Append (ErrRefused, ErrClosed).
+func (o *Outbox) AppendDeadLetters(ctx context.Context, letters []DeadLetter) error {
+	if len(letters) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if o.closed.Load() {
+		return ErrClosed
+	}
+	if err := o.checkSpace(); err != nil {
+		o.refusedIO.Inc()
+		o.setHealth(err)
+		return err
+	}
+	o.deadMu.Lock()
+	defer o.deadMu.Unlock()
+	o.writeMu.RLock()
+	defer o.writeMu.RUnlock()
+	seq := o.lastDead
+	err := o.db.Update(func(txn *badger.Txn) error {
+		for _, l := range letters {
+			if l.At.IsZero() {
+				l.At = time.Now().UTC()
+			}
+			v, err := json.Marshal(l)
+			if err != nil {
+				return err
+			}
+			seq++
+			if err := txn.Set(seqKey(prefixDead, seq), v); err != nil {
+				return err
+			}
+		}
+		return txn.Set(metaLastDead, u64(seq))
+	})
+	if err != nil {
+		return o.refuse(err)
+	}
+	o.deadCount.Add(int64(seq - o.lastDead))
+	o.lastDead = seq
+	o.setHealth(nil)
+	return nil
+}
+
+// DeadLetterCount is the number of dead letters held.
+func (o *Outbox) DeadLetterCount() int64 { return o.deadCount.Load() }
+
+// ListDeadLetters returns up to max dead letters with a sequence greater
+// than after, oldest first. Page with after = the last Seq returned.
+func (o *Outbox) ListDeadLetters(ctx context.Context, after uint64, max int) ([]StoredDeadLetter, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if o.closed.Load() {
+		return nil, ErrClosed
+	}
+	if max <= 0 {
+		max = 100
+	}
+	var out []StoredDeadLetter
+	err := o.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: min(max, 100), Prefix: []byte{prefixDead}})
+		defer it.Close()
+		for it.Seek(seqKey(prefixDead, after+1)); it.Valid() && len(out) < max; it.Next() {
+			d, err := decodeDead(it.Item())
+			if err != nil {
+				return err
+			}
+			out = append(out, d)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outbox: list dead letters: %w", err)
+	}
+	return out, nil
+}
+
+// GetDeadLetter returns the dead letter stored under seq, or ErrNotFound.
+func (o *Outbox) GetDeadLetter(ctx context.Context, seq uint64) (StoredDeadLetter, error) {
+	if err := ctx.Err(); err != nil {
+		return StoredDeadLetter{}, err
+	}
+	if o.closed.Load() {
+		return StoredDeadLetter{}, ErrClosed
+	}
+	var d StoredDeadLetter
+	err := o.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(seqKey(prefixDead, seq))
+		if err != nil {
+			return err
+		}
+		d, err = decodeDead(item)
+		return err
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return StoredDeadLetter{}, fmt.Errorf("%w: dead letter %d", ErrNotFound, seq)
+	}
+	if err != nil {
+		return StoredDeadLetter{}, fmt.Errorf("outbox: get dead letter %d: %w", seq, err)
+	}
+	return d, nil
+}
+
+// DeleteDeadLetters removes the given dead letters in one synced
+// transaction and reports how many existed. Unknown sequences are ignored.
+func (o *Outbox) DeleteDeadLetters(ctx context.Context, seqs ...uint64) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if o.closed.Load() {
+		return 0, ErrClosed
+	}
+	o.deadMu.Lock()
+	defer o.deadMu.Unlock()
+	o.writeMu.RLock()
+	defer o.writeMu.RUnlock()
+	n := 0
+	err := o.db.Update(func(txn *badger.Txn) error {
+		for _, s := range seqs {
+			k := seqKey(prefixDead, s)
+			if _, err := txn.Get(k); errors.Is(err, badger.ErrKeyNotFound) {
+				continue
+			} else if err != nil {
+				return err
+			}
+			if err := txn.Delete(k); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, o.refuse(err)
+	}
+	o.deadCount.Add(-int64(n))
+	return n, nil
+}
+
+func decodeDead(item *badger.Item) (StoredDeadLetter, error) {
+	d := StoredDeadLetter{Seq: binary.BigEndian.Uint64(item.Key()[1:])}
+	err := item.Value(func(v []byte) error { return json.Unmarshal(v, &d.DeadLetter) })
+	if err != nil {
+		return StoredDeadLetter{}, fmt.Errorf("dead letter %d: %w", d.Seq, err)
+	}
+	return d, nil
+}

@@ -1,0 +1,37 @@
+package outbox
+
+import "errors"
+
+var (
+	// ErrFull is returned by Append when the outbox holds MaxEvents events.
+	// Nothing was written; the caller pauses and tries again once the sender
+	// has delivered some of the backlog.
+	ErrFull = errors.New("outbox: bound reached")
+
+	// ErrRefused is returned by Append and AppendDeadLetters when the write
+	// could not be made durable: the filesystem is short of space or an I/O
+	// error occurred. Nothing the caller may rely on was written. The error
+	// wraps the cause.
+	ErrRefused = errors.New("outbox: write refused")
+
+	// ErrDiskFull is the cause wrapped by ErrRefused when the free space on
+	// the outbox filesystem is below Options.MinFreeBytes.
+	ErrDiskFull = errors.New("outbox: filesystem short of free space")
+
+	// ErrLocked is returned by Open when another process (or another Outbox
+	// in this process) holds the directory.
+	ErrLocked = errors.New("outbox: directory in use by another process")
+
+	// ErrCorrupt is returned by Open (and by reads) when the store fails a
+	// checksum or cannot be read back. See docs/outbox.md for recovery.
+	ErrCorrupt = errors.New("outbox: store is damaged")
+
+	// ErrClosed is returned by every method called after Close.
+	ErrClosed = errors.New("outbox: closed")
+
+	// ErrNotFound is returned by GetDeadLetter for an unknown sequence.
+	ErrNotFound = errors.New("outbox: not found")
+
+	// ErrInvalidRange is returned by Delete when first > last or first == 0.
+	ErrInvalidRange = errors.New("outbox: invalid range")
+)

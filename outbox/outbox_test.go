@@ -1,0 +1,456 @@
+package outbox_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
+
+	"github.com/tally-billing/tally-openstack-collector/outbox"
+	"github.com/tally-billing/tally-openstack-collector/sender"
+)
+
+// The outbox is what the sender drains.
+var _ sender.Store = (*outbox.Outbox)(nil)
+
+func open(t testing.TB, dir string, mod ...func(*outbox.Options)) *outbox.Outbox {
+	t.Helper()
+	opts := outbox.Options{Dir: dir, Logger: zerolog.Nop(), MinFreeBytes: -1}
+	for _, m := range mod {
+		m(&opts)
+	}
+	o, err := outbox.Open(opts)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	return o
+}
+
+func events(from, n, size int) [][]byte {
+	out := make([][]byte, n)
+	for i := range out {
+		e := fmt.Sprintf(`{"event_id":"ev-%08d","pad":"`, from+i)
+		pad := max(0, size-len(e)-2)
+		out[i] = []byte(e + strings.Repeat("x", pad) + `"}`)
+	}
+	return out
+}
+
+func TestAppendPeekDeleteInOrderAcrossRestart(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	o := open(t, dir)
+	if err := o.Append(ctx, events(0, 10, 100)); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Append(ctx, events(10, 5, 100)); err != nil {
+		t.Fatal(err)
+	}
+	if o.Depth() != 15 || o.Bytes() != 1500 {
+		t.Fatalf("depth %d bytes %d, want 15 and 1500", o.Depth(), o.Bytes())
+	}
+	first, last, evs, err := o.Peek(ctx, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first != 1 || last != 4 || len(evs) != 4 || !bytes.Equal(evs[0], events(0, 1, 100)[0]) {
+		t.Fatalf("peek: %d..%d %d events (%q)", first, last, len(evs), evs[0][:20])
+	}
+	if err := o.Delete(ctx, first, last); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	o = open(t, dir)
+	defer o.Close()
+	if o.Depth() != 11 || o.Bytes() != 1100 {
+		t.Fatalf("after reopen depth %d bytes %d, want 11 and 1100", o.Depth(), o.Bytes())
+	}
+	first, last, evs, err = o.Peek(ctx, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first != 5 || last != 15 || len(evs) != 11 {
+		t.Fatalf("peek after reopen: %d..%d %d events", first, last, len(evs))
+	}
+	for i, e := range evs {
+		if want := fmt.Sprintf(`{"event_id":"ev-%08d"`, 4+i); !bytes.HasPrefix(e, []byte(want)) {
+			t.Fatalf("event %d = %.30s, want prefix %s", i, e, want)
+		}
+	}
+	if err := o.Delete(ctx, first, last); err != nil {
+		t.Fatal(err)
+	}
+	if f, l, evs, err := o.Peek(ctx, 10); err != nil || f != 0 || l != 0 || evs != nil {
+		t.Fatalf("empty peek = %d %d %v %v", f, l, evs, err)
+	}
+	if o.OldestAge() != 0 {
+		t.Fatalf("oldest age of an empty outbox = %v", o.OldestAge())
+	}
+	// Deleting again is harmless.
+	if err := o.Delete(ctx, 1, 15); err != nil {
+		t.Fatal(err)
+	}
+	if o.Depth() != 0 {
+		t.Fatalf("depth %d after repeated delete", o.Depth())
+	}
+	if err := o.Delete(ctx, 5, 4); !errors.Is(err, outbox.ErrInvalidRange) {
+		t.Fatalf("inverted range: %v", err)
+	}
+}
+
+func TestSequenceNeverReusedAfterDrainAndRestart(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	o := open(t, dir)
+	if err := o.Append(ctx, events(0, 3, 50)); err != nil {
+		t.Fatal(err)
+	}
+	f, l, _, _ := o.Peek(ctx, 10)
+	if err := o.Delete(ctx, f, l); err != nil {
+		t.Fatal(err)
+	}
+	o.Close()
+	o = open(t, dir)
+	defer o.Close()
+	if err := o.Append(ctx, events(3, 1, 50)); err != nil {
+		t.Fatal(err)
+	}
+	f, l, _, err := o.Peek(ctx, 10)
+	if err != nil || f != 4 || l != 4 {
+		t.Fatalf("after drain+restart the next sequence is %d..%d (%v), want 4", f, l, err)
+	}
+}
+
+func TestBoundAnswersErrFullAndWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	o := open(t, t.TempDir(), func(op *outbox.Options) { op.MaxEvents = 10; op.Registerer = reg })
+	defer o.Close()
+	if err := o.Append(ctx, events(0, 8, 10)); err != nil {
+		t.Fatal(err)
+	}
+	err := o.Append(ctx, events(8, 3, 10))
+	if !errors.Is(err, outbox.ErrFull) || errors.Is(err, outbox.ErrRefused) {
+		t.Fatalf("append past the bound: %v, want ErrFull only", err)
+	}
+	if o.Depth() != 8 {
+		t.Fatalf("depth %d after a refused append", o.Depth())
+	}
+	if err := o.Append(ctx, events(8, 2, 10)); err != nil {
+		t.Fatalf("append up to the bound: %v", err)
+	}
+	if err := o.Append(ctx, events(10, 1, 10)); !errors.Is(err, outbox.ErrFull) {
+		t.Fatalf("append at the bound: %v", err)
+	}
+	if o.Healthy() != nil {
+		t.Fatalf("a full outbox is still healthy: %v", o.Healthy())
+	}
+	f, l, _, _ := o.Peek(ctx, 5)
+	if err := o.Delete(ctx, f, l); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Append(ctx, events(10, 5, 10)); err != nil {
+		t.Fatalf("append after a drain: %v", err)
+	}
+	if got := testutil.ToFloat64(prometheusGauge(t, reg, "tally_collector_outbox_depth")); got != 10 {
+		t.Fatalf("depth gauge %v", got)
+	}
+	// A batch larger than the bound still goes into an empty outbox.
+	o2 := open(t, t.TempDir(), func(op *outbox.Options) { op.MaxEvents = 2 })
+	defer o2.Close()
+	if err := o2.Append(ctx, events(0, 5, 10)); err != nil {
+		t.Fatalf("oversized batch into an empty outbox: %v", err)
+	}
+}
+
+func prometheusGauge(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name})
+			g.Set(mf.GetMetric()[0].GetGauge().GetValue())
+			return g
+		}
+	}
+	t.Fatalf("metric %s not registered", name)
+	return nil
+}
+
+func TestSecondOpenIsRefusedWithErrLocked(t *testing.T) {
+	dir := t.TempDir()
+	o := open(t, dir)
+	defer o.Close()
+	_, err := outbox.Open(outbox.Options{Dir: dir, Logger: zerolog.Nop()})
+	if !errors.Is(err, outbox.ErrLocked) {
+		t.Fatalf("second open: %v, want ErrLocked", err)
+	}
+	if !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "another collector") {
+		t.Fatalf("message does not name the directory and the cause: %v", err)
+	}
+}
+
+func TestDeadLetters(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	o := open(t, dir, func(op *outbox.Options) { op.MaxEvents = 1 })
+	at := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
+	var letters []outbox.DeadLetter
+	for i := range 5 {
+		letters = append(letters, outbox.DeadLetter{Body: []byte(fmt.Sprintf(`{"n":%d}`, i)), Exchange: "nova",
+			RoutingKey: "notifications.info", EventType: "compute.instance.exists", Module: "nova@1.0.0",
+			Reason: "trap", Detail: "unreachable", At: at})
+	}
+	if err := o.AppendDeadLetters(ctx, letters); err != nil {
+		t.Fatal(err)
+	}
+	if o.Depth() != 0 || o.DeadLetterCount() != 5 {
+		t.Fatalf("depth %d dead %d", o.Depth(), o.DeadLetterCount())
+	}
+	// Dead letters do not count against the event bound.
+	if err := o.Append(ctx, events(0, 1, 10)); err != nil {
+		t.Fatal(err)
+	}
+	o.Close()
+	o = open(t, dir)
+	defer o.Close()
+	page, err := o.ListDeadLetters(ctx, 0, 2)
+	if err != nil || len(page) != 2 || page[0].Seq != 1 || page[1].Seq != 2 {
+		t.Fatalf("first page %+v %v", page, err)
+	}
+	if page[0].Reason != "trap" || string(page[0].Body) != `{"n":0}` || !page[0].At.Equal(at) || page[0].Module != "nova@1.0.0" {
+		t.Fatalf("dead letter round trip: %+v", page[0])
+	}
+	page, _ = o.ListDeadLetters(ctx, 2, 10)
+	if len(page) != 3 || page[2].Seq != 5 {
+		t.Fatalf("second page %+v", page)
+	}
+	d, err := o.GetDeadLetter(ctx, 3)
+	if err != nil || string(d.Body) != `{"n":2}` {
+		t.Fatalf("get 3: %+v %v", d, err)
+	}
+	if _, err := o.GetDeadLetter(ctx, 99); !errors.Is(err, outbox.ErrNotFound) {
+		t.Fatalf("get 99: %v", err)
+	}
+	n, err := o.DeleteDeadLetters(ctx, 1, 3, 99)
+	if err != nil || n != 2 || o.DeadLetterCount() != 3 {
+		t.Fatalf("delete: %d %v count %d", n, err, o.DeadLetterCount())
+	}
+	page, _ = o.ListDeadLetters(ctx, 0, 10)
+	if len(page) != 3 || page[0].Seq != 2 || page[1].Seq != 4 {
+		t.Fatalf("after delete %+v", page)
+	}
+	if err := o.AppendDeadLetters(ctx, letters[:1]); err != nil {
+		t.Fatal(err)
+	}
+	page, _ = o.ListDeadLetters(ctx, 5, 10)
+	if len(page) != 1 || page[0].Seq != 6 {
+		t.Fatalf("dead-letter sequence reused: %+v", page)
+	}
+}
+
+// Concurrent appenders and one drainer: every event arrives exactly once
+// and in append order per appender.
+func TestConcurrentAppendAndDrain(t *testing.T) {
+	ctx := context.Background()
+	o := open(t, t.TempDir())
+	defer o.Close()
+	const writers, batches, per = 4, 50, 20
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for b := range batches {
+				evs := make([][]byte, per)
+				for i := range evs {
+					evs[i] = []byte(fmt.Sprintf(`{"w":%d,"n":%d}`, w, b*per+i))
+				}
+				if err := o.Append(ctx, evs); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	seen := map[string]bool{}
+	next := make([]int, writers)
+	var prevLast uint64
+	for {
+		f, l, evs, err := o.Peek(ctx, 37)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) == 0 {
+			select {
+			case <-done:
+				if o.Depth() == 0 {
+					goto check
+				}
+			default:
+			}
+			continue
+		}
+		if f != prevLast+1 {
+			t.Fatalf("gap: peek starts at %d after %d", f, prevLast)
+		}
+		prevLast = l
+		for _, e := range evs {
+			var w, n int
+			fmt.Sscanf(string(e), `{"w":%d,"n":%d}`, &w, &n)
+			if n != next[w] {
+				t.Fatalf("writer %d: got %d, want %d", w, n, next[w])
+			}
+			next[w]++
+			seen[string(e)] = true
+		}
+		if err := o.Delete(ctx, f, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+check:
+	if len(seen) != writers*batches*per {
+		t.Fatalf("drained %d distinct events, want %d", len(seen), writers*batches*per)
+	}
+}
+
+func TestDiskReclaimedAfterDrain(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	o := open(t, dir, func(op *outbox.Options) { op.MaxEvents = 40_000 })
+	defer o.Close()
+	empty := o.DiskBytes()
+	for i := 0; i < 40_000; i += 1000 {
+		if err := o.Append(ctx, events(i, 1000, 600)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := o.Append(ctx, events(0, 1, 600)); !errors.Is(err, outbox.ErrFull) {
+		t.Fatalf("filled outbox accepted more: %v", err)
+	}
+	full := o.DiskBytes()
+	for {
+		f, l, evs, err := o.Peek(ctx, 500)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) == 0 {
+			break
+		}
+		if err := o.Delete(ctx, f, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	var after int64
+	for time.Now().Before(deadline) {
+		if after = o.DiskBytes(); after < empty+2<<20 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("disk: empty %d KiB, full %d KiB, drained %d KiB", empty>>10, full>>10, after>>10)
+	if full < 20<<20 {
+		t.Fatalf("40k events of 600 bytes took only %d bytes: measurement broken", full)
+	}
+	if after >= empty+2<<20 {
+		t.Fatalf("disk not reclaimed: %d KiB after the drain, %d KiB empty", after>>10, empty>>10)
+	}
+	// Still fully usable, and sequences continue.
+	if err := o.Append(ctx, events(0, 2, 600)); err != nil {
+		t.Fatal(err)
+	}
+	f, l, _, err := o.Peek(ctx, 10)
+	if err != nil || f != 40_001 || l != 40_002 {
+		t.Fatalf("after reclaim: %d..%d %v", f, l, err)
+	}
+}
+
+func TestCorruptedTableGivesClearError(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	o := open(t, dir)
+	for i := 0; i < 3000; i += 1000 {
+		if err := o.Append(ctx, events(i, 1000, 600)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o.Close() // flushes the memory table into .sst files
+	ssts, _ := filepath.Glob(filepath.Join(dir, "*.sst"))
+	if len(ssts) == 0 {
+		t.Fatal("no table written")
+	}
+	b, err := os.ReadFile(ssts[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := len(b) / 4; i < len(b)/4+64; i++ {
+		b[i] ^= 0xff
+	}
+	if err := os.WriteFile(ssts[0], b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o2, err := outbox.Open(outbox.Options{Dir: dir, Logger: zerolog.Nop(), MinFreeBytes: -1})
+	if err == nil {
+		// Opening may succeed when the damage is in a block the open did
+		// not read; reading it must then fail loudly.
+		defer o2.Close()
+		for {
+			f, l, evs, perr := o2.Peek(ctx, 500)
+			if perr != nil {
+				err = perr
+				break
+			}
+			if len(evs) == 0 {
+				t.Fatal("a corrupted table was read without an error")
+			}
+			o2.Delete(ctx, f, l)
+		}
+		if o2.Healthy() == nil {
+			t.Fatal("outbox still healthy after a read failed")
+		}
+	}
+	if !errors.Is(err, outbox.ErrCorrupt) || !strings.Contains(err.Error(), "docs/outbox.md") {
+		t.Fatalf("corruption error %v: want ErrCorrupt pointing at the recovery steps", err)
+	}
+	t.Logf("error shown: %v", err)
+}
+
+func Example() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "outbox-example")
+	defer os.RemoveAll(dir)
+
+	o, err := outbox.Open(outbox.Options{Dir: dir, MaxEvents: 1000})
+	if err != nil {
+		panic(err)
+	}
+	defer o.Close()
+
+	_ = o.Append(ctx, [][]byte{[]byte(`{"event_id":"a"}`), []byte(`{"event_id":"b"}`)})
+	first, last, evs, _ := o.Peek(ctx, 10)
+	fmt.Println(first, last, len(evs), string(evs[0]))
+	_ = o.Delete(ctx, first, last) // after the Reporting API answered 200
+	fmt.Println(o.Depth())
+	// Output:
+	// 1 2 2 {"event_id":"a"}
+	// 0
+}

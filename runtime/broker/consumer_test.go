@@ -1,0 +1,318 @@
+package broker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// The main path: real oslo notifications and raw captures in, one event per
+// mapped notification in the outbox, everything acknowledged; the rules on
+// bindings, a late exchange, sizes, non-JSON, versioned and unclaimed types
+// and mapper failures along the way.
+func TestConsumeCommitThenAck(t *testing.T) {
+	v := newVhost(t)
+	v.declareExchanges(t, false, "nova", "neutron", "openstack")
+	ob := openOutbox(t, t.TempDir(), 1000)
+	logs := &syncBuf{}
+	opts := testOptions(v, logs, "nova", "neutron", "openstack", "glance")
+	reg := prometheus.NewRegistry()
+	opts.Registerer = reg
+	c, err := New(newTestProcessor(t), ob, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Ready() == nil {
+		t.Fatal("ready before running")
+	}
+	r := startConsumer(t, c)
+	waitFor(t, 10*time.Second, "ready", func() bool { return r.Ready() == nil })
+	if got := testutil.ToFloat64(c.m.missingExchanges); got != 1 {
+		t.Errorf("missing exchanges gauge %v, want 1 (glance)", got)
+	}
+	if !strings.Contains(logs.String(), "glance") {
+		t.Error("the missing exchange is not logged")
+	}
+
+	// Bindings: <topic>.<priority> for every present exchange, one each, never #.
+	var want []string
+	for _, e := range []string{"nova", "neutron", "openstack"} {
+		for _, p := range Priorities {
+			want = append(want, e+" notifications."+p)
+		}
+	}
+	got := v.bindings(t, DefaultQueue)
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("bindings\n got %v\nwant %v", got, want)
+	}
+
+	// Published by the real oslo.messaging Notifier.
+	wantIDs := map[string]bool{}
+	for _, id := range v.osloNotify(t, "nova", 3, "compute.instance.create.end__ceilometer__1.json") {
+		wantIDs[id] = true
+	}
+	for _, id := range v.osloNotify(t, "openstack", 1, "volume.attach.end__ceilometer__1.json") {
+		wantIDs[id] = true
+	}
+	// Raw captures: messagingv2, the bare messaging-v1 body, non-ASCII.
+	for _, f := range []string{"v2_nova_001.body", "v1_nova_001.body", "v2_unicode_001.body"} {
+		b := readTestdata(t, "wire/"+f)
+		v.publish(t, "nova", "notifications.info", b)
+		wantIDs[messageID(t, b)] = true
+	}
+	cinder := readTestdata(t, "wire/v2_cinder_001.body")
+	v.publish(t, "openstack", "notifications.info", cinder)
+	wantIDs[messageID(t, cinder)] = true
+
+	// Acknowledged without an event: compressed, oversize, garbage, versioned,
+	// unclaimed; a failing mapper's notification goes to the dead letters.
+	oversize := append([]byte(`{"oslo.version": "2.0", "oslo.message": "`), bytes.Repeat([]byte("x"), 1<<20+10)...)
+	oversize = append(oversize, `"}`...)
+	versioned := envelope(t, readTestdata(t, "notifications/instance.create.end__watcher__1.json"))
+	v.publish(t, "nova", "notifications.info",
+		readTestdata(t, "wire/v2_gzip_002.body"), oversize, []byte{0x85, 0xa1, 0x01},
+		versioned, note(t, "unclaimed-1", "identity.project.created"), note(t, "fail-1", "test.fail"))
+	v.publish(t, "neutron", "notifications.error", []byte("not json at all"))
+	// A key outside the notification topics reaches nothing of ours.
+	v.publish(t, "nova", "conductor", note(t, "rpc-1", "compute.instance.rpc"))
+
+	total := len(wantIDs) + 7
+	waitFor(t, 15*time.Second, "all acknowledged", func() bool {
+		return testutil.ToFloat64(c.m.acked) == float64(total)
+	})
+
+	// glance appears with its first notification (oslo declares the exchange
+	// as it publishes): that first one reaches no queue of ours; once the
+	// probe has bound the exchange, the next one is collected.
+	lost := v.osloNotify(t, "glance", 1, "image.upload__ceilometer__1.json")
+	waitFor(t, 10*time.Second, "glance bound", func() bool { return testutil.ToFloat64(c.m.missingExchanges) == 0 })
+	if b := v.bindings(t, DefaultQueue); len(b) != 4*len(Priorities) {
+		t.Fatalf("bindings after glance appeared: %v", b)
+	}
+	for _, id := range v.osloNotify(t, "glance", 1, "image.upload__ceilometer__1.json") {
+		wantIDs[id] = true
+	}
+	total++
+	waitFor(t, 10*time.Second, "glance notification acknowledged", func() bool {
+		return testutil.ToFloat64(c.m.acked) == float64(total)
+	})
+
+	ids := outboxIDs(t, ob)
+	for id := range wantIDs {
+		if ids[id] != 1 {
+			t.Errorf("event %s in the outbox %d times, want 1", id, ids[id])
+		}
+	}
+	if len(ids) != len(wantIDs) {
+		t.Errorf("outbox holds %d ids, want %d: %v", len(ids), len(wantIDs), ids)
+	}
+	if ids[lost[0]] != 0 {
+		t.Error("a notification published before its exchange was bound was collected")
+	}
+	if n := ob.DeadLetterCount(); n != 1 {
+		t.Fatalf("dead letters %d, want 1", n)
+	}
+	dl, err := ob.ListDeadLetters(context.Background(), 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dl[0].Module != "failmap@1.0.0" || dl[0].Reason != "trap" || dl[0].EventType != "test.fail" ||
+		dl[0].Exchange != "nova" || !bytes.Contains(dl[0].Body, []byte("fail-1")) {
+		t.Errorf("dead letter %+v", dl[0].DeadLetter)
+	}
+	if got := testutil.ToFloat64(c.m.consumed); got != float64(total) {
+		t.Errorf("consumed %v, want %v", got, total)
+	}
+	if got := testutil.ToFloat64(c.m.nacked); got != 0 {
+		t.Errorf("nacked %v", got)
+	}
+	for _, name := range []string{"tally_collector_consumed_total", "tally_collector_acked_total", "tally_collector_nacked_total",
+		"tally_collector_reconnects_total", "tally_collector_missing_exchanges"} {
+		if n, err := testutil.GatherAndCount(reg, name); err != nil || n != 1 {
+			t.Errorf("metric %s: %d %v", name, n, err)
+		}
+	}
+	// The log names sizes, never contents.
+	if strings.Contains(logs.String(), "not json at all") || strings.Contains(logs.String(), "xxxxxxxx") {
+		t.Error("a body reached the log")
+	}
+	r.stop()
+	if n, ok := v.queueState(t, DefaultQueue); !ok || n != 0 {
+		t.Errorf("queue after stop: %d messages (exists %v)", n, ok)
+	}
+}
+
+// When none of the listed exchanges exists the session fails and the
+// collector reconnects until one appears.
+func TestNoExchangePresent(t *testing.T) {
+	v := newVhost(t)
+	logs := &syncBuf{}
+	c, err := New(newTestProcessor(t), openOutbox(t, t.TempDir(), 100), testOptions(v, logs, "nova", "glance"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startConsumer(t, c)
+	waitFor(t, 10*time.Second, "two reconnects", func() bool { return testutil.ToFloat64(c.m.reconnects) >= 2 })
+	if err := r.Ready(); !errors.Is(err, ErrNoExchanges) || !errors.Is(err, ErrNotConsuming) {
+		t.Fatalf("ready: %v", err)
+	}
+	v.declareExchanges(t, false, "glance")
+	waitFor(t, 10*time.Second, "ready once glance exists", func() bool { return r.Ready() == nil })
+	if got := testutil.ToFloat64(c.m.missingExchanges); got != 1 {
+		t.Errorf("missing gauge %v, want 1 (nova)", got)
+	}
+}
+
+// REQUIRE_EXCHANGES: one missing exchange stops consumption (nothing is
+// bound, nothing consumed) until every listed one exists.
+func TestRequireExchanges(t *testing.T) {
+	v := newVhost(t)
+	v.declareExchanges(t, false, "nova")
+	ob := openOutbox(t, t.TempDir(), 100)
+	logs := &syncBuf{}
+	opts := testOptions(v, logs, "nova", "neutron")
+	opts.RequireExchanges = true
+	c, err := New(newTestProcessor(t), ob, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startConsumer(t, c)
+	waitFor(t, 10*time.Second, "exchanges-missing state", func() bool { return errors.Is(r.Ready(), ErrExchangesMissing) })
+	if !strings.Contains(r.Ready().Error(), "neutron") {
+		t.Errorf("ready does not name the missing exchange: %v", r.Ready())
+	}
+	if b := v.bindings(t, DefaultQueue); len(b) != 0 {
+		t.Fatalf("bound while an exchange is missing: %v", b)
+	}
+	v.publish(t, "nova", "notifications.info", note(t, "early-1", "compute.instance.exists"))
+	time.Sleep(300 * time.Millisecond)
+	if got := testutil.ToFloat64(c.m.consumed); got != 0 {
+		t.Fatalf("consumed %v while an exchange is missing", got)
+	}
+	v.declareExchanges(t, false, "neutron")
+	waitFor(t, 10*time.Second, "ready", func() bool { return r.Ready() == nil })
+	if b := v.bindings(t, DefaultQueue); len(b) != 2*len(Priorities) {
+		t.Fatalf("bindings: %v", b)
+	}
+	v.publish(t, "neutron", "notifications.info", note(t, "late-1", "compute.instance.exists"))
+	waitFor(t, 10*time.Second, "consumed", func() bool { return outboxIDs(t, ob)["late-1"] == 1 })
+}
+
+// The default asks for a quorum queue; on a broker older than 4.0 the session
+// ends before anything is declared and says which setting to use.
+func TestQuorumRefusedOnOldBroker(t *testing.T) {
+	v := newVhost(t)
+	v.declareExchanges(t, false, "nova")
+	c0 := v.conn(t)
+	if major, ok := majorVersion(fmt.Sprint(c0.Properties["version"])); !ok || major >= 4 {
+		t.Skipf("broker %v supports quorum queues with x-delivery-limit -1", c0.Properties["version"])
+	}
+	logs := &syncBuf{}
+	opts := testOptions(v, logs, "nova")
+	opts.QueueType = "" // the default
+	c, err := New(newTestProcessor(t), openOutbox(t, t.TempDir(), 100), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startConsumer(t, c)
+	waitFor(t, 10*time.Second, "refusal", func() bool { return errors.Is(r.Ready(), ErrQuorumUnsupported) })
+	if !strings.Contains(r.Ready().Error(), "QUEUE_TYPE=classic") || !strings.Contains(logs.String(), "QUEUE_TYPE=classic") {
+		t.Errorf("the operator is not told the setting: %v", r.Ready())
+	}
+	if _, exists := v.queueState(t, DefaultQueue); exists {
+		t.Fatal("a queue was declared on a broker that cannot hold it safely")
+	}
+}
+
+// A queue that exists with the other type: reported, nothing deleted, retried.
+func TestQueueTypeMismatch(t *testing.T) {
+	v := newVhost(t)
+	v.declareExchanges(t, false, "nova")
+	ch, err := v.conn(t).Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(DefaultQueue, true, false, false, false, map[string]any{"x-queue-type": "quorum"}); err != nil {
+		t.Fatal(err)
+	}
+	v.publish(t, "", DefaultQueue, note(t, "backlog-1", "compute.instance.exists"))
+	logs := &syncBuf{}
+	c, err := New(newTestProcessor(t), openOutbox(t, t.TempDir(), 100), testOptions(v, logs, "nova"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startConsumer(t, c)
+	waitFor(t, 10*time.Second, "mismatch retried", func() bool {
+		return errors.Is(r.Ready(), ErrQueueTypeMismatch) && testutil.ToFloat64(c.m.reconnects) >= 2
+	})
+	if !strings.Contains(logs.String(), "nothing was deleted") {
+		t.Error("mismatch not reported in the log")
+	}
+	r.stop()
+	out := rabbitmqctl(t, "list_queues", "-q", "--no-table-headers", "-p", v.name, "name", "type", "messages")
+	if !strings.Contains(out, DefaultQueue+"\tquorum\t1") {
+		t.Fatalf("queue or its backlog changed: %q", out)
+	}
+}
+
+// A binding the broker refuses (a topic permission) is reported; the others
+// stay and carry their notifications.
+func TestRefusedBinding(t *testing.T) {
+	v := newVhost(t)
+	v.declareExchanges(t, false, "nova")
+	rabbitmqctl(t, "set_topic_permissions", "-p", v.name, "guest", "nova", ".*",
+		`^notifications\.(audit|debug|info|warn|critical|sample)$`)
+	ob := openOutbox(t, t.TempDir(), 100)
+	logs := &syncBuf{}
+	c, err := New(newTestProcessor(t), ob, testOptions(v, logs, "nova"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startConsumer(t, c)
+	waitFor(t, 10*time.Second, "ready", func() bool { return r.Ready() == nil })
+	b := v.bindings(t, DefaultQueue)
+	if len(b) != len(Priorities)-1 || slices.Contains(b, "nova notifications.error") {
+		t.Fatalf("bindings %v", b)
+	}
+	if testutil.ToFloat64(c.m.refusedBindings) != 1 || !strings.Contains(logs.String(), "notifications.error") {
+		t.Error("refused binding not reported")
+	}
+	v.publish(t, "nova", "notifications.error", note(t, "err-1", "compute.instance.exists"))
+	v.publish(t, "nova", "notifications.info", note(t, "info-1", "compute.instance.exists"))
+	waitFor(t, 10*time.Second, "info consumed", func() bool { return outboxIDs(t, ob)["info-1"] == 1 })
+	if outboxIDs(t, ob)["err-1"] != 0 {
+		t.Fatal("a notification arrived over a refused binding")
+	}
+}
+
+func TestOptionsValidation(t *testing.T) {
+	_, err := New(newTestProcessor(t), nil, Options{})
+	if !errors.Is(err, ErrOptions) {
+		t.Fatalf("nil outbox: %v", err)
+	}
+	ob := openOutbox(t, t.TempDir(), 10)
+	_, err = New(newTestProcessor(t), ob, Options{
+		TransportURL: "amqp://u:hunter2@h:notaport/", Topics: []string{"notifications", "#"}, QueueType: "stream", Prefetch: -1,
+	})
+	if !errors.Is(err, ErrOptions) {
+		t.Fatalf("want ErrOptions, got %v", err)
+	}
+	for _, want := range []string{"no exchanges", `topic "#"`, "queue type", "prefetch", "port"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q not reported in %v", want, err)
+		}
+	}
+	if strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("password in the error: %v", err)
+	}
+}

@@ -1,0 +1,29 @@
+package broker
+
+import "errors"
+
+var (
+	// ErrTransportURL: TRANSPORT_URL cannot be parsed.
+	ErrTransportURL = errors.New("invalid transport url")
+	// ErrOptions: an option is out of range or missing.
+	ErrOptions = errors.New("invalid broker options")
+	// ErrQuorumUnsupported: a quorum queue was asked for on a broker older than
+	// RabbitMQ 4.0, where x-delivery-limit -1 would drop a message on its first
+	// requeue. QUEUE_TYPE=classic is the setting for such a broker.
+	ErrQuorumUnsupported = errors.New("quorum queue refused on a broker older than rabbitmq 4.0")
+	// ErrQueueTypeMismatch: the queue exists with the other type. Nothing is
+	// deleted; the session retries later.
+	ErrQueueTypeMismatch = errors.New("queue exists with another type")
+	// ErrNoExchanges: none of the listed exchanges exists on the broker.
+	ErrNoExchanges = errors.New("none of the listed exchanges exists")
+	// ErrExchangesMissing: REQUIRE_EXCHANGES is set and at least one listed
+	// exchange does not exist.
+	ErrExchangesMissing = errors.New("required exchanges missing")
+	// ErrNotConsuming is what Ready answers while no session is consuming.
+	ErrNotConsuming = errors.New("not consuming from the broker")
+	// ErrConnectionBlocked: the broker blocked the connection (memory or disk
+	// alarm); reported by Ready while it lasts.
+	ErrConnectionBlocked = errors.New("broker connection blocked")
+	// errSessionLost: the channel or connection closed under the session.
+	errSessionLost = errors.New("broker session lost")
+)

@@ -1,0 +1,310 @@
+package broker
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+
+	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
+)
+
+const (
+	childEnv      = "TALLY_BROKER_TEST_CHILD"
+	childVhostEnv = "TALLY_BROKER_TEST_VHOST"
+	childDirEnv   = "TALLY_BROKER_TEST_DIR"
+)
+
+// childMain is the collector process of TestKillBetweenCommitAndAck: it
+// consumes, and kills itself with SIGKILL right after its first commit,
+// before the acknowledgement.
+func childMain() int {
+	v := vhostByName(os.Getenv(childVhostEnv))
+	ob, err := openChildOutbox(os.Getenv(childDirEnv))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 2
+	}
+	opts := testOptions(v, nil, "nova")
+	opts.Logger = zerolog.New(os.Stderr)
+	opts.BatchMax = 3
+	opts.BatchLinger = 5 * time.Second
+	c, err := New(newTestProcessor(nil), ob, opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 2
+	}
+	c.afterCommit = func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) }
+	_ = c.Run(context.Background())
+	return 3
+}
+
+// The collector dies between the commit and the ack: the broker redelivers,
+// the event is committed again with the same event_id (a duplicate the
+// Reporting API counts), and nothing is lost.
+func TestKillBetweenCommitAndAck(t *testing.T) {
+	v := newVhost(t)
+	v.declareExchanges(t, false, "nova")
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=1", childVhostEnv+"="+v.name, childDirEnv+"="+dir)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "child consuming", func() bool {
+		c, err := amqp.Dial(v.url)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		ch, err := c.Channel()
+		if err != nil {
+			return false
+		}
+		q, err := ch.QueueDeclarePassive(DefaultQueue, true, false, false, false, nil)
+		return err == nil && q.Consumers == 1
+	})
+	ids := []string{"kill-1", "kill-2", "kill-3"}
+	for _, id := range ids {
+		v.publish(t, "nova", "notifications.info", note(t, id, "compute.instance.exists"))
+	}
+	err := cmd.Wait()
+	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if err == nil || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("child did not die by SIGKILL: %v\n%s", err, stderr.String())
+	}
+	waitFor(t, 10*time.Second, "unacknowledged deliveries back in the queue", func() bool {
+		n, _ := v.queueState(t, DefaultQueue)
+		return n == len(ids)
+	})
+	ob := openOutbox(t, dir, 100)
+	got := outboxIDs(t, ob)
+	for _, id := range ids {
+		if got[id] != 1 {
+			t.Fatalf("after the kill: %v", got)
+		}
+	}
+	c, err := New(newTestProcessor(t), ob, testOptions(v, &syncBuf{}, "nova"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	startConsumer(t, c)
+	waitFor(t, 15*time.Second, "redeliveries acknowledged", func() bool { return testutil.ToFloat64(c.m.acked) == 3 })
+	got = outboxIDs(t, ob)
+	for _, id := range ids {
+		if got[id] != 2 {
+			t.Errorf("%s in the outbox %d times, want 2 (a duplicate with the same event_id)", id, got[id])
+		}
+	}
+	if n, _ := v.queueState(t, DefaultQueue); n != 0 {
+		t.Errorf("%d messages left", n)
+	}
+}
+
+// At the buffer bound the consumer stops taking deliveries and returns what
+// it holds; it resumes once the outbox has room, and nothing is lost.
+func TestBackPressureAtBound(t *testing.T) {
+	v := newVhost(t)
+	v.declareExchanges(t, false, "nova")
+	ob := openOutbox(t, t.TempDir(), 5)
+	opts := testOptions(v, &syncBuf{}, "nova")
+	opts.BatchMax = 5
+	opts.PauseMin, opts.PauseMax = time.Second, time.Second
+	c, err := New(newTestProcessor(t), ob, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startConsumer(t, c)
+	waitFor(t, 15*time.Second, "ready", func() bool { return r.Ready() == nil })
+	const n = 12
+	var bodies [][]byte
+	for i := 0; i < n; i++ {
+		bodies = append(bodies, note(t, fmt.Sprintf("bp-%02d", i), "compute.instance.exists"))
+	}
+	v.publish(t, "nova", "notifications.info", bodies...)
+	waitFor(t, 15*time.Second, "paused at the bound", func() bool {
+		return testutil.ToFloat64(c.m.paused) == 1 && testutil.ToFloat64(c.m.nacked) > 0
+	})
+	if d := ob.Depth(); d > 5 {
+		t.Fatalf("outbox depth %d over its bound", d)
+	}
+	// Paused: nothing is held unacknowledged, the rest waits on the bus.
+	waitFor(t, 15*time.Second, "held deliveries requeued", func() bool {
+		ready, _ := v.queueState(t, DefaultQueue)
+		return int64(ready) == n-ob.Depth()
+	})
+	if r.Ready() != nil {
+		t.Errorf("a pause is back-pressure, not unreadiness: %v", r.Ready())
+	}
+	// Drain as the sender would; consumption resumes and completes.
+	seen := map[string]int{}
+	waitFor(t, 60*time.Second, "every notification through the outbox", func() bool {
+		first, last, events, err := ob.Peek(context.Background(), 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range events {
+			seen[eventID(t, e)]++
+		}
+		if len(events) > 0 {
+			if err := ob.Delete(context.Background(), first, last); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return len(seen) == n
+	})
+	waitFor(t, 15*time.Second, "all acknowledged", func() bool { return testutil.ToFloat64(c.m.acked) == n })
+	if ready, _ := v.queueState(t, DefaultQueue); ready != 0 {
+		t.Errorf("%d left in the queue", ready)
+	}
+}
+
+// While the outbox refuses inserts nothing is acknowledged and the batch is
+// requeued about once per second; once it accepts again everything arrives.
+func TestRefusedInsertRequeues(t *testing.T) {
+	v := newVhost(t)
+	v.declareExchanges(t, false, "nova")
+	dir := t.TempDir()
+	refusing, err := openChildOutboxWithReserve(dir, 1<<62) // "disk full": every insert refused
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(newTestProcessor(t), refusing, testOptions(v, &syncBuf{}, "nova"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startConsumer(t, c)
+	waitFor(t, 15*time.Second, "ready", func() bool { return r.Ready() == nil })
+	v.publish(t, "nova", "notifications.info", note(t, "ref-1", "compute.instance.exists"), note(t, "ref-2", "compute.instance.exists"))
+	waitFor(t, 15*time.Second, "first requeue", func() bool { return testutil.ToFloat64(c.m.nacked) >= 2 })
+	start, before := time.Now(), testutil.ToFloat64(c.m.nacked)
+	time.Sleep(2500 * time.Millisecond)
+	rounds := (testutil.ToFloat64(c.m.nacked) - before) / 2
+	elapsed := time.Since(start).Seconds()
+	if rounds > elapsed+1 {
+		t.Errorf("%v requeue rounds in %.1fs: more than one per second", rounds, elapsed)
+	}
+	if testutil.ToFloat64(c.m.acked) != 0 {
+		t.Fatal("acknowledged without a commit")
+	}
+	r.stop()
+	refusing.Close()
+	ob := openOutbox(t, dir, 100)
+	c2, err := New(newTestProcessor(t), ob, testOptions(v, &syncBuf{}, "nova"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	startConsumer(t, c2)
+	waitFor(t, 15*time.Second, "accepted", func() bool {
+		ids := outboxIDs(t, ob)
+		return ids["ref-1"] == 1 && ids["ref-2"] == 1
+	})
+}
+
+// slowProcessor gives the consumer something to be in the middle of.
+type slowProcessor struct {
+	Processor
+	d time.Duration
+}
+
+func (p slowProcessor) Process(ctx context.Context, msg pipeline.Message) pipeline.Result {
+	time.Sleep(p.d)
+	return p.Processor.Process(ctx, msg)
+}
+
+// Every connection of the vhost closed by the broker mid-stream: the consumer
+// reconnects, deliveries of the old channel are redelivered (never acked on
+// the new one), and every confirmed notification reaches the outbox.
+func TestCloseAllConnectionsMidStream(t *testing.T) {
+	v := newVhost(t)
+	v.declareExchanges(t, false, "nova")
+	ob := openOutbox(t, t.TempDir(), 100000)
+	logs := &syncBuf{}
+	c, err := New(slowProcessor{newTestProcessor(t), 3 * time.Millisecond}, ob, testOptions(v, logs, "nova"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startConsumer(t, c)
+	waitFor(t, 15*time.Second, "ready", func() bool { return r.Ready() == nil })
+
+	var mu sync.Mutex
+	var confirmed []string
+	stop := make(chan struct{})
+	pubDone := make(chan struct{})
+	go func() {
+		defer close(pubDone)
+		i := 0
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			conn, err := amqp.Dial(v.url)
+			if err != nil {
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			ch, err := conn.Channel()
+			if err == nil {
+				err = ch.Confirm(false)
+			}
+			for err == nil {
+				select {
+				case <-stop:
+					conn.Close()
+					return
+				default:
+				}
+				id := fmt.Sprintf("cac-%05d", i)
+				var dc *amqp.DeferredConfirmation
+				dc, err = ch.PublishWithDeferredConfirm("nova", "notifications.info", false, false,
+					amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: note(t, id, "compute.instance.exists")})
+				if err == nil && dc.Wait() {
+					mu.Lock()
+					confirmed = append(confirmed, id)
+					mu.Unlock()
+				}
+				i++
+			}
+			conn.Close()
+		}
+	}()
+	waitFor(t, 15*time.Second, "stream flowing", func() bool { return testutil.ToFloat64(c.m.acked) > 50 })
+	rabbitmqctl(t, "close_all_connections", "-p", v.name, "broker test: closing mid-stream")
+	waitFor(t, 20*time.Second, "reconnected", func() bool {
+		return testutil.ToFloat64(c.m.reconnects) >= 1 && r.Ready() == nil
+	})
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	<-pubDone
+	mu.Lock()
+	want := append([]string(nil), confirmed...)
+	mu.Unlock()
+	waitFor(t, 60*time.Second, "every confirmed notification in the outbox", func() bool {
+		n, _ := v.queueState(t, DefaultQueue)
+		return n == 0 && testutil.ToFloat64(c.m.acked) >= float64(len(want))
+	})
+	got := outboxIDs(t, ob)
+	for _, id := range want {
+		if got[id] == 0 {
+			t.Fatalf("%s confirmed by the broker but lost (%d confirmed, %d in the outbox)", id, len(want), len(got))
+		}
+	}
+	if strings.Contains(logs.String(), "unknown delivery tag") {
+		t.Error("an ack went to a channel that did not deliver it")
+	}
+	t.Logf("%d confirmed, %d distinct in the outbox, %v reconnects", len(want), len(got), testutil.ToFloat64(c.m.reconnects))
+}

@@ -1,0 +1,180 @@
+package broker
+
+import (
+	"crypto/tls"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+// Queue types accepted in Options.QueueType.
+const (
+	QueueQuorum  = "quorum"
+	QueueClassic = "classic"
+)
+
+// Priorities are the oslo notification priorities, in the order bindings are
+// made. Each topic is bound once per priority as "<topic>.<priority>".
+var Priorities = []string{"audit", "debug", "info", "warn", "error", "critical", "sample"}
+
+// Defaults applied by New and Dump to zero fields of Options.
+const (
+	DefaultQueue         = "tally-notifications"
+	DefaultPrefetch      = 100
+	DefaultMaxBodyBytes  = 1 << 20
+	DefaultBatchLinger   = 20 * time.Millisecond
+	DefaultCommitTimeout = 2 * time.Minute
+	DefaultReconnectMin  = 1 * time.Second
+	DefaultReconnectMax  = 30 * time.Second
+	DefaultProbeMin      = 1 * time.Second
+	DefaultProbeMax      = 60 * time.Second
+	DefaultRefusedRetry  = 1 * time.Second
+	DefaultPauseMin      = 1 * time.Second
+	DefaultPauseMax      = 10 * time.Second
+	DefaultHeartbeat     = 10 * time.Second
+	DefaultDialTimeout   = 10 * time.Second
+)
+
+// Options configure a Consumer (New) and the dump (Dump). The package reads no
+// configuration itself: cmd/ fills this from its settings.
+type Options struct {
+	// TransportURL is amqp://, amqps:// (TLS, certificate verified) or oslo's
+	// rabbit://u:p@h1:5672,u:p@h2:5672/vhost (hosts tried in order).
+	TransportURL string
+	// TLSConfig, when set, is used for amqps (tests, a private CA). The server
+	// certificate is always verified; InsecureSkipVerify is refused.
+	TLSConfig *tls.Config
+
+	Exchanges        []string // service exchanges to bind (probed, never created)
+	Topics           []string // oslo notification topics; default ["notifications"]
+	Queue            string   // default "tally-notifications"
+	QueueType        string   // "quorum" (default) or "classic"
+	RequireExchanges bool     // any missing exchange stops consumption
+	Prefetch         int      // unacknowledged deliveries held; default 100
+
+	// BatchMax is the number of deliveries committed in one outbox append and
+	// acknowledged with one ack; default Prefetch/2 (at least 1, at most Prefetch).
+	BatchMax int
+	// BatchLinger is how long a partial batch waits for more deliveries; default 20ms.
+	BatchLinger time.Duration
+	// CommitTimeout bounds one outbox append; on expiry the batch is requeued.
+	// It stays far below RabbitMQ's consumer_timeout (30 min by default).
+	CommitTimeout time.Duration
+	// MaxBodyBytes is logged against oversize bodies; the pipeline applies the
+	// same bound (1 MiB). Default 1 MiB.
+	MaxBodyBytes int
+
+	// Retry schedules (zero = default). Reconnect: capped exponential backoff
+	// with jitter. Probe: a missing exchange is probed again after ProbeMin,
+	// doubling to ProbeMax. RefusedRetry: the nack interval while the outbox
+	// refuses inserts. Pause: how long consumption stops at the buffer bound
+	// before trying again (doubling to PauseMax).
+	ReconnectMin, ReconnectMax time.Duration
+	ProbeMin, ProbeMax         time.Duration
+	RefusedRetry               time.Duration
+	PauseMin, PauseMax         time.Duration
+	Heartbeat                  time.Duration
+	DialTimeout                time.Duration
+
+	// Logger, tagged with its component by the caller (or by New when the
+	// caller did not).
+	Logger zerolog.Logger
+	// Registerer receives the metrics; nil means do not register.
+	Registerer prometheus.Registerer
+}
+
+func (o *Options) setDefaults() {
+	if o.Queue == "" {
+		o.Queue = DefaultQueue
+	}
+	if o.QueueType == "" {
+		o.QueueType = QueueQuorum
+	}
+	o.QueueType = strings.ToLower(o.QueueType)
+	if len(o.Topics) == 0 {
+		o.Topics = []string{"notifications"}
+	}
+	if o.Prefetch == 0 {
+		o.Prefetch = DefaultPrefetch
+	}
+	if o.BatchMax == 0 {
+		o.BatchMax = max(1, o.Prefetch/2)
+	}
+	if o.BatchMax > o.Prefetch && o.Prefetch > 0 {
+		o.BatchMax = o.Prefetch
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&o.BatchLinger, DefaultBatchLinger)
+	def(&o.CommitTimeout, DefaultCommitTimeout)
+	def(&o.ReconnectMin, DefaultReconnectMin)
+	def(&o.ReconnectMax, DefaultReconnectMax)
+	def(&o.ProbeMin, DefaultProbeMin)
+	def(&o.ProbeMax, DefaultProbeMax)
+	def(&o.RefusedRetry, DefaultRefusedRetry)
+	def(&o.PauseMin, DefaultPauseMin)
+	def(&o.PauseMax, DefaultPauseMax)
+	def(&o.Heartbeat, DefaultHeartbeat)
+	def(&o.DialTimeout, DefaultDialTimeout)
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+}
+
+// validate lists every problem at once.
+func (o *Options) validate() ([]endpoint, error) {
+	var problems []string
+	eps, err := parseTransportURL(o.TransportURL)
+	if err != nil {
+		problems = append(problems, err.Error())
+	}
+	if o.TLSConfig != nil && o.TLSConfig.InsecureSkipVerify {
+		problems = append(problems, "tls: certificate verification may not be turned off")
+	}
+	if len(o.Exchanges) == 0 {
+		problems = append(problems, "no exchanges listed")
+	}
+	for _, e := range o.Exchanges {
+		if strings.TrimSpace(e) == "" || strings.HasPrefix(e, "amq.") {
+			problems = append(problems, fmt.Sprintf("exchange %q not allowed", e))
+		}
+	}
+	for _, t := range o.Topics {
+		if t == "" || strings.ContainsAny(t, "#* ") {
+			problems = append(problems, fmt.Sprintf("topic %q not allowed (no wildcards)", t))
+		}
+	}
+	if o.QueueType != QueueQuorum && o.QueueType != QueueClassic {
+		problems = append(problems, fmt.Sprintf("queue type %q (want quorum or classic)", o.QueueType))
+	}
+	if strings.HasPrefix(o.Queue, "amq.") {
+		problems = append(problems, fmt.Sprintf("queue name %q is reserved", o.Queue))
+	}
+	if o.Prefetch < 1 || o.Prefetch > 65535 {
+		problems = append(problems, fmt.Sprintf("prefetch %d out of range 1..65535", o.Prefetch))
+	}
+	if o.ReconnectMax < o.ReconnectMin || o.ProbeMax < o.ProbeMin || o.PauseMax < o.PauseMin {
+		problems = append(problems, "a retry maximum is below its minimum")
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("%w: %s", ErrOptions, strings.Join(problems, "; "))
+	}
+	return eps, nil
+}
+
+// bindingKeys lists the routing keys bound on every exchange, in order.
+func (o *Options) bindingKeys() []string {
+	keys := make([]string, 0, len(o.Topics)*len(Priorities))
+	for _, t := range o.Topics {
+		for _, p := range Priorities {
+			keys = append(keys, t+"."+p)
+		}
+	}
+	return keys
+}

@@ -1,0 +1,221 @@
+package broker
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+)
+
+// conn is one AMQP connection with the broker it reached.
+type conn struct {
+	*amqp.Connection
+	ep      endpoint
+	version string // server property "version", "" when absent
+}
+
+// dial tries each endpoint in order and returns the first connection made.
+func dial(opts *Options, eps []endpoint, name string, log zerolog.Logger) (*conn, error) {
+	var errs []error
+	for _, ep := range eps {
+		cfg := amqp.Config{
+			Heartbeat: opts.Heartbeat,
+			Locale:    "en_US",
+			Properties: amqp.Table{
+				"connection_name": name,
+				"product":         "tally-openstack-collector",
+			},
+			Dial: amqp.DefaultDial(opts.DialTimeout),
+		}
+		if ep.tls {
+			tc := &tls.Config{MinVersion: tls.VersionTLS12}
+			if opts.TLSConfig != nil {
+				tc = opts.TLSConfig.Clone()
+			}
+			tc.InsecureSkipVerify = false
+			if tc.ServerName == "" {
+				h, _, _ := net.SplitHostPort(ep.host)
+				tc.ServerName = h
+			}
+			cfg.TLSClientConfig = tc
+		}
+		c, err := amqp.DialConfig(ep.url, cfg)
+		if err != nil {
+			// amqp091 errors never carry the URL, so the password stays out.
+			log.Warn().Str("broker", ep.redact).Err(err).Msg("broker connection failed")
+			errs = append(errs, fmt.Errorf("%s: %w", ep.host, err))
+			continue
+		}
+		v, _ := c.Properties["version"].(string)
+		return &conn{Connection: c, ep: ep, version: v}, nil
+	}
+	return nil, errors.Join(errs...)
+}
+
+// majorVersion reads the major number of a RabbitMQ version string ("3.10.8").
+func majorVersion(v string) (int, bool) {
+	head, _, _ := strings.Cut(v, ".")
+	n, err := strconv.Atoi(head)
+	if err != nil {
+		return 0, false
+	}
+	return n, true
+}
+
+// checkQuorumSupport refuses a quorum queue on a broker older than 4.0: there
+// x-delivery-limit -1 is read as a limit and a message is dropped on its first
+// requeue. It runs before anything is declared.
+func checkQuorumSupport(c *conn) error {
+	major, ok := majorVersion(c.version)
+	if !ok {
+		return fmt.Errorf("%w: the broker did not report its version (%q); set QUEUE_TYPE=classic", ErrQuorumUnsupported, c.version)
+	}
+	if major < 4 {
+		return fmt.Errorf("%w: broker is RabbitMQ %s; set QUEUE_TYPE=classic (TALLY_OSC_QUEUE_TYPE=classic) or upgrade the broker to 4.0 or later", ErrQuorumUnsupported, c.version)
+	}
+	return nil
+}
+
+// queueArgs are the declare arguments for the queue type. classic sends no
+// queue type at all (the declare of every collector up to v0.2.0).
+func queueArgs(queueType string) amqp.Table {
+	if queueType == QueueQuorum {
+		return amqp.Table{"x-queue-type": "quorum", "x-delivery-limit": int64(-1)}
+	}
+	return nil
+}
+
+// declareQueue declares the durable queue. A queue that exists with another
+// type (or other arguments) is reported as ErrQueueTypeMismatch; nothing is
+// deleted. The channel is closed by the broker in that case.
+func declareQueue(ch *amqp.Channel, opts *Options) error {
+	_, err := ch.QueueDeclare(opts.Queue, true, false, false, false, queueArgs(opts.QueueType))
+	if err == nil {
+		return nil
+	}
+	var ae *amqp.Error
+	if errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed {
+		return fmt.Errorf("%w: queue %q was not declared as %s: %s; nothing was deleted: set QUEUE_TYPE to the type the queue has, or move the queue (docs/broker.md)",
+			ErrQueueTypeMismatch, opts.Queue, opts.QueueType, ae.Reason)
+	}
+	return fmt.Errorf("declare queue %q: %w", opts.Queue, err)
+}
+
+// probeExchange answers whether the exchange exists, with a passive declare on
+// a throwaway channel (a 404 closes the channel it was made on).
+func probeExchange(c *conn, name string) (bool, error) {
+	ch, err := c.Channel()
+	if err != nil {
+		return false, fmt.Errorf("open probe channel: %w", err)
+	}
+	err = ch.ExchangeDeclarePassive(name, amqp.ExchangeTopic, false, false, false, false, nil)
+	if err == nil {
+		_ = ch.Close()
+		return true, nil
+	}
+	var ae *amqp.Error
+	if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+		return false, nil
+	}
+	_ = ch.Close()
+	if errors.As(err, &ae) && ae.Code == amqp.AccessRefused {
+		// Treated as missing: the account cannot see it.
+		return false, nil
+	}
+	return false, fmt.Errorf("probe exchange %q: %w", name, err)
+}
+
+// probeAll splits the listed exchanges into present and missing.
+func probeAll(c *conn, names []string) (present, missing []string, err error) {
+	for _, n := range names {
+		ok, err := probeExchange(c, n)
+		if err != nil {
+			return nil, nil, err
+		}
+		if ok {
+			present = append(present, n)
+		} else {
+			missing = append(missing, n)
+		}
+	}
+	return present, missing, nil
+}
+
+// binder makes bindings one at a time on a channel of its own, so that a
+// refused binding (which closes the channel) leaves the consuming channel and
+// the other bindings alone.
+type binder struct {
+	c       *conn
+	ch      *amqp.Channel
+	queue   string
+	keys    []string
+	log     zerolog.Logger
+	refused []string // "exchange/key"
+}
+
+// bindExchange binds every notification key of one exchange. It returns an
+// error only when the connection failed; refused bindings are recorded.
+func (b *binder) bindExchange(exchange string) (bound int, err error) {
+	for _, key := range b.keys {
+		if b.ch == nil || b.ch.IsClosed() {
+			if b.ch, err = b.c.Channel(); err != nil {
+				return bound, fmt.Errorf("open binding channel: %w", err)
+			}
+		}
+		err := b.ch.QueueBind(b.queue, key, exchange, false, nil)
+		if err == nil {
+			bound++
+			continue
+		}
+		var ae *amqp.Error
+		if errors.As(err, &ae) && (ae.Code == amqp.AccessRefused || ae.Code == amqp.NotFound) {
+			b.refused = append(b.refused, exchange+"/"+key)
+			b.log.Warn().Str("exchange", exchange).Str("routing_key", key).Str("reason", ae.Reason).
+				Msg("binding refused by the broker; the other bindings stay")
+			b.ch = nil
+			continue
+		}
+		return bound, fmt.Errorf("bind %s/%s: %w", exchange, key, err)
+	}
+	return bound, nil
+}
+
+func (b *binder) close() {
+	if b.ch != nil {
+		_ = b.ch.Close()
+	}
+}
+
+// backoff is a capped exponential schedule with full jitter in [d/2, d].
+type backoff struct {
+	min, max, cur time.Duration
+	jitter        bool
+}
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+	} else {
+		b.cur = min(b.cur*2, b.max)
+	}
+	d := b.cur
+	if b.jitter && d > 1 {
+		d = d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+	}
+	return d
+}
+
+func (b *backoff) reset() { b.cur = 0 }
+
+func connectionName(kind string) string {
+	h, _ := os.Hostname()
+	return fmt.Sprintf("tally-openstack-collector %s %s pid %d", kind, h, os.Getpid())
+}

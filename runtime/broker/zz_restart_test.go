@@ -1,0 +1,60 @@
+package broker
+
+import (
+	"fmt"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// A broker stop and start under a running consumer. It stops the whole
+// (shared) broker, so it is kept short, runs last in the package (files run
+// in name order and no test here is parallel), and always starts the broker
+// again.
+func TestBrokerStopStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stops the shared broker")
+	}
+	v := newVhost(t)
+	v.declareExchanges(t, true, "nova") // durable: it must outlive the restart
+	ob := openOutbox(t, t.TempDir(), 1000)
+	c, err := New(newTestProcessor(t), ob, testOptions(v, &syncBuf{}, "nova"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startConsumer(t, c)
+	waitFor(t, 15*time.Second, "ready", func() bool { return r.Ready() == nil })
+	for i := 0; i < 5; i++ {
+		v.publish(t, "nova", "notifications.info", note(t, fmt.Sprintf("before-%d", i), "compute.instance.exists"))
+	}
+	waitFor(t, 15*time.Second, "consumed before the stop", func() bool { return testutil.ToFloat64(c.m.acked) == 5 })
+
+	started := false
+	restart := func() {
+		if !started {
+			started = true
+			_ = exec.Command("rabbitmqctl", "start_app").Run()
+			_ = exec.Command("rabbitmqctl", "await_startup").Run()
+		}
+	}
+	defer restart()
+	rabbitmqctl(t, "stop_app")
+	waitFor(t, 15*time.Second, "not ready while the broker is down", func() bool { return r.Ready() != nil })
+	restart()
+	waitFor(t, 60*time.Second, "consuming again", func() bool { return r.Ready() == nil })
+	for i := 0; i < 5; i++ {
+		v.publish(t, "nova", "notifications.info", note(t, fmt.Sprintf("after-%d", i), "compute.instance.exists"))
+	}
+	waitFor(t, 15*time.Second, "consumed after the start", func() bool { return testutil.ToFloat64(c.m.acked) == 10 })
+	ids := outboxIDs(t, ob)
+	for i := 0; i < 5; i++ {
+		if ids[fmt.Sprintf("before-%d", i)] != 1 || ids[fmt.Sprintf("after-%d", i)] != 1 {
+			t.Fatalf("outbox %v", ids)
+		}
+	}
+	if testutil.ToFloat64(c.m.reconnects) < 1 {
+		t.Error("no reconnect counted")
+	}
+}

@@ -1,0 +1,770 @@
+package catalog
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/tally-billing/tally-openstack-collector/runtime"
+	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
+)
+
+// PromoteMode says what a running catalogue does with a drop-in module that
+// has the name of an active one (a new version).
+type PromoteMode uint8
+
+const (
+	// PromoteShadow (the default) starts the new version as a candidate in
+	// shadow; an operator promotes or aborts it.
+	PromoteShadow PromoteMode = iota
+	// PromoteImmediate replaces the active version as soon as the new one
+	// loaded, validated and passed its fixtures.
+	PromoteImmediate
+)
+
+func (p PromoteMode) String() string {
+	if p == PromoteImmediate {
+		return "immediate"
+	}
+	return "shadow"
+}
+
+// ParsePromoteMode reads "shadow" or "immediate" (the MAPPERS_PROMOTE setting).
+func ParsePromoteMode(s string) (PromoteMode, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", "shadow":
+		return PromoteShadow, nil
+	case "immediate":
+		return PromoteImmediate, nil
+	}
+	return 0, fmt.Errorf("promote mode %q: want shadow or immediate", s)
+}
+
+// Defaults of Options.
+const (
+	DefaultRefreshInterval = 30 * time.Second
+	DefaultDebounce        = 500 * time.Millisecond
+	// closeTimeout bounds how long a retired module may take to finish its
+	// calls in flight before it is freed.
+	closeTimeout = time.Minute
+)
+
+// Options configure a Catalog.
+type Options struct {
+	// Engine loads the modules. Required.
+	Engine *runtime.Engine
+	// Builtin are the built-in modules by file name (mappers.Builtin()); each
+	// is loaded as "builtin:<file>". May be empty.
+	Builtin map[string][]byte
+	// Dir is the drop-in directory (MAPPERS_DIR); "" for built-ins only.
+	Dir string
+	// Promote says whether a new version of an active module starts in shadow
+	// (default) or replaces it at once.
+	Promote PromoteMode
+	// RefreshInterval is the period of the fallback scan of Dir (default 30s).
+	RefreshInterval time.Duration
+	// Debounce is how long Run waits after the last change notification before
+	// it scans Dir (default 500ms).
+	Debounce time.Duration
+	// SampleSize is the number of differences kept per migration (default 20).
+	SampleSize int
+	// BuiltinOptions and DropInOptions are passed to Engine.Load.
+	BuiltinOptions []runtime.ModuleOption
+	DropInOptions  []runtime.ModuleOption
+
+	Logger     zerolog.Logger
+	Registerer prometheus.Registerer // nil: no metrics are registered
+}
+
+// slot is everything about one module name. Mutated only under Catalog.mu.
+type slot struct {
+	name    string
+	builtin *loaded // nil when there is no built-in of this name
+	active  *loaded // the built-in, or a drop-in
+	mig     *migration
+	last    *MigrationOutcome
+}
+
+// fileState is what the catalogue made of the last content seen at a drop-in
+// path.
+type fileState struct {
+	key    statKey
+	digest string
+	sha    string
+	state  string // "" (in use), "rejected" or "parked"
+	reason string
+	at     time.Time
+}
+
+// Catalog knows which module serves which event type. It implements
+// pipeline.Router: Route answers from an immutable snapshot behind an atomic
+// pointer, so no lock is held across a mapper call. See the package
+// documentation for the rules.
+type Catalog struct {
+	opts    Options
+	log     zerolog.Logger
+	metrics *metrics
+	load    func(ctx context.Context, name string, wasm []byte, o origin) (module, error)
+
+	snap atomic.Pointer[snapshot]
+
+	reloadMu sync.Mutex // serialises reloads (held across module compilation)
+
+	mu         sync.Mutex // guards everything below; never held across a mapper call
+	gen        uint64
+	slots      map[string]*slot
+	files      map[string]*fileState
+	lastReload *ReloadResult
+	reloads    map[string]int
+	closed     bool
+
+	retiring sync.WaitGroup
+}
+
+var _ pipeline.Router = (*Catalog)(nil)
+
+// New loads the built-in modules and the drop-in directory and returns the
+// catalogue. Every valid module found at start-up is active at once: the
+// directory as it stands is the configuration (see the package
+// documentation). A drop-in that fails is logged and shown in Status, and
+// does not fail New; a built-in that fails does. Call Run to follow the
+// directory, and Close to free the modules.
+func New(ctx context.Context, opts Options) (*Catalog, error) {
+	if opts.Engine == nil {
+		return nil, errors.New("catalog: options: Engine is required")
+	}
+	c := newCatalog(opts)
+	c.load = func(ctx context.Context, name string, wasm []byte, o origin) (module, error) {
+		mo := opts.DropInOptions
+		if o == originBuiltin {
+			mo = opts.BuiltinOptions
+		}
+		return opts.Engine.Load(ctx, name, wasm, mo...)
+	}
+	if err := c.start(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func newCatalog(opts Options) *Catalog {
+	if opts.RefreshInterval <= 0 {
+		opts.RefreshInterval = DefaultRefreshInterval
+	}
+	if opts.Debounce <= 0 {
+		opts.Debounce = DefaultDebounce
+	}
+	if opts.SampleSize <= 0 {
+		opts.SampleSize = DefaultSampleSize
+	}
+	return &Catalog{
+		opts:    opts,
+		log:     opts.Logger,
+		metrics: newMetrics(opts.Registerer),
+		slots:   map[string]*slot{},
+		files:   map[string]*fileState{},
+		reloads: map[string]int{},
+	}
+}
+
+func (c *Catalog) start(ctx context.Context) error {
+	names := make([]string, 0, len(c.opts.Builtin))
+	for n := range c.opts.Builtin {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		wasm := c.opts.Builtin[n]
+		mod, err := c.load(ctx, "builtin:"+n, wasm, originBuiltin)
+		if err != nil {
+			c.closeAll(ctx)
+			return fmt.Errorf("catalog: built-in %s: %w", n, err)
+		}
+		sum := sha256.Sum256(wasm)
+		ld := &loaded{mod: mod, origin: originBuiltin, file: "builtin:" + n, base: n, sha: hex.EncodeToString(sum[:]), at: time.Now().UTC()}
+		name := mod.Manifest().Name
+		if prev, ok := c.slots[name]; ok {
+			_ = mod.Close(ctx)
+			c.closeAll(ctx)
+			return fmt.Errorf("catalog: built-ins %s and %s are both named %q", prev.builtin.file, ld.file, name)
+		}
+		c.slots[name] = &slot{name: name, builtin: ld, active: ld}
+	}
+	c.mu.Lock()
+	c.publish()
+	c.mu.Unlock()
+	if c.opts.Dir != "" {
+		c.reload(ctx, "start")
+	}
+	return nil
+}
+
+// Route returns the module for eventType; the pipeline calls it for every
+// message. The answer comes from the current snapshot without a lock. During a
+// migration the returned Mapper also runs the candidate in shadow.
+func (c *Catalog) Route(eventType string) (pipeline.Mapper, bool) {
+	r, ok := c.snap.Load().route(eventType)
+	if !ok {
+		return nil, false
+	}
+	return r, true
+}
+
+// routeLatest is the retry path of a call that met a retired module.
+func (c *Catalog) routeLatest(eventType string) (*route, bool) {
+	return c.snap.Load().route(eventType)
+}
+
+// Generation counts the snapshots published; it grows by one at every change.
+func (c *Catalog) Generation() uint64 { return c.snap.Load().gen }
+
+// publish builds and stores a new snapshot from the slots. c.mu held.
+func (c *Catalog) publish() {
+	c.gen++
+	entries := make([]entry, 0, len(c.slots))
+	migs := 0
+	for _, s := range c.slots {
+		entries = append(entries, entry{ld: s.active, mig: s.mig})
+		if s.mig != nil {
+			migs++
+		}
+	}
+	c.snap.Store(newSnapshot(c.gen, entries, c.routeLatest))
+	c.metrics.migrations.Set(float64(migs))
+}
+
+// retire closes a replaced drop-in module in the background, once its calls in
+// flight have finished. Built-ins stay loaded: they are the fallback of their
+// name. c.mu held.
+func (c *Catalog) retire(ld *loaded) {
+	if ld == nil || ld.origin == originBuiltin {
+		return
+	}
+	c.retiring.Add(1)
+	go func() {
+		defer c.retiring.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		defer cancel()
+		if err := ld.mod.Close(ctx); err != nil {
+			c.log.Warn().Err(err).Str("mapper", ld.mod.ID()).Str("file", ld.file).Msg("close retired mapper")
+		}
+	}()
+}
+
+// park marks a drop-in file as serving no traffic until its content changes.
+// c.mu held.
+func (c *Catalog) park(file, reason string) {
+	if fs, ok := c.files[file]; ok {
+		fs.state, fs.reason, fs.at = "parked", reason, time.Now().UTC()
+		c.log.Info().Str("file", file).Str("reason", reason).Msg("mapper file parked until its content changes")
+	}
+}
+
+// endMigration retires the candidate of s and records the outcome. c.mu held.
+func (c *Catalog) endMigration(s *slot, result, reason string) {
+	m := s.mig
+	if m == nil {
+		return
+	}
+	s.mig = nil
+	out := &MigrationOutcome{
+		Name: s.name, Result: result, Candidate: m.cand.mod.ID(), Reason: reason, At: time.Now().UTC(),
+		Matches: m.matches.Load(), Differences: m.differences.Load(),
+	}
+	if s.active != nil {
+		out.Active = s.active.mod.ID()
+	}
+	s.last = out
+	if result != "promoted" {
+		c.retire(m.cand)
+	}
+	c.log.Info().Str("mapper", s.name).Str("candidate", out.Candidate).Str("result", result).
+		Str("reason", reason).Int64("matches", out.Matches).Int64("differences", out.Differences).
+		Msg("mapper migration ended")
+}
+
+// removeFile applies the removal of a drop-in path: deletion wins over a
+// migration. c.mu held.
+func (c *Catalog) removeFile(p string, res *ReloadResult) {
+	for name, s := range c.slots {
+		activeGone := s.active.origin == originDropIn && s.active.file == p
+		candGone := s.mig != nil && s.mig.cand.file == p
+		switch {
+		case activeGone:
+			if s.mig != nil {
+				cf := s.mig.cand.file
+				c.endMigration(s, "cancelled", "the active module's file "+filepath.Base(p)+" was removed")
+				if cf != p {
+					c.park(cf, "migration cancelled: the active module's file was removed")
+				}
+			}
+			old := s.active
+			c.retire(old)
+			res.Removed = append(res.Removed, fmt.Sprintf("%s (%s)", old.mod.ID(), old.file))
+			if s.builtin != nil {
+				s.active = s.builtin
+			} else {
+				delete(c.slots, name)
+			}
+		case candGone:
+			id := s.mig.cand.mod.ID()
+			c.endMigration(s, "cancelled", "the candidate's file "+filepath.Base(p)+" was removed")
+			res.Removed = append(res.Removed, fmt.Sprintf("%s (%s)", id, p))
+		}
+	}
+}
+
+// place puts a freshly loaded drop-in into the catalogue. c.mu held.
+func (c *Catalog) place(ld *loaded, initial bool, res *ReloadResult) {
+	name := ld.mod.Manifest().Name
+	// The path served another module name before: that one is removed.
+	for n, s := range c.slots {
+		if n == name {
+			continue
+		}
+		if (s.active.origin == originDropIn && s.active.file == ld.file) || (s.mig != nil && s.mig.cand.file == ld.file) {
+			c.removeFile(ld.file, res)
+			break
+		}
+	}
+	s := c.slots[name]
+	role := "active"
+	defer func() {
+		res.Loaded = append(res.Loaded, fmt.Sprintf("%s (%s): %s", ld.mod.ID(), ld.file, role))
+		c.log.Info().Str("mapper", ld.mod.ID()).Str("file", ld.file).Str("role", role).Msg("mapper loaded")
+	}()
+	switch {
+	case s == nil:
+		c.slots[name] = &slot{name: name, active: ld}
+	case s.active.sha == ld.sha:
+		// The same code as the active module (a file restored, or a copy of
+		// the built-in): nothing changes but a candidate is no longer wanted.
+		if s.mig != nil && s.mig.cand.file == ld.file {
+			c.endMigration(s, "replaced", "the candidate's file now holds the active module")
+		}
+		c.retire(ld)
+		role = "same as active, unchanged"
+	case initial:
+		if s.active.origin == originDropIn {
+			// Two drop-ins of one name at start-up: the higher version wins.
+			keep, drop := s.active, ld
+			if semverLess(s.active.mod.Manifest().Version, ld.mod.Manifest().Version) ||
+				(s.active.mod.Manifest().Version == ld.mod.Manifest().Version && s.active.base < ld.base) {
+				keep, drop = ld, s.active
+			}
+			s.active = keep
+			c.retire(drop)
+			c.park(drop.file, "superseded at start-up by "+keep.mod.ID()+" ("+filepath.Base(keep.file)+")")
+			if drop == ld {
+				role = "superseded"
+			}
+		} else {
+			s.active = ld
+		}
+	case c.opts.Promote == PromoteImmediate:
+		if s.mig != nil {
+			cf := s.mig.cand.file
+			c.endMigration(s, "replaced", ld.mod.ID()+" replaced it (immediate promotion)")
+			if cf != ld.file {
+				c.park(cf, "candidate replaced by "+ld.mod.ID())
+			}
+		}
+		old := s.active
+		s.active = ld
+		c.retire(old)
+		if old.origin == originDropIn && old.file != ld.file {
+			c.park(old.file, "superseded by "+ld.mod.ID()+" ("+filepath.Base(ld.file)+")")
+		}
+	default:
+		if s.mig != nil {
+			cf := s.mig.cand.file
+			c.endMigration(s, "replaced", "a newer candidate "+ld.mod.ID()+" arrived")
+			if cf != ld.file {
+				c.park(cf, "candidate replaced by "+ld.mod.ID())
+			}
+		}
+		mname := name
+		s.mig = newMigration(ld, c.opts.SampleSize, func(match bool) {
+			r := "difference"
+			if match {
+				r = "match"
+			}
+			c.metrics.shadow.WithLabelValues(mname, r).Inc()
+		})
+		role = "candidate in shadow of " + s.active.mod.ID()
+	}
+}
+
+// change is a drop-in file whose content differs from what the catalogue
+// last saw at its path.
+type change struct {
+	f   found
+	c   content
+	ld  *loaded
+	err error
+}
+
+// Reload scans the drop-in directory now and applies what changed. Run calls
+// it on change notifications and periodically; tests and tools may call it
+// directly. Reloads are serialised.
+func (c *Catalog) Reload(ctx context.Context) ReloadResult {
+	return c.reload(ctx, "api")
+}
+
+func (c *Catalog) reload(ctx context.Context, trigger string) ReloadResult {
+	c.reloadMu.Lock()
+	defer c.reloadMu.Unlock()
+	res := ReloadResult{At: time.Now().UTC(), Trigger: trigger, OK: true}
+	if c.opts.Dir == "" {
+		return res
+	}
+	c.mu.Lock()
+	closed := c.closed
+	known := make(map[string]fileState, len(c.files))
+	for p, fs := range c.files {
+		known[p] = *fs
+	}
+	c.mu.Unlock()
+	if closed {
+		res.OK, res.Error = false, ErrClosed.Error()
+		return res
+	}
+
+	list, err := scanDir(c.opts.Dir)
+	if err != nil {
+		// An unreadable directory changes nothing: what works keeps working.
+		res.OK, res.Changed, res.Error = false, true, err.Error()
+		c.finish(&res)
+		return res
+	}
+	seen := map[string]bool{}
+	var changes []*change
+	var touched []found // same content, new stat
+	for _, f := range list {
+		seen[f.path] = true
+		fs, ok := known[f.path]
+		if ok && fs.key == f.key {
+			continue
+		}
+		ct, err := readContent(f.path)
+		if err != nil {
+			changes = append(changes, &change{f: f, err: err})
+			continue
+		}
+		if ok && fs.digest == ct.digest {
+			touched = append(touched, f)
+			continue
+		}
+		changes = append(changes, &change{f: f, c: ct})
+	}
+	var removed []string
+	for p := range known {
+		if !seen[p] {
+			removed = append(removed, p)
+		}
+	}
+	sort.Strings(removed)
+
+	for _, ch := range changes {
+		if ch.err != nil {
+			continue
+		}
+		ch.ld, ch.err = c.loadDropIn(ctx, ch.f, ch.c)
+	}
+	if ctx.Err() != nil {
+		for _, ch := range changes {
+			if ch.ld != nil {
+				_ = ch.ld.mod.Close(context.Background())
+			}
+		}
+		res.OK, res.Error = false, ctx.Err().Error()
+		return res
+	}
+
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		for _, ch := range changes {
+			if ch.ld != nil {
+				_ = ch.ld.mod.Close(context.Background())
+			}
+		}
+		res.OK, res.Error = false, ErrClosed.Error()
+		return res
+	}
+	for _, f := range touched {
+		if fs := c.files[f.path]; fs != nil {
+			fs.key = f.key
+		}
+	}
+	for _, p := range removed {
+		delete(c.files, p)
+		c.removeFile(p, &res)
+	}
+	for _, ch := range changes {
+		now := time.Now().UTC()
+		if ch.err != nil {
+			reason := ch.err.Error()
+			key := ch.f.key
+			if ch.c.digest == "" {
+				key = statKey{} // unreadable: try again at the next scan
+			}
+			c.files[ch.f.path] = &fileState{key: key, digest: ch.c.digest, sha: ch.c.sha, state: "rejected", reason: reason, at: now}
+			res.Rejected = append(res.Rejected, Rejection{File: ch.f.path, Reason: reason})
+			res.OK = false
+			c.log.Error().Str("file", ch.f.path).Str("reason", reason).
+				Msg("mapper module rejected; the modules in service are unchanged")
+			continue
+		}
+		c.files[ch.f.path] = &fileState{key: ch.f.key, digest: ch.c.digest, sha: ch.c.sha, at: now}
+		c.place(ch.ld, trigger == "start", &res)
+	}
+	res.Changed = len(changes) > 0 || len(removed) > 0
+	if res.Changed {
+		c.publish()
+	}
+	c.mu.Unlock()
+	if res.Changed || !res.OK {
+		c.finish(&res)
+	}
+	return res
+}
+
+// finish counts and records a reload that changed something or failed.
+func (c *Catalog) finish(res *ReloadResult) {
+	result := "ok"
+	if !res.OK {
+		result = "error"
+	}
+	c.metrics.reloads.WithLabelValues(result).Inc()
+	if res.OK {
+		c.metrics.lastOK.Set(1)
+	} else {
+		c.metrics.lastOK.Set(0)
+	}
+	c.mu.Lock()
+	c.reloads[result]++
+	r := *res
+	c.lastReload = &r
+	c.mu.Unlock()
+	ev := c.log.Info()
+	if !res.OK {
+		ev = c.log.Warn()
+	}
+	ev.Str("trigger", res.Trigger).Bool("ok", res.OK).Strs("loaded", res.Loaded).Strs("removed", res.Removed).
+		Int("rejected", len(res.Rejected)).Str("error", res.Error).Msg("mappers reloaded")
+}
+
+// loadDropIn compiles and validates a drop-in and runs its fixture pairs.
+func (c *Catalog) loadDropIn(ctx context.Context, f found, ct content) (*loaded, error) {
+	mod, err := c.load(ctx, f.path, ct.wasm, originDropIn)
+	if err != nil {
+		return nil, err
+	}
+	if ct.fixtures != "" {
+		if err := runFixtures(ctx, mod, ct.fixtures); err != nil {
+			_ = mod.Close(ctx)
+			return nil, fmt.Errorf("%s: %w", f.path, err)
+		}
+	}
+	return &loaded{mod: mod, origin: originDropIn, file: f.path, base: f.base, sha: ct.sha, at: time.Now().UTC()}, nil
+}
+
+// Promote makes the candidate of the module name active; the previous active
+// module finishes its calls in flight and is freed (a built-in stays loaded as
+// the fallback of its name).
+func (c *Catalog) Promote(ctx context.Context, name string) (MigrationOutcome, error) {
+	if err := ctx.Err(); err != nil {
+		return MigrationOutcome{}, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, err := c.migrating(name)
+	if err != nil {
+		return MigrationOutcome{}, err
+	}
+	old, cand := s.active, s.mig.cand
+	s.active = cand
+	c.endMigration(s, "promoted", "")
+	c.retire(old)
+	if old.origin == originDropIn && old.file != cand.file {
+		c.park(old.file, "superseded: "+cand.mod.ID()+" was promoted")
+	}
+	c.publish()
+	return *s.last, nil
+}
+
+// Abort ends the migration of the module name: the candidate is freed and its
+// file parked until its content changes. The active module is unaffected.
+func (c *Catalog) Abort(ctx context.Context, name string) (MigrationOutcome, error) {
+	if err := ctx.Err(); err != nil {
+		return MigrationOutcome{}, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, err := c.migrating(name)
+	if err != nil {
+		return MigrationOutcome{}, err
+	}
+	cf := s.mig.cand.file
+	c.endMigration(s, "aborted", "")
+	c.park(cf, "migration aborted; remove the file, or it is loaded as active at the next start")
+	c.publish()
+	return *s.last, nil
+}
+
+func (c *Catalog) migrating(name string) (*slot, error) {
+	if c.closed {
+		return nil, ErrClosed
+	}
+	s, ok := c.slots[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownModule, name)
+	}
+	if s.mig == nil {
+		return nil, fmt.Errorf("%w: %q", ErrNoMigration, name)
+	}
+	return s, nil
+}
+
+// Status returns the catalogue as `mappers` and GET /mappers show it.
+func (c *Catalog) Status() Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := Status{
+		Generation: c.gen,
+		Dir:        c.opts.Dir,
+		Promote:    c.opts.Promote.String(),
+		Reloads:    map[string]int{"ok": c.reloads["ok"], "error": c.reloads["error"]},
+	}
+	names := make([]string, 0, len(c.slots))
+	for n := range c.slots {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		s := c.slots[n]
+		ms := ModuleStatus{Name: n, State: StateActive, Active: s.active.info(), Last: s.last}
+		if s.mig != nil {
+			ms.State = StateMigrating
+			m := s.mig.status()
+			ms.Migration = &m
+		}
+		if s.builtin != nil && s.builtin != s.active {
+			b := s.builtin.info()
+			ms.Builtin = &b
+		}
+		st.Modules = append(st.Modules, ms)
+	}
+	st.Patterns = patterns(st.Modules)
+	files := make([]string, 0, len(c.files))
+	for p := range c.files {
+		files = append(files, p)
+	}
+	sort.Strings(files)
+	for _, p := range files {
+		fs := c.files[p]
+		if fs.state != "" {
+			st.Files = append(st.Files, FileStatus{File: p, SHA256: fs.sha, State: fs.state, Reason: fs.reason, At: fs.at})
+		}
+	}
+	st.Conflicts = c.snap.Load().conflicts()
+	if c.lastReload != nil {
+		r := *c.lastReload
+		st.LastReload = &r
+	}
+	return st
+}
+
+// Close stops serving and frees every module, waiting for calls in flight.
+// Route keeps answering from the last snapshot, whose modules then fail with
+// runtime.ErrClosed. The Engine is the caller's to close.
+func (c *Catalog) Close(ctx context.Context) error {
+	c.reloadMu.Lock()
+	defer c.reloadMu.Unlock()
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.mu.Unlock()
+	c.retiring.Wait()
+	return c.closeAll(ctx)
+}
+
+func (c *Catalog) closeAll(ctx context.Context) error {
+	c.mu.Lock()
+	var mods []module
+	seen := map[module]bool{}
+	add := func(ld *loaded) {
+		if ld != nil && !seen[ld.mod] {
+			seen[ld.mod] = true
+			mods = append(mods, ld.mod)
+		}
+	}
+	for _, s := range c.slots {
+		add(s.builtin)
+		add(s.active)
+		if s.mig != nil {
+			add(s.mig.cand)
+		}
+	}
+	c.mu.Unlock()
+	var errs []error
+	for _, m := range mods {
+		if err := m.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// semverLess compares MAJOR.MINOR.PATCH numerically; a pre-release sorts before
+// its release. Build metadata is ignored.
+func semverLess(a, b string) bool {
+	core := func(v string) ([3]int, string) {
+		if i := strings.IndexByte(v, '+'); i >= 0 {
+			v = v[:i]
+		}
+		pre := ""
+		if i := strings.IndexByte(v, '-'); i >= 0 {
+			v, pre = v[:i], v[i+1:]
+		}
+		var n [3]int
+		for i, p := range strings.SplitN(v, ".", 3) {
+			n[i], _ = strconv.Atoi(p)
+		}
+		return n, pre
+	}
+	an, ap := core(a)
+	bn, bp := core(b)
+	if an != bn {
+		for i := range an {
+			if an[i] != bn[i] {
+				return an[i] < bn[i]
+			}
+		}
+	}
+	switch {
+	case ap == bp:
+		return false
+	case ap == "":
+		return false
+	case bp == "":
+		return true
+	}
+	return ap < bp
+}

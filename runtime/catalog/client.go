@@ -1,0 +1,140 @@
+package catalog
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/tally-billing/tally-openstack-collector/outbox"
+)
+
+// Client calls the HTTP routes of NewHandler on a running daemon: what the
+// `mappers` and `deadletter` commands use when the daemon holds the outbox.
+//
+//	cl := &catalog.Client{BaseURL: "http://127.0.0.1:9469", Token: token}
+//	st, err := cl.Status(ctx)
+type Client struct {
+	BaseURL    string       // scheme://host:port, without the route
+	Token      string       // bearer token of the control routes; may be empty
+	HTTPClient *http.Client // nil: http.DefaultClient
+}
+
+// Status is GET /mappers.
+func (cl *Client) Status(ctx context.Context) (Status, error) {
+	var st Status
+	err := cl.do(ctx, http.MethodGet, "/mappers", nil, &st)
+	return st, err
+}
+
+// Promote is POST /mappers/{name}/promote.
+func (cl *Client) Promote(ctx context.Context, name string) (MigrationOutcome, error) {
+	var out MigrationOutcome
+	err := cl.do(ctx, http.MethodPost, "/mappers/"+url.PathEscape(name)+"/promote", nil, &out)
+	return out, err
+}
+
+// Abort is POST /mappers/{name}/abort.
+func (cl *Client) Abort(ctx context.Context, name string) (MigrationOutcome, error) {
+	var out MigrationOutcome
+	err := cl.do(ctx, http.MethodPost, "/mappers/"+url.PathEscape(name)+"/abort", nil, &out)
+	return out, err
+}
+
+// ListDeadLetters is GET /deadletters.
+func (cl *Client) ListDeadLetters(ctx context.Context, after uint64, limit int) ([]DeadLetterInfo, error) {
+	var page deadLetterPage
+	q := url.Values{}
+	q.Set("after", strconv.FormatUint(after, 10))
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	err := cl.do(ctx, http.MethodGet, "/deadletters?"+q.Encode(), nil, &page)
+	return page.DeadLetters, err
+}
+
+// ShowDeadLetter is GET /deadletters/{seq}.
+func (cl *Client) ShowDeadLetter(ctx context.Context, seq uint64) (DeadLetterDetail, error) {
+	var d DeadLetterDetail
+	err := cl.do(ctx, http.MethodGet, "/deadletters/"+strconv.FormatUint(seq, 10), nil, &d)
+	return d, err
+}
+
+// Replay is POST /deadletters/replay. On a failure the daemon reported after
+// replaying part of the letters, the report of that part is returned with
+// the error.
+func (cl *Client) Replay(ctx context.Context, opts ReplayOptions) (ReplayReport, error) {
+	body, err := json.Marshal(opts)
+	if err != nil {
+		return ReplayReport{}, err
+	}
+	var rep replayError
+	err = cl.do(ctx, http.MethodPost, "/deadletters/replay", body, &rep)
+	return rep.ReplayReport, err
+}
+
+// do sends one request and decodes the JSON answer into out; the answer of a
+// failed request is decoded too (a partial replay report), then the error
+// built from it returned.
+func (cl *Client) do(ctx context.Context, method, path string, body []byte, out any) error {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(cl.BaseURL, "/")+path, rd)
+	if err != nil {
+		return fmt.Errorf("catalog client: %w", err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if cl.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+cl.Token)
+	}
+	hc := cl.HTTPClient
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("catalog client: %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("catalog client: %s %s: read answer: %w", method, path, err)
+	}
+	if resp.StatusCode/100 == 2 {
+		if err := json.Unmarshal(raw, out); err != nil {
+			return fmt.Errorf("catalog client: %s %s: decode answer: %w", method, path, err)
+		}
+		return nil
+	}
+	_ = json.Unmarshal(raw, out)
+	var eb errorBody
+	_ = json.Unmarshal(raw, &eb)
+	if eb.Error == "" {
+		eb.Error = strings.TrimSpace(string(raw))
+	}
+	var sentinel error
+	switch {
+	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+		sentinel = ErrUnauthorized
+	case resp.StatusCode == http.StatusNotFound && strings.HasPrefix(path, "/mappers/"):
+		sentinel = ErrUnknownModule
+	case resp.StatusCode == http.StatusNotFound && strings.HasPrefix(path, "/deadletters/"):
+		sentinel = outbox.ErrNotFound
+	case resp.StatusCode == http.StatusConflict && strings.HasPrefix(path, "/mappers/"):
+		sentinel = ErrNoMigration
+	case resp.StatusCode == http.StatusConflict:
+		sentinel = ErrReplayBusy
+	default:
+		return fmt.Errorf("catalog client: %s %s: %s: %s", method, path, resp.Status, eb.Error)
+	}
+	return fmt.Errorf("catalog client: %s %s: %w: %s", method, path, sentinel, eb.Error)
+}

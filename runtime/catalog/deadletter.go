@@ -1,0 +1,275 @@
+package catalog
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tally-billing/tally-openstack-collector/mappers/fixture"
+	"github.com/tally-billing/tally-openstack-collector/outbox"
+	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
+)
+
+// DefaultReplayBatch is the number of dead letters replayed per outbox commit.
+const DefaultReplayBatch = 100
+
+// maxReplayFailures bounds the failures a ReplayReport lists.
+const maxReplayFailures = 50
+
+// DeadLetterInfo is a dead letter as listed: everything but the body.
+type DeadLetterInfo struct {
+	Seq        uint64    `json:"seq"`
+	At         time.Time `json:"at"`
+	Exchange   string    `json:"exchange,omitempty"`
+	RoutingKey string    `json:"routing_key,omitempty"`
+	EventType  string    `json:"event_type,omitempty"`
+	Module     string    `json:"module,omitempty"`
+	Reason     string    `json:"reason"`
+	Detail     string    `json:"detail,omitempty"`
+	BodyBytes  int       `json:"body_bytes"`
+}
+
+// DeadLetterDetail is one dead letter with its message, credentials
+// redacted: the inner oslo message (unwrapped from its envelope) as JSON, or
+// nothing when the body is not JSON.
+type DeadLetterDetail struct {
+	DeadLetterInfo
+	Message json.RawMessage `json:"message,omitempty"`
+}
+
+func infoOf(d outbox.StoredDeadLetter) DeadLetterInfo {
+	return DeadLetterInfo{
+		Seq: d.Seq, At: d.At, Exchange: d.Exchange, RoutingKey: d.RoutingKey, EventType: d.EventType,
+		Module: d.Module, Reason: d.Reason, Detail: d.Detail, BodyBytes: len(d.Body),
+	}
+}
+
+// ListDeadLetters lists up to limit dead letters after the sequence after,
+// oldest first (page on with the last Seq returned). Bodies are left out.
+func ListDeadLetters(ctx context.Context, ob *outbox.Outbox, after uint64, limit int) ([]DeadLetterInfo, error) {
+	ds, err := ob.ListDeadLetters(ctx, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]DeadLetterInfo, 0, len(ds))
+	for _, d := range ds {
+		out = append(out, infoOf(d))
+	}
+	return out, nil
+}
+
+// ShowDeadLetter returns one dead letter with its message, every member named
+// like a credential (password, token, secret, connection_info) redacted. It
+// wraps outbox.ErrNotFound for an unknown sequence.
+func ShowDeadLetter(ctx context.Context, ob *outbox.Outbox, seq uint64) (DeadLetterDetail, error) {
+	d, err := ob.GetDeadLetter(ctx, seq)
+	if err != nil {
+		return DeadLetterDetail{}, err
+	}
+	return DeadLetterDetail{DeadLetterInfo: infoOf(d), Message: redactedMessage(d.Body)}, nil
+}
+
+// redactedMessage unwraps an oslo envelope and returns the message with every
+// credential-named member replaced by "[redacted]"; nil when it is not JSON.
+func redactedMessage(body []byte) json.RawMessage {
+	v, ok := decodeJSON(body)
+	if !ok {
+		return nil
+	}
+	if m, isObj := v.(map[string]any); isObj {
+		if inner, isStr := m["oslo.message"].(string); isStr {
+			if iv, ok := decodeJSON([]byte(inner)); ok {
+				v = iv
+			}
+		}
+	}
+	redact(v)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil
+	}
+	return bytes.TrimRight(b.Bytes(), "\n")
+}
+
+func decodeJSON(b []byte) (any, bool) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil || dec.More() {
+		return nil, false
+	}
+	return v, true
+}
+
+func redact(v any) {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, c := range t {
+			if fixture.IsCredentialName(k) {
+				t[k] = "[redacted]"
+				continue
+			}
+			redact(c)
+		}
+	case []any:
+		for _, c := range t {
+			redact(c)
+		}
+	}
+}
+
+// ReplayOptions select what Replay does.
+type ReplayOptions struct {
+	// Seqs are the dead letters to replay; empty means all of them.
+	Seqs []uint64 `json:"seqs,omitempty"`
+	// BatchSize is the number of letters per outbox commit (default 100).
+	BatchSize int `json:"-"`
+}
+
+// ReplayFailure is a dead letter that still does not map.
+type ReplayFailure struct {
+	Seq       uint64 `json:"seq"`
+	EventType string `json:"event_type,omitempty"`
+	Module    string `json:"module,omitempty"`
+	Reason    string `json:"reason"`
+}
+
+// ReplayReport says what a replay did.
+type ReplayReport struct {
+	Examined int `json:"examined"`
+	// Replayed letters mapped (to zero or more events), were committed to the
+	// outbox and removed from the dead-letter area.
+	Replayed int `json:"replayed"`
+	Events   int `json:"events"`
+	// Remaining letters still fail (or are skipped); they stay, with the reason
+	// of this attempt.
+	Remaining int             `json:"remaining"`
+	Failures  []ReplayFailure `json:"failures,omitempty"` // the first few
+}
+
+// Replay maps dead letters again through the pipeline (and so through the
+// catalogue as it stands) and commits the resulting events to the outbox. A
+// letter is removed only after its events are committed; a crash in between
+// replays it again later, which the Reporting API absorbs (events are
+// idempotent by event_id). A letter that fails again stays, updated with the
+// new reason and module. Letters stored after the replay started are left
+// for the next one. Letters are replayed as AMQP messages (body, exchange,
+// routing key). Do not run two replays on one outbox at once.
+//
+// On an outbox error (ErrFull, ErrRefused) Replay stops and returns what it
+// did so far with the error.
+func Replay(ctx context.Context, ob *outbox.Outbox, p *pipeline.Pipeline, opts ReplayOptions) (ReplayReport, error) {
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = DefaultReplayBatch
+	}
+	var rep ReplayReport
+	if len(opts.Seqs) > 0 {
+		for i := 0; i < len(opts.Seqs); i += opts.BatchSize {
+			var batch []outbox.StoredDeadLetter
+			for _, seq := range opts.Seqs[i:min(i+opts.BatchSize, len(opts.Seqs))] {
+				d, err := ob.GetDeadLetter(ctx, seq)
+				if errors.Is(err, outbox.ErrNotFound) {
+					continue
+				}
+				if err != nil {
+					return rep, err
+				}
+				batch = append(batch, d)
+			}
+			if err := replayBatch(ctx, ob, p, batch, &rep); err != nil {
+				return rep, err
+			}
+		}
+		return rep, nil
+	}
+	// Only letters dead-lettered before the replay started are replayed: a
+	// letter that fails again is stored anew (stamped now, under a higher
+	// sequence) and must not be met twice, and a letter the consumer adds
+	// meanwhile was just refused by the same catalogue.
+	start := time.Now().UTC()
+	var after uint64
+	for {
+		page, err := ob.ListDeadLetters(ctx, after, opts.BatchSize)
+		if err != nil {
+			return rep, err
+		}
+		if len(page) == 0 {
+			return rep, nil
+		}
+		after = page[len(page)-1].Seq
+		batch := page[:0]
+		for _, d := range page {
+			if d.At.Before(start) {
+				batch = append(batch, d)
+			}
+		}
+		if err := replayBatch(ctx, ob, p, batch, &rep); err != nil {
+			return rep, err
+		}
+	}
+}
+
+func replayBatch(ctx context.Context, ob *outbox.Outbox, p *pipeline.Pipeline, batch []outbox.StoredDeadLetter, rep *ReplayReport) error {
+	var events [][]byte
+	var done, stale []uint64
+	var renewed []outbox.DeadLetter
+	for _, d := range batch {
+		rep.Examined++
+		r := p.Process(ctx, pipeline.Message{Body: d.Body, Exchange: d.Exchange, RoutingKey: d.RoutingKey})
+		if r.Outcome == pipeline.Mapped {
+			events = append(events, r.Events...)
+			done = append(done, d.Seq)
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rep.Remaining++
+		reason := r.Reason
+		if len(rep.Failures) < maxReplayFailures {
+			rep.Failures = append(rep.Failures, ReplayFailure{Seq: d.Seq, EventType: r.EventType, Module: r.Module, Reason: reason})
+		}
+		if reason == d.Reason && r.Module == d.Module {
+			continue // fails the same way: left as it is
+		}
+		nd := d.DeadLetter
+		nd.Reason, nd.Module, nd.At = reason, r.Module, time.Now().UTC()
+		if r.EventType != "" {
+			nd.EventType = r.EventType
+		}
+		nd.Detail = ""
+		if r.Err != nil {
+			nd.Detail = r.Err.Error()
+		}
+		renewed = append(renewed, nd)
+		stale = append(stale, d.Seq)
+	}
+	if len(events) > 0 {
+		if err := ob.Append(ctx, events); err != nil {
+			rep.Remaining += len(done)
+			return fmt.Errorf("replay: commit events: %w", err)
+		}
+	}
+	if len(done) > 0 {
+		if _, err := ob.DeleteDeadLetters(ctx, done...); err != nil {
+			return fmt.Errorf("replay: remove replayed letters: %w", err)
+		}
+		rep.Replayed += len(done)
+		rep.Events += len(events)
+	}
+	if len(renewed) > 0 {
+		// The new version first: a crash in between leaves both, never none.
+		if err := ob.AppendDeadLetters(ctx, renewed); err != nil {
+			return fmt.Errorf("replay: update failing letters: %w", err)
+		}
+		if _, err := ob.DeleteDeadLetters(ctx, stale...); err != nil {
+			return fmt.Errorf("replay: update failing letters: %w", err)
+		}
+	}
+	return nil
+}

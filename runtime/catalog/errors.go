@@ -1,0 +1,22 @@
+package catalog
+
+import "errors"
+
+var (
+	// ErrUnknownModule is returned by Promote and Abort for a module name the
+	// catalogue does not hold.
+	ErrUnknownModule = errors.New("catalog: unknown mapper")
+	// ErrNoMigration is returned by Promote and Abort when the named module has
+	// no candidate in shadow.
+	ErrNoMigration = errors.New("catalog: no migration in progress")
+	// ErrClosed is returned by calls on a closed Catalog.
+	ErrClosed = errors.New("catalog: closed")
+	// ErrUnauthorized is returned by Client methods when the daemon refused the
+	// token of a control route.
+	ErrUnauthorized = errors.New("catalog: unauthorized")
+	// ErrReplayBusy is returned by the replay route while another replay runs.
+	ErrReplayBusy = errors.New("catalog: a replay is already running")
+	// ErrNoDeadLetters is returned by the dead-letter routes and Client methods
+	// when the daemon serves no outbox.
+	ErrNoDeadLetters = errors.New("catalog: no dead-letter area")
+)

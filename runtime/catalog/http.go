@@ -1,0 +1,224 @@
+package catalog
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/rs/zerolog"
+
+	"github.com/tally-billing/tally-openstack-collector/outbox"
+	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
+)
+
+// HandlerOptions configure NewHandler.
+type HandlerOptions struct {
+	// Token is the bearer token the control routes (promote, abort, replay)
+	// require. Compared in constant time; never logged.
+	Token string
+	// OpenControl allows the control routes without a token. Set it only when
+	// the HTTP server listens on a loopback address. With neither Token nor
+	// OpenControl the control routes answer 403.
+	OpenControl bool
+	// Outbox and Pipeline serve the dead-letter routes; nil Outbox: they
+	// answer 404. Replay needs both.
+	Outbox   *outbox.Outbox
+	Pipeline *pipeline.Pipeline
+	Logger   zerolog.Logger
+}
+
+// maxListLimit bounds one page of GET /deadletters.
+const maxListLimit = 1000
+
+type handler struct {
+	c        *Catalog
+	opts     HandlerOptions
+	tokenSum [32]byte
+	replayMu sync.Mutex
+}
+
+// NewHandler returns the HTTP face of the catalogue and the dead-letter area,
+// for cmd to mount on its server:
+//
+//	GET  /mappers                  Status
+//	POST /mappers/{name}/promote   Promote (control)
+//	POST /mappers/{name}/abort     Abort (control)
+//	GET  /deadletters?after=N&limit=N   ListDeadLetters ({"dead_letters":[...]})
+//	GET  /deadletters/{seq}        ShowDeadLetter
+//	POST /deadletters/replay       Replay (control); optional body {"seqs":[...]}
+//
+// Control routes need "Authorization: Bearer <Token>" (see HandlerOptions).
+// Errors are JSON: {"error":"..."}.
+func NewHandler(c *Catalog, opts HandlerOptions) http.Handler {
+	h := &handler{c: c, opts: opts, tokenSum: sha256.Sum256([]byte(opts.Token))}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /mappers", h.status)
+	mux.HandleFunc("POST /mappers/{name}/promote", h.control(h.promote))
+	mux.HandleFunc("POST /mappers/{name}/abort", h.control(h.abort))
+	mux.HandleFunc("GET /deadletters", h.listDead)
+	mux.HandleFunc("GET /deadletters/{seq}", h.showDead)
+	mux.HandleFunc("POST /deadletters/replay", h.control(h.replay))
+	return mux
+}
+
+// control wraps a route with the bearer-token check.
+func (h *handler) control(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if h.opts.Token == "" {
+			if !h.opts.OpenControl {
+				writeError(w, http.StatusForbidden, "control routes are disabled: set a control token, or listen on a loopback address")
+				return
+			}
+			next(w, r)
+			return
+		}
+		auth := r.Header.Get("Authorization")
+		tok, ok := strings.CutPrefix(auth, "Bearer ")
+		sum := sha256.Sum256([]byte(tok))
+		if !ok || subtle.ConstantTimeCompare(sum[:], h.tokenSum[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tally-openstack-collector"`)
+			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+			return
+		}
+		next(w, r)
+	}
+}
+
+func (h *handler) status(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, h.c.Status())
+}
+
+func (h *handler) promote(w http.ResponseWriter, r *http.Request) {
+	out, err := h.c.Promote(r.Context(), r.PathValue("name"))
+	h.migrationReply(w, out, err)
+}
+
+func (h *handler) abort(w http.ResponseWriter, r *http.Request) {
+	out, err := h.c.Abort(r.Context(), r.PathValue("name"))
+	h.migrationReply(w, out, err)
+}
+
+func (h *handler) migrationReply(w http.ResponseWriter, out MigrationOutcome, err error) {
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusOK, out)
+	case errors.Is(err, ErrUnknownModule):
+		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, ErrNoMigration):
+		writeError(w, http.StatusConflict, err.Error())
+	default:
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+	}
+}
+
+func (h *handler) listDead(w http.ResponseWriter, r *http.Request) {
+	if h.opts.Outbox == nil {
+		writeError(w, http.StatusNotFound, ErrNoDeadLetters.Error())
+		return
+	}
+	q := r.URL.Query()
+	after, err1 := parseUint(q.Get("after"), 0)
+	limit, err2 := parseUint(q.Get("limit"), 100)
+	if err := errors.Join(err1, err2); err != nil || limit == 0 {
+		writeError(w, http.StatusBadRequest, "after and limit must be positive integers")
+		return
+	}
+	ds, err := ListDeadLetters(r.Context(), h.opts.Outbox, after, int(min(limit, maxListLimit)))
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, deadLetterPage{DeadLetters: ds})
+}
+
+type deadLetterPage struct {
+	DeadLetters []DeadLetterInfo `json:"dead_letters"`
+}
+
+func (h *handler) showDead(w http.ResponseWriter, r *http.Request) {
+	if h.opts.Outbox == nil {
+		writeError(w, http.StatusNotFound, ErrNoDeadLetters.Error())
+		return
+	}
+	seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "the dead letter is named by its sequence number")
+		return
+	}
+	d, err := ShowDeadLetter(r.Context(), h.opts.Outbox, seq)
+	switch {
+	case errors.Is(err, outbox.ErrNotFound):
+		writeError(w, http.StatusNotFound, err.Error())
+	case err != nil:
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+	default:
+		writeJSON(w, http.StatusOK, d)
+	}
+}
+
+func (h *handler) replay(w http.ResponseWriter, r *http.Request) {
+	if h.opts.Outbox == nil || h.opts.Pipeline == nil {
+		writeError(w, http.StatusNotFound, ErrNoDeadLetters.Error())
+		return
+	}
+	var opts ReplayOptions
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "read request body: "+err.Error())
+		return
+	}
+	if len(strings.TrimSpace(string(body))) > 0 {
+		if err := json.Unmarshal(body, &opts); err != nil {
+			writeError(w, http.StatusBadRequest, "request body: want {\"seqs\":[...]}: "+err.Error())
+			return
+		}
+	}
+	if !h.replayMu.TryLock() {
+		writeError(w, http.StatusConflict, ErrReplayBusy.Error())
+		return
+	}
+	defer h.replayMu.Unlock()
+	rep, err := Replay(r.Context(), h.opts.Outbox, h.opts.Pipeline, opts)
+	h.opts.Logger.Info().Int("examined", rep.Examined).Int("replayed", rep.Replayed).Int("events", rep.Events).
+		Int("remaining", rep.Remaining).Err(err).Msg("dead letters replayed")
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, replayError{ReplayReport: rep, Error: err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, rep)
+}
+
+type replayError struct {
+	ReplayReport
+	Error string `json:"error"`
+}
+
+func parseUint(s string, def uint64) (uint64, error) {
+	if s == "" {
+		return def, nil
+	}
+	return strconv.ParseUint(s, 10, 64)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+type errorBody struct {
+	Error string `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, errorBody{Error: msg})
+}

@@ -1,0 +1,38 @@
+package catalog
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	reloads    *prometheus.CounterVec
+	shadow     *prometheus.CounterVec
+	migrations prometheus.Gauge
+	lastOK     prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tally_collector_mapper_reloads_total",
+			Help: "Reloads of the drop-in mapper directory that changed something or failed, by result (ok, error).",
+		}, []string{"result"}),
+		shadow: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tally_collector_mapper_shadow_comparisons_total",
+			Help: "Calls of a candidate mapper in shadow compared with the active one, by mapper name and result (match, difference).",
+		}, []string{"mapper", "result"}),
+		migrations: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tally_collector_mapper_migrations",
+			Help: "Mapper migrations in progress (a candidate in shadow).",
+		}),
+		lastOK: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tally_collector_mapper_last_reload_ok",
+			Help: "1 when the last reload of the drop-in mapper directory took every change, 0 when it rejected something or failed.",
+		}),
+	}
+	m.reloads.WithLabelValues("ok")
+	m.reloads.WithLabelValues("error")
+	m.lastOK.Set(1)
+	if reg != nil {
+		reg.MustRegister(m.reloads, m.shadow, m.migrations, m.lastOK)
+	}
+	return m
+}

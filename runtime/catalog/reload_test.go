@@ -1,0 +1,110 @@
+package catalog_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
+	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
+)
+
+// TestHotReloadUnderLoadExactCount maps a steady stream from many goroutines
+// while the module is replaced again and again (in shadow then promoted,
+// or aborted): every message must be mapped exactly once,
+// none failed, none doubled.
+func TestHotReloadUnderLoadExactCount(t *testing.T) {
+	const workers = 8
+	cycles := 30
+	if testing.Short() {
+		cycles = 8
+	}
+	dir := t.TempDir()
+	drop(t, dir, "echo.wasm", "echo_v1")
+	c := newCatalog(t, catalog.Options{Dir: dir})
+	p := newPipeline(c)
+	ctx := context.Background()
+
+	var (
+		stop     atomic.Bool
+		progress atomic.Int64 // messages mapped so far
+		mu       sync.Mutex
+		seen     = map[string]int{} // event_id -> events carrying it
+		byMapper = map[string]int{}
+		sent     atomic.Int64
+		failures []string
+		wg       sync.WaitGroup
+	)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; !stop.Load(); i++ {
+				id := fmt.Sprintf("w%d-%d", w, i)
+				sent.Add(1)
+				r := p.Process(ctx, pipeline.Message{Body: body("test.load", id), Exchange: "test", RoutingKey: "notifications.info"})
+				mu.Lock()
+				if r.Outcome != pipeline.Mapped {
+					failures = append(failures, fmt.Sprintf("%s: %v %s %v", id, r.Outcome, r.Reason, r.Err))
+				}
+				for _, e := range r.Events {
+					ev := decodeEvent(t, e)
+					seen[ev.EventID]++
+					byMapper[ev.Source.Mapper]++
+				}
+				mu.Unlock()
+				progress.Add(1)
+			}
+		}()
+	}
+
+	// Wait until the stream has moved on by a few messages, so that every
+	// state of the catalogue carries traffic.
+	settle := func() {
+		from := progress.Load()
+		waitFor(t, "traffic", func() bool { return progress.Load() >= from+int64(workers) })
+	}
+	versions := []string{"echo_v1b", "echo_v2", "echo_v1"}
+	for i := range cycles {
+		settle()
+		drop(t, dir, "echo.wasm", versions[i%len(versions)])
+		if r := c.Reload(ctx); !r.OK || !r.Changed {
+			t.Fatalf("cycle %d: reload %+v", i, r)
+		}
+		settle() // the candidate shadows live traffic
+		var err error
+		switch i % 3 {
+		case 0, 1:
+			_, err = c.Promote(ctx, "echo")
+		case 2:
+			_, err = c.Abort(ctx, "echo")
+		}
+		if err != nil {
+			t.Fatalf("cycle %d: %v", i, err)
+		}
+	}
+	settle()
+	stop.Store(true)
+	wg.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(failures) > 0 {
+		t.Fatalf("%d messages not mapped, first: %s", len(failures), failures[0])
+	}
+	n := sent.Load()
+	if int64(len(seen)) != n {
+		t.Errorf("%d distinct events for %d messages", len(seen), n)
+	}
+	for id, k := range seen {
+		if k != 1 {
+			t.Errorf("event %s mapped %d times", id, k)
+		}
+	}
+	if len(byMapper) < 3 {
+		t.Errorf("traffic saw only %v; the swaps did not happen under load", byMapper)
+	}
+	t.Logf("%d messages, %d cycles, by mapper %v, generation %d", n, cycles, byMapper, c.Generation())
+}

@@ -1,0 +1,78 @@
+package catalog
+
+import (
+	"context"
+	"path/filepath"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// Run follows the drop-in directory until ctx is done: it watches the
+// directory itself (not the files, so that a Kubernetes ConfigMap update,
+// which swaps the ..data symlink, is seen) and reloads once notifications
+// have been quiet for Options.Debounce; it also reloads every
+// Options.RefreshInterval, which catches what a watch can miss (a network
+// filesystem, fixture files, a directory created after start-up). Without a
+// directory Run just waits. It returns nil when ctx is done.
+func (c *Catalog) Run(ctx context.Context) error {
+	if c.opts.Dir == "" {
+		<-ctx.Done()
+		return nil
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		c.log.Warn().Err(err).Msg("cannot watch the mappers directory; relying on the periodic refresh")
+		w = nil
+	}
+	var events chan fsnotify.Event
+	var errs chan error
+	watching := false
+	watch := func() {
+		if w == nil || watching {
+			return
+		}
+		if err := w.Add(c.opts.Dir); err != nil {
+			c.log.Warn().Err(err).Str("dir", c.opts.Dir).Msg("cannot watch the mappers directory yet; retrying at the next refresh")
+			return
+		}
+		watching = true
+	}
+	if w != nil {
+		defer w.Close()
+		events, errs = w.Events, w.Errors
+	}
+	watch()
+
+	tick := time.NewTicker(c.opts.RefreshInterval)
+	defer tick.Stop()
+	debounce := time.NewTimer(time.Hour)
+	debounce.Stop()
+	defer debounce.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-events:
+			if !ok {
+				events = nil
+				continue
+			}
+			if filepath.Clean(ev.Name) == filepath.Clean(c.opts.Dir) && ev.Has(fsnotify.Remove|fsnotify.Rename) {
+				watching = false // the directory itself went away; re-added by the refresh
+			}
+			debounce.Reset(c.opts.Debounce)
+		case err, ok := <-errs:
+			if !ok {
+				errs = nil
+				continue
+			}
+			c.log.Warn().Err(err).Msg("mappers directory watch")
+		case <-debounce.C:
+			c.reload(ctx, "watch")
+		case <-tick.C:
+			watch()
+			c.reload(ctx, "periodic")
+		}
+	}
+}

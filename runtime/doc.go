@@ -1,0 +1,54 @@
+// Package runtime is the WebAssembly host of the collector: it loads mapper
+// modules (ABI v1, docs/abi.md) into wazero and runs them under sandbox limits.
+//
+// # Life of a module
+//
+// Engine.Load compiles a module once (through the on-disk compilation cache, so a
+// restart does not recompile), checks its imports and exports against the ABI,
+// starts a first instance, calls its _initialize if it has one, and reads its
+// manifest. Anything wrong is an error that names the module and the reason and
+// wraps ErrInvalidModule.
+//
+// A Module keeps a pool of instances, grown on demand up to Config.PoolSize.
+// Module.Map takes an idle instance (or starts one, or waits for one), writes the
+// input into guest memory (tally_alloc), calls tally_map, validates the output,
+// copies the events out with the host's "source" filled in, and puts the
+// instance back. After any failure but a guest error the instance is closed and
+// a fresh one is started by the next call that needs it.
+//
+// # Input
+//
+// The caller parses each message once into a jsonindex.Index and passes it to
+// Map. The guest receives the raw bytes and may look members up through the
+// tally.field import, which answers from that Index: the guest never needs to
+// parse JSON itself.
+//
+// # Limits
+//
+//   - Memory: Config.MemoryLimit per instance (wazero's page limit). A guest
+//     that traps near the limit, or whose stderr reports running out of memory,
+//     fails with ReasonMemory.
+//   - Time: Config.CallTimeout per call (or the caller's deadline if earlier),
+//     enforced by a timer per instance. How an overrun is stopped depends on the
+//     module's Guard (see WithGuard): guarded code checks for termination at
+//     function entries and loop heads and is stopped at the deadline; unguarded
+//     code cannot be stopped, only detected.
+//   - Output: Config.MaxOutputBytes per call; Config.MaxEventBytes per event
+//     (larger events are left out and counted in Result.Oversize).
+//   - Imports: only the "tally" host module and WASI preview 1 (no preopened
+//     directories, no environment, no arguments; real clocks; stdout and stderr
+//     to the log, rate-limited).
+//
+// # Concurrency
+//
+// Engine and Module are safe for concurrent use; Map holds no lock while the
+// guest runs. An instance serves one call at a time. Module.Close waits for
+// calls in flight. A jsonindex.Index passed to Map is only read, and only during
+// the call.
+//
+// # Allocation
+//
+// A successful unguarded call allocates nothing but the copy of its events (one
+// buffer and the slice of events). Guarded calls add wazero's per-call watcher
+// (a goroutine and a channel per exported-function call).
+package runtime

@@ -1,0 +1,446 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/tally-billing/tally-openstack-collector/runtime/jsonindex"
+)
+
+var errMemory = errors.New("out of memory")
+
+// initTimeout bounds instantiation and _initialize.
+const initTimeout = 10 * time.Second
+
+// deadlineFired marks, in instance.deadline, a call the watchdog found past its
+// deadline.
+const deadlineFired = -1
+
+// callCtx is the context of every call into an instance. It is allocated once
+// per instance and reused; its Done channel is closed when a call overruns its
+// deadline, after which the instance is never used again. Host functions find
+// their instance through it.
+type callCtx struct {
+	inst  *instance
+	done  chan struct{}
+	fired atomic.Bool
+}
+
+var _ context.Context = (*callCtx)(nil)
+
+func (c *callCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (c *callCtx) Done() <-chan struct{}       { return c.done }
+func (c *callCtx) Value(any) any               { return nil }
+func (c *callCtx) Err() error {
+	if c.fired.Load() {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// instance is one instantiated module. It is used by one call at a time.
+type instance struct {
+	m       *Module
+	mod     api.Module
+	mem     api.Memory
+	alloc   api.Function
+	mapf    api.Function
+	guarded bool
+	cc      callCtx
+	// deadline of the call in progress, in Engine.clock time; 0 when idle,
+	// deadlineFired once the watchdog found it overran.
+	deadline atomic.Int64
+	oom      atomic.Bool
+	lastDur  time.Duration
+
+	in       *jsonindex.Index // input of the call in progress (tally.field)
+	out      jsonindex.Index  // output parser, reused
+	children []jsonindex.Child
+	members  []jsonindex.Child
+	path     []byte
+	src      []byte // the "source" member of this call
+	buf      []byte // events being built
+	ends     []int
+	stack    [2]uint64
+}
+
+func (m *Module) newInstance(ctx context.Context, guarded bool) (*instance, error) {
+	m.cmu.Lock()
+	cm := m.compiled[boolIdx(guarded)]
+	m.cmu.Unlock()
+	if cm == nil {
+		return nil, errors.New("no compiled code")
+	}
+	inst := &instance{m: m, guarded: guarded}
+	inst.cc.inst = inst
+	inst.cc.done = make(chan struct{})
+	stdout := &lineWriter{log: m.glog, level: levelStdout, stream: "stdout"}
+	stderr := &lineWriter{log: m.glog, level: levelStderr, stream: "stderr", oom: &inst.oom}
+	cfg := m.e.modCfg.WithStdout(stdout).WithStderr(stderr)
+
+	ictx, cancel := context.WithTimeout(ctx, initTimeout)
+	defer cancel()
+	mod, err := m.e.runtime(guarded).InstantiateModule(ictx, cm, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("instantiate: %w", err)
+	}
+	inst.mod = mod
+	inst.mem = mod.Memory()
+	inst.alloc = mod.ExportedFunction("tally_alloc")
+	inst.mapf = mod.ExportedFunction("tally_map")
+	if inst.mem == nil || inst.alloc == nil || inst.mapf == nil {
+		_ = mod.Close(ctx)
+		return nil, errors.New("exports missing after instantiation")
+	}
+	if init := mod.ExportedFunction("_initialize"); init != nil {
+		if _, err := init.Call(ictx); err != nil {
+			_ = mod.Close(ctx)
+			if inst.oom.Load() {
+				return nil, fmt.Errorf("_initialize: %w: %v", errMemory, err)
+			}
+			return nil, fmt.Errorf("_initialize: %w", err)
+		}
+	}
+	m.e.track(inst)
+	return inst, nil
+}
+
+// expire is called by the watchdog with the deadline it saw; it marks the call
+// as overrun unless that call has ended in the meantime.
+func (inst *instance) expire(d int64) {
+	if !inst.deadline.CompareAndSwap(d, deadlineFired) {
+		return
+	}
+	if inst.guarded {
+		inst.cc.fired.Store(true)
+		close(inst.cc.done) // wazero's watcher stops the guest
+		return
+	}
+	inst.m.untrust()
+}
+
+func (inst *instance) close() {
+	inst.m.e.untrack(inst)
+	if inst.mod != nil {
+		_ = inst.mod.Close(context.Background())
+	}
+}
+
+func (inst *instance) readManifest(ctx context.Context) (Manifest, error) {
+	fn := inst.mod.ExportedFunction("tally_manifest")
+	d := inst.m.e.clock() + int64(initTimeout)
+	inst.deadline.Store(d)
+	res, err := fn.Call(&inst.cc)
+	if !inst.deadline.CompareAndSwap(d, 0) && err == nil {
+		err = errors.New("deadline passed")
+	}
+	if err != nil {
+		return Manifest{}, fmt.Errorf("tally_manifest failed: %v", err)
+	}
+	ptr, n := uint32(res[0]>>32), uint32(res[0])
+	b, ok := inst.mem.Read(ptr, n)
+	if !ok {
+		return Manifest{}, fmt.Errorf("tally_manifest answered bytes [%d,+%d) outside memory of %d bytes", ptr, n, inst.mem.Size())
+	}
+	mf, err := parseManifest(b)
+	if err != nil {
+		return Manifest{}, fmt.Errorf("bad manifest: %w", err)
+	}
+	return mf, nil
+}
+
+// maxSpan is the largest offset or length the tally.field result can carry.
+const maxSpan = 1<<28 - 1
+
+// call runs one mapping. On error the reason says why; the caller discards the
+// instance unless the reason is ReasonGuestError.
+func (inst *instance) call(in *jsonindex.Index, src Source, timeout time.Duration) (Result, Reason, error) {
+	var input []byte
+	if in != nil {
+		input = in.Bytes()
+	}
+	if len(input) > maxSpan {
+		return Result{}, ReasonABI, fmt.Errorf("input of %d bytes over the ABI limit of %d", len(input), maxSpan)
+	}
+	if timeout <= 0 {
+		return Result{}, ReasonTimeout, errors.New("deadline passed before the call")
+	}
+	inst.in = in
+	e := inst.m.e
+	start := e.clock()
+	d := start + int64(timeout)
+	inst.deadline.Store(d)
+	ptr, len32, reason, err := inst.invoke(input)
+	fired := !inst.deadline.CompareAndSwap(d, 0)
+	inst.lastDur = time.Duration(e.clock() - start)
+	inst.in = nil
+	if err == nil && fired {
+		// Finished right at the deadline: the guest may have been stopped or
+		// its context closed; do not reuse the instance.
+		err, reason = fmt.Errorf("call finished at its deadline of %v", timeout), ReasonTimeout
+	}
+	if err != nil {
+		if fired {
+			return Result{}, ReasonTimeout, fmt.Errorf("call overran its deadline of %v: %w", timeout, err)
+		}
+		return Result{}, reason, err
+	}
+	if int64(len32) > int64(inst.m.e.cfg.MaxOutputBytes) {
+		return Result{}, ReasonInvalidOutput, fmt.Errorf("output of %d bytes over the limit of %d", len32, inst.m.e.cfg.MaxOutputBytes)
+	}
+	out, ok := inst.mem.Read(ptr, len32)
+	if !ok {
+		return Result{}, ReasonABI, fmt.Errorf("output span [%d,+%d) outside memory of %d bytes", ptr, len32, inst.mem.Size())
+	}
+	return inst.buildResult(in, out, src)
+}
+
+// invoke writes the input into guest memory and calls tally_map.
+func (inst *instance) invoke(input []byte) (ptr, n uint32, reason Reason, err error) {
+	var inPtr uint32
+	if len(input) > 0 {
+		inst.stack[0] = uint64(len(input))
+		if err := inst.alloc.CallWithStack(&inst.cc, inst.stack[:]); err != nil {
+			return 0, 0, inst.classify(err), fmt.Errorf("tally_alloc: %w", err)
+		}
+		inPtr = uint32(inst.stack[0])
+		if inPtr == 0 {
+			return 0, 0, ReasonMemory, fmt.Errorf("tally_alloc(%d) returned 0", len(input))
+		}
+		if !inst.mem.Write(inPtr, input) {
+			return 0, 0, ReasonABI, fmt.Errorf("tally_alloc(%d) returned %d: outside memory of %d bytes", len(input), inPtr, inst.mem.Size())
+		}
+	}
+	inst.stack[0] = uint64(inPtr)
+	inst.stack[1] = uint64(len(input))
+	if err := inst.mapf.CallWithStack(&inst.cc, inst.stack[:]); err != nil {
+		return 0, 0, inst.classify(err), fmt.Errorf("tally_map: %w", err)
+	}
+	r := inst.stack[0]
+	return uint32(r >> 32), uint32(r), "", nil
+}
+
+// classify names the reason of an error returned by a call into the guest.
+func (inst *instance) classify(err error) Reason {
+	if inst.deadline.Load() == deadlineFired {
+		return ReasonTimeout
+	}
+	var exit *sys.ExitError
+	if errors.As(err, &exit) && (exit.ExitCode() == sys.ExitCodeDeadlineExceeded || exit.ExitCode() == sys.ExitCodeContextCanceled) {
+		return ReasonTimeout
+	}
+	if inst.oom.Load() || inst.nearMemoryLimit() {
+		return ReasonMemory
+	}
+	return ReasonTrap
+}
+
+// nearMemoryLimit reports whether the instance's memory is within 1 MiB of the
+// limit: a trap there is most likely a failed allocation.
+func (inst *instance) nearMemoryLimit() bool {
+	return uint64(inst.mem.Size())+1<<20 > uint64(inst.m.e.cfg.MemoryLimit)
+}
+
+// buildResult validates the output and writes the final events, "source"
+// filled. The events are copied into one new buffer: the only allocation of a
+// successful call that produces events.
+func (inst *instance) buildResult(in *jsonindex.Index, out []byte, src Source) (Result, Reason, error) {
+	x := &inst.out
+	defer x.Reset()
+	if err := x.Parse(out); err != nil {
+		return Result{}, ReasonInvalidOutput, fmt.Errorf("output is not JSON: %w", err)
+	}
+	if k, _, _ := x.Lookup(""); k != jsonindex.Object {
+		return Result{}, ReasonInvalidOutput, fmt.Errorf("output is a JSON %v, not an object", k)
+	}
+	if k, s, e := x.Lookup("error"); k != jsonindex.Missing {
+		msg := string(out[s:e])
+		if k == jsonindex.String {
+			if u, err := jsonindex.AppendUnquote(nil, out[s:e]); err == nil {
+				msg = string(u)
+			}
+		}
+		return Result{}, ReasonGuestError, fmt.Errorf("guest error: %s", msg)
+	}
+	if k, _, _ := x.Lookup("events"); k != jsonindex.Array {
+		return Result{}, ReasonInvalidOutput, errors.New(`output has neither an "events" array nor an "error"`)
+	}
+	inst.children = x.AppendChildren(inst.children[:0], "events")
+	if len(inst.children) == 0 {
+		return Result{}, "", nil
+	}
+	inst.buildSource(in, src)
+	maxEvent := inst.m.e.cfg.MaxEventBytes
+	buf := inst.buf[:0]
+	ends := inst.ends[:0]
+	var res Result
+	for i, ev := range inst.children {
+		if ev.Kind != jsonindex.Object {
+			return Result{}, ReasonInvalidOutput, fmt.Errorf("event %d is a JSON %v, not an object", i, ev.Kind)
+		}
+		inst.path = strconv.AppendInt(append(inst.path[:0], "events."...), int64(i), 10)
+		inst.members = x.AppendChildrenBytes(inst.members[:0], inst.path)
+		begin := len(buf)
+		buf = append(buf, '{')
+		hasType := false
+		for _, mb := range inst.members {
+			key := out[mb.KeyStart:mb.KeyEnd]
+			if keyIs(key, "source") {
+				continue
+			}
+			if keyIs(key, "event_type") {
+				if mb.Kind != jsonindex.String || mb.End == mb.Start {
+					return Result{}, ReasonInvalidOutput, fmt.Errorf("event %d: event_type is not a non-empty string", i)
+				}
+				hasType = true
+			}
+			end := mb.End
+			if mb.Kind == jsonindex.String {
+				end++ // closing quote
+			}
+			buf = append(buf, out[mb.KeyStart-1:end]...)
+			buf = append(buf, ',')
+		}
+		if !hasType {
+			return Result{}, ReasonInvalidOutput, fmt.Errorf("event %d has no event_type", i)
+		}
+		buf = append(buf, inst.src...)
+		buf = append(buf, '}')
+		if len(buf)-begin > maxEvent {
+			buf = buf[:begin]
+			res.Oversize++
+			continue
+		}
+		ends = append(ends, len(buf))
+	}
+	inst.buf, inst.ends = buf, ends
+	if len(ends) > 0 {
+		all := make([]byte, len(buf))
+		copy(all, buf)
+		res.Events = make([][]byte, len(ends))
+		prev := 0
+		for i, end := range ends {
+			res.Events[i] = all[prev:end:end]
+			prev = end
+		}
+	}
+	if cap(inst.buf) > 4*maxEvent && cap(inst.buf) > 1<<20 {
+		inst.buf = nil // do not keep a rare huge buffer
+	}
+	return res, "", nil
+}
+
+// keyIs compares a JSON-escaped member name with a plain one.
+func keyIs(raw []byte, name string) bool {
+	if string(raw) == name {
+		return true
+	}
+	for _, c := range raw {
+		if c == '\\' {
+			u, err := jsonindex.AppendUnquote(nil, raw)
+			return err == nil && string(u) == name
+		}
+	}
+	return false
+}
+
+// buildSource writes `"source":{...}` for this call into inst.src.
+func (inst *instance) buildSource(in *jsonindex.Index, src Source) {
+	b := append(inst.src[:0], `"source":{"exchange":`...)
+	b = appendJSONString(b, src.Exchange)
+	b = append(b, `,"routing_key":`...)
+	b = appendJSONString(b, src.RoutingKey)
+	if in != nil {
+		if k, s, e := in.Lookup("publisher_id"); k == jsonindex.String {
+			b = append(b, `,"publisher_id":"`...)
+			b = append(b, in.Bytes()[s:e]...)
+			b = append(b, '"')
+		}
+	}
+	b = append(b, `,"mapper":`...)
+	b = appendJSONString(b, inst.m.id)
+	inst.src = append(b, '}')
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString appends s as a JSON string.
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20:
+			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&15])
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
+}
+
+// Host module "tally".
+
+func instantiateHost(ctx context.Context, rt wazero.Runtime) error {
+	_, err := rt.NewHostModuleBuilder(hostModule).
+		NewFunctionBuilder().
+		WithGoModuleFunction(api.GoModuleFunc(hostLog), []api.ValueType{i32, i32, i32}, nil).
+		WithParameterNames("level", "ptr", "len").
+		Export("log").
+		NewFunctionBuilder().
+		WithGoModuleFunction(api.GoModuleFunc(hostField), []api.ValueType{i32, i32}, []api.ValueType{i64}).
+		WithParameterNames("path_ptr", "path_len").
+		Export("field").
+		Instantiate(ctx)
+	return err
+}
+
+// abortIfExpired stops an unguarded guest that overran its deadline at its
+// next host call: the one place unguarded code can still be stopped.
+func (cc *callCtx) abortIfExpired() {
+	if cc.inst.deadline.Load() == deadlineFired {
+		panic(sys.NewExitError(sys.ExitCodeDeadlineExceeded))
+	}
+}
+
+func hostLog(ctx context.Context, mod api.Module, stack []uint64) {
+	cc, ok := ctx.(*callCtx)
+	if !ok {
+		return
+	}
+	cc.abortIfExpired()
+	b, ok := mod.Memory().Read(uint32(stack[1]), uint32(stack[2]))
+	if !ok {
+		return
+	}
+	cc.inst.m.glog.write(abiLevel(int32(uint32(stack[0]))), "log", b)
+}
+
+func hostField(ctx context.Context, mod api.Module, stack []uint64) {
+	ptr, n := uint32(stack[0]), uint32(stack[1])
+	stack[0] = 0 // missing
+	cc, ok := ctx.(*callCtx)
+	if !ok || cc.inst.in == nil {
+		return
+	}
+	cc.abortIfExpired()
+	path, ok := mod.Memory().Read(ptr, n)
+	if !ok {
+		return
+	}
+	k, s, e := cc.inst.in.LookupBytes(path)
+	if k == jsonindex.Missing || s > maxSpan || e-s > maxSpan {
+		return
+	}
+	stack[0] = uint64(k)<<56 | uint64(s)<<28 | uint64(e-s)
+}

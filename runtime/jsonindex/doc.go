@@ -1,0 +1,46 @@
+// Package jsonindex parses a JSON document once, in one pass, into a flat table
+// of nodes, and answers path lookups from that table without touching the input
+// again.
+//
+// # Layout
+//
+// The node table holds one entry per JSON value in document order (pre-order).
+// Every entry records its kind, the byte span of its value in the input (for a
+// string: the characters between the quotes, still escaped), the span of its
+// member name when it is the member of an object, and the index of the first
+// entry after its subtree. The children of a container are therefore found by
+// starting at the entry after it and jumping from sibling to sibling; a lookup
+// never scans the bytes of a value it does not return.
+//
+//	{"a":1,"b":[true,"x"]}
+//
+//	#  kind    key  next
+//	0  object  -    5
+//	1  number  a    2
+//	2  array   b    5
+//	3  true    -    4
+//	4  string  -    5
+//
+// # Paths
+//
+// Lookup takes the path syntax of the mapper ABI (docs/abi.md): member names
+// separated by '.', a decimal segment indexes an array, a backslash makes the
+// next character literal (so `oslo\.message` names the member "oslo.message"),
+// and the empty path is the whole document. Member names in the input may be
+// JSON-escaped; they are compared after unescaping.
+//
+// # Invariants
+//
+//   - Parse validates the whole document (RFC 8259 grammar, string escapes,
+//     UTF-8, control characters, nesting up to MaxDepth) before it reports success;
+//     on error the Index answers every lookup with Missing.
+//   - Parse keeps a reference to the input; it does not copy it. The caller must
+//     not modify the input while the Index refers to it.
+//   - After warm-up (once the buffers have grown to the largest document seen)
+//     Parse and Lookup allocate nothing.
+//
+// # Concurrency
+//
+// An Index is not safe for concurrent use: one goroutine parses and looks up.
+// Keep one Index per worker and reuse it.
+package jsonindex

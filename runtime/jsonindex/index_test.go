@@ -1,0 +1,346 @@
+package jsonindex
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+func mustParse(t testing.TB, x *Index, s string) {
+	t.Helper()
+	if err := x.Parse([]byte(s)); err != nil {
+		t.Fatalf("Parse(%q): %v", s, err)
+	}
+}
+
+func TestLookup(t *testing.T) {
+	doc := `{"a":1,"b":[true,"x",{"c":null}],"oslo.message":"m","e\u0073c":"\"q\"","":{"":false},
+	"payload":{"fixed_ips":[{"address":"10.0.0.1"},{"address":"10.0.0.2"}],"n":-1.5e3,"o":{},"l":[]}, "dup":1, "dup":2}`
+	var x Index
+	mustParse(t, &x, doc)
+	cases := []struct {
+		path string
+		kind Kind
+		text string
+	}{
+		{"", Object, doc},
+		{"a", Number, "1"},
+		{"b", Array, `[true,"x",{"c":null}]`},
+		{"b.0", True, "true"},
+		{"b.1", String, "x"},
+		{"b.2.c", Null, "null"},
+		{"b.3", Missing, ""},
+		{"b.x", Missing, ""},
+		{"b.-1", Missing, ""},
+		{"a.b", Missing, ""},
+		{"oslo\\.message", String, "m"},
+		{"oslo.message", Missing, ""},
+		{"esc", String, `\"q\"`},
+		{".", False, "false"},
+		{"payload.fixed_ips.1.address", String, "10.0.0.2"},
+		{"payload.fixed_ips.0.address", String, "10.0.0.1"},
+		{"payload.n", Number, "-1.5e3"},
+		{"payload.o", Object, "{}"},
+		{"payload.l", Array, "[]"},
+		{"payload.l.0", Missing, ""},
+		{"payload.", Missing, ""},
+		{"nope", Missing, ""},
+		{"dup", Number, "1"}, // first member wins
+	}
+	for _, c := range cases {
+		k, s, e := x.Lookup(c.path)
+		if k != c.kind || string(x.Bytes()[s:e]) != c.text {
+			t.Errorf("Lookup(%q) = %v %q, want %v %q", c.path, k, x.Bytes()[s:e], c.kind, c.text)
+		}
+		k2, s2, e2 := x.LookupBytes([]byte(c.path))
+		if k2 != k || s2 != s || e2 != e {
+			t.Errorf("LookupBytes(%q) differs from Lookup", c.path)
+		}
+	}
+}
+
+func TestScalarRoot(t *testing.T) {
+	var x Index
+	for _, c := range []struct {
+		doc  string
+		kind Kind
+		text string
+	}{{` "s" `, String, "s"}, {"12", Number, "12"}, {"null", Null, "null"}, {"\tfalse\n", False, "false"}} {
+		mustParse(t, &x, c.doc)
+		k, s, e := x.Lookup("")
+		if k != c.kind || string(x.Bytes()[s:e]) != c.text {
+			t.Errorf("%q: got %v %q", c.doc, k, x.Bytes()[s:e])
+		}
+		if k, _, _ := x.Lookup("a"); k != Missing {
+			t.Errorf("%q: member of a scalar found", c.doc)
+		}
+	}
+}
+
+func TestInvalid(t *testing.T) {
+	bad := []string{
+		``, ` `, `{`, `}`, `[1,]`, `{"a":1,}`, `{"a" 1}`, `{a:1}`, `[1 2]`, `01`, `1.`, `.5`, `-`, `1e`, `+1`,
+		`"abc`, `"a\qb"`, `"\u12g4"`, "\"a\x01b\"", "\"\xff\"", `tru`, `nul`, `falsey`, `{} {}`, `[1]]`,
+		`{"a":1]`, `[1}`, `NaN`, `"\ud800` + "\\", `{"a":}`, `{,}`, `[,1]`,
+	}
+	var x Index
+	for _, b := range bad {
+		err := x.Parse([]byte(b))
+		if !errors.Is(err, ErrSyntax) {
+			t.Errorf("Parse(%q) = %v, want ErrSyntax", b, err)
+		}
+		if x.Valid() {
+			t.Errorf("Parse(%q): Valid after an error", b)
+		}
+		if k, _, _ := x.Lookup(""); k != Missing {
+			t.Errorf("Parse(%q): lookup after an error = %v", b, k)
+		}
+		if !bytes.Equal(x.Bytes(), []byte(b)) {
+			t.Errorf("Parse(%q): Bytes not kept", b)
+		}
+	}
+}
+
+func TestDepth(t *testing.T) {
+	var x Index
+	ok := strings.Repeat("[", MaxDepth) + strings.Repeat("]", MaxDepth)
+	if err := x.Parse([]byte(ok)); err != nil {
+		t.Fatalf("depth %d: %v", MaxDepth, err)
+	}
+	deep := strings.Repeat(`{"a":`, MaxDepth+1) + "1" + strings.Repeat("}", MaxDepth+1)
+	if err := x.Parse([]byte(deep)); !errors.Is(err, ErrDepth) {
+		t.Fatalf("depth %d: got %v, want ErrDepth", MaxDepth+1, err)
+	}
+}
+
+func TestSetRaw(t *testing.T) {
+	var x Index
+	mustParse(t, &x, `{"a":1}`)
+	x.SetRaw([]byte("<14>not json"))
+	if x.Valid() || string(x.Bytes()) != "<14>not json" {
+		t.Fatalf("SetRaw: Valid=%v Bytes=%q", x.Valid(), x.Bytes())
+	}
+	if k, _, _ := x.Lookup(""); k != Missing {
+		t.Fatalf("lookup on raw input = %v", k)
+	}
+	if k, _, _ := x.Lookup("a"); k != Missing {
+		t.Fatalf("lookup on raw input = %v", k)
+	}
+}
+
+func TestAppendUnquote(t *testing.T) {
+	cases := map[string]string{
+		`plain`:                "plain",
+		`a\"b\\c\/d\b\f\n\r\t`: "a\"b\\c/d\b\f\n\r\t",
+		`\u00e9t\u00E9`:        "été",
+		`\ud83d\ude00!`:        "😀!",
+		`\ud800x`:              "\uFFFDx",
+		`\udc00`:               "\uFFFD",
+		"héllo":                "héllo",
+	}
+	for in, want := range cases {
+		got, err := AppendUnquote([]byte(">"), []byte(in))
+		if err != nil || string(got) != ">"+want {
+			t.Errorf("AppendUnquote(%q) = %q, %v; want %q", in, got, err, want)
+		}
+		// Agree with encoding/json.
+		var s string
+		if err := json.Unmarshal([]byte(`"`+in+`"`), &s); err != nil || s != want {
+			t.Errorf("encoding/json disagrees on %q: %q %v", in, s, err)
+		}
+	}
+	for _, in := range []string{`\`, `\x`, `\u12`, `\u12x4`} {
+		if _, err := AppendUnquote(nil, []byte(in)); !errors.Is(err, ErrSyntax) {
+			t.Errorf("AppendUnquote(%q) err = %v", in, err)
+		}
+	}
+}
+
+func TestNovaSample(t *testing.T) {
+	src := readNova(t)
+	var x Index
+	if err := x.Parse(src); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{
+		"event_type":          "compute.instance.exists",
+		"payload.instance_id": "3a513875-95c9-4012-a3e7-f90c678854e5",
+		"payload.memory_mb":   "512",
+		"_context_roles.0":    "admin",
+		"publisher_id":        "compute.vagrant-precise",
+		"payload.ramdisk_id":  "1e3ce043029547f1a61c1996d1a531a6",
+		"payload.bandwidth":   "{}",
+		"_context_auth_token": "null",
+		"_context_is_admin":   "true",
+	} {
+		k, s, e := x.Lookup(path)
+		if k == Missing || string(src[s:e]) != want {
+			t.Errorf("%s = %v %q, want %q", path, k, src[s:e], want)
+		}
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		if err := x.Parse(src); err != nil {
+			t.Fatal(err)
+		}
+		x.Lookup("payload.instance_id")
+		x.LookupBytes([]byte("payload.ramdisk_id"))
+	})
+	if allocs != 0 {
+		t.Errorf("Parse+Lookup allocate %v times after warm-up", allocs)
+	}
+}
+
+func readNova(t testing.TB) []byte {
+	t.Helper()
+	src, err := os.ReadFile("../testdata/nova-compute.instance.exists.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src
+}
+
+// check verifies an index against encoding/json for a document it accepted.
+func check(t *testing.T, x *Index, src []byte) {
+	var doc any
+	if err := unmarshal(src, &doc); err != nil {
+		t.Fatalf("Parse accepted %q, encoding/json refuses it: %v", src, err)
+	}
+	obj, ok := doc.(map[string]any)
+	if !ok {
+		return
+	}
+	// Look every top-level member up by its (escaped) name; compare values.
+	// encoding/json keeps the last of duplicate names, the index the first, so
+	// only compare names that occur once.
+	counts := map[string]int{}
+	for c := int32(1); c < x.nodes[0].next; c = x.nodes[c].next {
+		name, _ := AppendUnquote(nil, src[x.nodes[c].key0:x.nodes[c].key1])
+		counts[string(name)]++
+	}
+	for name, want := range obj {
+		if counts[name] != 1 || name == "" { // the empty path is the document itself
+			continue
+		}
+		path := strings.NewReplacer(`\`, `\\`, `.`, `\.`).Replace(name)
+		k, s, e := x.Lookup(path)
+		if k == Missing {
+			t.Fatalf("member %q (path %q) not found in %q", name, path, src)
+		}
+		text := src[s:e]
+		if k == String {
+			text = []byte(`"` + string(text) + `"`)
+		}
+		var got any
+		if err := unmarshal(text, &got); err != nil {
+			t.Fatalf("member %q: span %q not JSON: %v", name, text, err)
+		}
+		gb, _ := json.Marshal(got)
+		wb, _ := json.Marshal(want)
+		if !bytes.Equal(gb, wb) {
+			t.Fatalf("member %q: got %s want %s", name, gb, wb)
+		}
+	}
+}
+
+func unmarshal(b []byte, v any) error {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	return d.Decode(v)
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(`{"a":[1,2,{"b":"c\u00e9"}],"d.e":null}`))
+	f.Add([]byte(`[true,false,-0.5E+2,"\ud83d\ude00"]`))
+	f.Add([]byte(`{"\u0061":1,"a":2}`))
+	f.Add([]byte(`"x`))
+	if src, err := os.ReadFile("../testdata/nova-compute.instance.exists.json"); err == nil {
+		f.Add(src)
+	}
+	f.Fuzz(func(t *testing.T, src []byte) {
+		var x Index
+		err := x.Parse(src)
+		if err == nil {
+			if !json.Valid(src) {
+				t.Fatalf("accepted invalid JSON %q", src)
+			}
+			check(t, &x, src)
+			return
+		}
+		if errors.Is(err, ErrDepth) {
+			return
+		}
+		if json.Valid(src) && utf8.Valid(src) {
+			t.Fatalf("refused valid JSON %q: %v", src, err)
+		}
+	})
+}
+
+func BenchmarkParseNova(b *testing.B) {
+	src := readNova(b)
+	var x Index
+	b.SetBytes(int64(len(src)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := x.Parse(src); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkLookupNova(b *testing.B) {
+	src := readNova(b)
+	var x Index
+	if err := x.Parse(src); err != nil {
+		b.Fatal(err)
+	}
+	paths := []string{"event_type", "message_id", "timestamp", "publisher_id", "payload.instance_id",
+		"payload.tenant_id", "payload.user_id", "payload.memory_mb", "payload.vcpus", "payload.ramdisk_id",
+		"_context_project_id"}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		if k, _, _ := x.Lookup(paths[i%len(paths)]); k == Missing {
+			b.Fatal("missing")
+		}
+	}
+}
+
+func BenchmarkEncodingJSONValidNova(b *testing.B) {
+	src := readNova(b)
+	b.SetBytes(int64(len(src)))
+	for b.Loop() {
+		if !json.Valid(src) {
+			b.Fatal("invalid")
+		}
+	}
+}
+
+func TestAppendChildren(t *testing.T) {
+	var x Index
+	doc := `{"events":[{"a":1,"source":{"x":"y"},"a":"s"},2],"s":"t"}`
+	mustParse(t, &x, doc)
+	ev := x.AppendChildren(nil, "events")
+	if len(ev) != 2 || ev[0].Kind != Object || ev[1].Kind != Number || doc[ev[1].Start:ev[1].End] != "2" || ev[0].KeyEnd != 0 {
+		t.Fatalf("events children = %+v", ev)
+	}
+	m := x.AppendChildren(nil, "events.0")
+	if len(m) != 3 {
+		t.Fatalf("members = %+v", m)
+	}
+	want := []string{`a=1`, `source={"x":"y"}`, `a=s`}
+	for i, c := range m {
+		if got := doc[c.KeyStart:c.KeyEnd] + "=" + doc[c.Start:c.End]; got != want[i] {
+			t.Errorf("member %d = %s, want %s", i, got, want[i])
+		}
+	}
+	if got := x.AppendChildren(m[:0], "s"); len(got) != 0 {
+		t.Errorf("children of a string: %+v", got)
+	}
+	if got := x.AppendChildrenBytes(m[:0], []byte("nope")); len(got) != 0 {
+		t.Errorf("children of a missing path: %+v", got)
+	}
+}

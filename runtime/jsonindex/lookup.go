@@ -1,0 +1,215 @@
+package jsonindex
+
+import "unicode/utf8"
+
+// Lookup finds the value at path (ABI path syntax, see the package
+// documentation) and returns its kind and its span in Bytes(): for a string the
+// characters between the quotes, still escaped; for any other kind the JSON text
+// of the value. A path that does not resolve, or any path when the Index is not
+// Valid, yields Missing and a zero span.
+//
+//	var x jsonindex.Index
+//	_ = x.Parse([]byte(`{"payload":{"instance_id":"abc"}}`))
+//	k, s, e := x.Lookup("payload.instance_id") // String, and x.Bytes()[s:e] is "abc"
+func (x *Index) Lookup(path string) (k Kind, start, end int) {
+	return lookup(x, path)
+}
+
+// LookupBytes is Lookup with the path given as bytes; it does not retain path.
+func (x *Index) LookupBytes(path []byte) (k Kind, start, end int) {
+	return lookup(x, path)
+}
+
+func lookup[P string | []byte](x *Index, path P) (Kind, int, int) {
+	cur, ok := resolve(x, path)
+	if !ok {
+		return Missing, 0, 0
+	}
+	nd := &x.nodes[cur]
+	return nd.kind, int(nd.start), int(nd.end)
+}
+
+// resolve returns the node index at path.
+func resolve[P string | []byte](x *Index, path P) (int32, bool) {
+	if !x.valid || len(x.nodes) == 0 {
+		return 0, false
+	}
+	nodes := x.nodes
+	src := x.src
+	cur := int32(0)
+	if len(path) > 0 {
+		p := 0
+		for {
+			// Segment [p, q), escapes noted.
+			q := p
+			esc := false
+			for q < len(path) && path[q] != '.' {
+				if path[q] == '\\' {
+					esc = true
+					q++
+				}
+				q++
+			}
+			if q > len(path) {
+				q = len(path)
+			}
+			seg := path[p:q]
+			nd := &nodes[cur]
+			switch nd.kind {
+			case Object:
+				found := int32(-1)
+				for c := cur + 1; c < nd.next; c = nodes[c].next {
+					ch := &nodes[c]
+					key := src[ch.key0:ch.key1]
+					if !ch.keyEsc && !esc {
+						if len(key) == len(seg) && string(key) == string(seg) {
+							found = c
+							break
+						}
+					} else if keyEqual(key, seg) {
+						found = c
+						break
+					}
+				}
+				if found < 0 {
+					return 0, false
+				}
+				cur = found
+			case Array:
+				idx, ok := parseIndex(seg)
+				if !ok {
+					return 0, false
+				}
+				c := cur + 1
+				for ; c < nd.next && idx > 0; c = nodes[c].next {
+					idx--
+				}
+				if c >= nd.next {
+					return 0, false
+				}
+				cur = c
+			default:
+				return 0, false
+			}
+			if q >= len(path) {
+				break
+			}
+			p = q + 1 // a trailing '.' leaves an empty last segment: the member ""
+		}
+	}
+	return cur, true
+}
+
+// parseIndex parses a decimal array index (digits only, no sign).
+func parseIndex[P string | []byte](seg P) (int, bool) {
+	if len(seg) == 0 || len(seg) > 9 {
+		return 0, false
+	}
+	n := 0
+	for i := 0; i < len(seg); i++ {
+		c := seg[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
+}
+
+// keyEqual compares a JSON-escaped member name with a path segment whose
+// backslashes make the next character literal, without allocating.
+func keyEqual[P string | []byte](key []byte, seg P) bool {
+	j := 0
+	var buf [utf8.UTFMax]byte
+	for i := 0; i < len(key); {
+		var chunk []byte
+		if key[i] != '\\' {
+			buf[0] = key[i]
+			chunk = buf[:1]
+			i++
+		} else {
+			r, size := decodeEscape(key, i)
+			if size == 0 {
+				return false
+			}
+			i += size
+			chunk = buf[:utf8.EncodeRune(buf[:], r)]
+		}
+		for _, b := range chunk {
+			if j >= len(seg) {
+				return false
+			}
+			s := seg[j]
+			if s == '\\' && j+1 < len(seg) {
+				j++
+				s = seg[j]
+			}
+			j++
+			if s != b {
+				return false
+			}
+		}
+	}
+	return j == len(seg)
+}
+
+// decodeEscape decodes the escape sequence at raw[i] (a backslash) and returns
+// the rune and the number of bytes consumed, 0 when malformed. A lone
+// surrogate decodes to U+FFFD.
+func decodeEscape(raw []byte, i int) (rune, int) {
+	if i+1 >= len(raw) {
+		return 0, 0
+	}
+	switch raw[i+1] {
+	case '"':
+		return '"', 2
+	case '\\':
+		return '\\', 2
+	case '/':
+		return '/', 2
+	case 'b':
+		return '\b', 2
+	case 'f':
+		return '\f', 2
+	case 'n':
+		return '\n', 2
+	case 'r':
+		return '\r', 2
+	case 't':
+		return '\t', 2
+	case 'u':
+		r, ok := hex4(raw, i+2)
+		if !ok {
+			return 0, 0
+		}
+		if r >= 0xD800 && r < 0xDC00 {
+			// High surrogate: combine with a following low one.
+			if i+12 <= len(raw) && raw[i+6] == '\\' && raw[i+7] == 'u' {
+				if r2, ok := hex4(raw, i+8); ok && r2 >= 0xDC00 && r2 < 0xE000 {
+					return (r-0xD800)<<10 + (r2 - 0xDC00) + 0x10000, 12
+				}
+			}
+			return utf8.RuneError, 6
+		}
+		if r >= 0xDC00 && r < 0xE000 {
+			return utf8.RuneError, 6
+		}
+		return r, 6
+	}
+	return 0, 0
+}
+
+func hex4(raw []byte, i int) (rune, bool) {
+	if i+4 > len(raw) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range raw[i : i+4] {
+		v := hexVal(c)
+		if v < 0 {
+			return 0, false
+		}
+		r = r<<4 | rune(v)
+	}
+	return r, true
+}

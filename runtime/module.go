@@ -1,0 +1,295 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/tetratelabs/wazero"
+
+	"github.com/tally-billing/tally-openstack-collector/runtime/jsonindex"
+)
+
+// Source is where a message came from; the host writes it, with the publisher
+// and the mapper, into the "source" member of every event.
+type Source struct {
+	Exchange, RoutingKey string
+}
+
+// Result is what a successful Map produced.
+type Result struct {
+	// Events are the final event documents, "source" filled in. The caller owns
+	// them.
+	Events [][]byte
+	// Oversize counts events left out because they were larger than
+	// Config.MaxEventBytes.
+	Oversize int
+}
+
+// Module is a loaded mapper: its compiled code and a pool of instances, grown on
+// demand up to Config.PoolSize. Map is safe for concurrent use.
+type Module struct {
+	e    *Engine
+	name string
+	opts moduleOptions
+	mf   Manifest
+	id   string
+	log  zerolog.Logger
+	glog *guestLog
+
+	wasm     []byte                   // kept for compiling the unguarded variant late
+	compiled [2]wazero.CompiledModule // [0] without, [1] with termination checks
+	cmu      sync.Mutex               // guards compiled[0] when compiled late
+
+	sem    chan struct{} // a token per instance in use
+	done   chan struct{} // closed by Close
+	once   sync.Once
+	closed atomic.Bool
+	mu     sync.Mutex
+	idle   []*instance
+	count  int // live instances
+
+	good      atomic.Int64 // well-behaved guarded calls (GuardUntrusted)
+	trusted   atomic.Bool  // GuardUntrusted: new instances run unguarded
+	compiling atomic.Bool
+	overruns  atomic.Int64 // unguarded calls that overran their deadline
+}
+
+func newModule(e *Engine, name string, o moduleOptions) *Module {
+	return &Module{
+		e:    e,
+		name: name,
+		opts: o,
+		sem:  make(chan struct{}, e.cfg.PoolSize),
+		done: make(chan struct{}),
+		log:  e.log.With().Str("module", name).Logger(),
+		glog: newGuestLog(e.log.With().Str("module", name).Str("origin", "guest").Logger()),
+	}
+}
+
+func (m *Module) wasmBytes() []byte { return m.wasm }
+
+func (m *Module) setManifest(mf Manifest) {
+	m.mf = mf
+	m.id = mf.Name + "@" + mf.Version
+	m.log = m.e.log.With().Str("module", m.name).Str("mapper", m.id).Logger()
+	m.glog.logger = m.log.With().Str("origin", "guest").Logger()
+}
+
+// Manifest returns the module's manifest, read once at load.
+func (m *Module) Manifest() Manifest { return m.mf }
+
+// ID returns "name@version".
+func (m *Module) ID() string { return m.id }
+
+// Name returns the name the module was loaded under (a path or "builtin:...").
+func (m *Module) Name() string { return m.name }
+
+// Guarded reports whether new instances of the module run with termination
+// checks.
+func (m *Module) Guarded() bool { return m.wantGuarded() }
+
+func (m *Module) wantGuarded() bool {
+	switch m.opts.guard {
+	case GuardNever:
+		return false
+	case GuardUntrusted:
+		if !m.trusted.Load() {
+			return true
+		}
+		m.cmu.Lock()
+		ready := m.compiled[0] != nil
+		m.cmu.Unlock()
+		return !ready
+	}
+	return true
+}
+
+// Map runs the module on the input in (parsed JSON, or raw bytes set with
+// SetRaw) and returns the events with "source" filled from src, the input's
+// publisher_id and ID(). It fails with a *MapError; after any reason but
+// ReasonGuestError the instance is discarded. in is only read, and only during
+// the call.
+//
+// The call is bounded by Config.CallTimeout and by ctx's deadline, whichever
+// comes first; a ctx cancelled while the guest runs does not stop it early.
+func (m *Module) Map(ctx context.Context, in *jsonindex.Index, src Source) (Result, error) {
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	inst, err := m.acquire(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	timeout := m.e.cfg.CallTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		if d := time.Until(dl); d < timeout {
+			timeout = d
+		}
+	}
+	res, reason, err := inst.call(in, src, timeout)
+	if err == nil {
+		m.release(inst, true)
+		return res, nil
+	}
+	m.release(inst, reason == ReasonGuestError)
+	if reason != ReasonGuestError {
+		m.log.Warn().Str("reason", string(reason)).Err(err).Msg("mapper call failed; instance discarded")
+	}
+	return Result{}, &MapError{Reason: reason, Module: m.id, Err: err}
+}
+
+func (m *Module) acquire(ctx context.Context) (*instance, error) {
+	select {
+	case m.sem <- struct{}{}: // fast path: a free slot
+	default:
+		select {
+		case m.sem <- struct{}{}:
+		case <-m.done:
+			return nil, ErrClosed
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if m.closed.Load() {
+		<-m.sem
+		return nil, ErrClosed
+	}
+	m.mu.Lock()
+	if n := len(m.idle); n > 0 {
+		inst := m.idle[n-1]
+		m.idle[n-1] = nil
+		m.idle = m.idle[:n-1]
+		m.mu.Unlock()
+		return inst, nil
+	}
+	m.count++
+	m.mu.Unlock()
+	inst, err := m.newInstance(context.WithoutCancel(ctx), m.wantGuarded())
+	if err != nil {
+		m.mu.Lock()
+		m.count--
+		m.mu.Unlock()
+		<-m.sem
+		reason := ReasonTrap
+		if errors.Is(err, errMemory) {
+			reason = ReasonMemory
+		}
+		return nil, &MapError{Reason: reason, Module: m.id, Err: fmt.Errorf("start instance: %w", err)}
+	}
+	return inst, nil
+}
+
+func (m *Module) release(inst *instance, keep bool) {
+	if keep && inst.guarded && m.opts.guard == GuardUntrusted && !m.trusted.Load() {
+		if inst.lastDur < m.e.cfg.CallTimeout/4 {
+			if m.good.Add(1) == TrustAfter {
+				m.earnTrust()
+			}
+		} else {
+			m.good.Store(0)
+		}
+	}
+	if keep && inst.guarded != m.wantGuarded() {
+		keep = false // switch to the other kind of instance
+	}
+	if keep {
+		m.mu.Lock()
+		m.idle = append(m.idle, inst)
+		m.mu.Unlock()
+	} else {
+		inst.close()
+		m.mu.Lock()
+		m.count--
+		m.mu.Unlock()
+	}
+	<-m.sem
+}
+
+// earnTrust compiles the unguarded variant in the background; once it is ready
+// new instances use it.
+func (m *Module) earnTrust() {
+	if !m.compiling.CompareAndSwap(false, true) {
+		return
+	}
+	m.trusted.Store(true)
+	go func() {
+		m.cmu.Lock()
+		ready := m.compiled[0] != nil
+		m.cmu.Unlock()
+		if ready {
+			return
+		}
+		cm, err := m.e.free.CompileModule(compileCtx(context.Background()), m.wasmBytes())
+		if err != nil {
+			m.log.Error().Err(err).Msg("compile unguarded variant; staying guarded")
+			m.trusted.Store(false)
+			return
+		}
+		m.cmu.Lock()
+		m.compiled[0] = cm
+		m.cmu.Unlock()
+		m.log.Info().Int("calls", TrustAfter).Msg("mapper earned trust; new instances run without termination checks")
+	}()
+}
+
+// untrust is called when an unguarded call overran its deadline.
+func (m *Module) untrust() {
+	m.overruns.Add(1)
+	if m.opts.guard == GuardUntrusted {
+		m.trusted.Store(false)
+		m.good.Store(0)
+		m.compiling.Store(false)
+	}
+	m.log.Error().Dur("deadline", m.e.cfg.CallTimeout).Str("guard", m.opts.guard.String()).
+		Msg("an unguarded mapper call overran its deadline and cannot be stopped; it keeps a core until it returns")
+}
+
+// Close waits for the calls in flight, then frees the instances and the
+// compiled code. Map fails with ErrClosed afterwards.
+func (m *Module) Close(ctx context.Context) error {
+	var err error
+	m.once.Do(func() {
+		m.closed.Store(true)
+		close(m.done)
+		for range cap(m.sem) {
+			select {
+			case m.sem <- struct{}{}:
+			case <-ctx.Done():
+				err = fmt.Errorf("close %s: waiting for calls in flight: %w", m.name, ctx.Err())
+				return
+			}
+		}
+		m.mu.Lock()
+		idle := m.idle
+		m.idle = nil
+		m.mu.Unlock()
+		for _, inst := range idle {
+			inst.close()
+		}
+		m.cmu.Lock()
+		for _, cm := range m.compiled {
+			if cm != nil {
+				err = errors.Join(err, cm.Close(ctx))
+			}
+		}
+		m.cmu.Unlock()
+		m.e.forget(m)
+	})
+	return err
+}
+
+// Instances returns the number of live instances (idle and busy).
+func (m *Module) Instances() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.count
+}
+
+// DroppedLogLines returns how many guest log lines were dropped by the rate
+// limit since the module was loaded.
+func (m *Module) DroppedLogLines() int64 { return m.glog.total.Load() }

@@ -1,0 +1,100 @@
+package runtime
+
+import (
+	goruntime "runtime"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Config holds the settings of an Engine. Zero values take the defaults.
+type Config struct {
+	CacheDir       string        // on-disk compilation cache; "" = none
+	MemoryLimit    uint32        // bytes per instance; default 64 MiB (rounded down to 64 KiB pages)
+	CallTimeout    time.Duration // default 250ms
+	MaxEventBytes  int           // default 64 KiB
+	MaxOutputBytes int           // default 1 MiB
+	PoolSize       int           // max instances per module; default GOMAXPROCS
+	Logger         zerolog.Logger
+}
+
+// Defaults.
+const (
+	DefaultMemoryLimit    = 64 << 20
+	DefaultCallTimeout    = 250 * time.Millisecond
+	DefaultMaxEventBytes  = 64 << 10
+	DefaultMaxOutputBytes = 1 << 20
+)
+
+const wasmPage = 65536
+
+func (c Config) withDefaults() Config {
+	if c.MemoryLimit == 0 {
+		c.MemoryLimit = DefaultMemoryLimit
+	}
+	if c.MemoryLimit < wasmPage {
+		c.MemoryLimit = wasmPage
+	}
+	if c.CallTimeout <= 0 {
+		c.CallTimeout = DefaultCallTimeout
+	}
+	if c.MaxEventBytes <= 0 {
+		c.MaxEventBytes = DefaultMaxEventBytes
+	}
+	if c.MaxOutputBytes <= 0 {
+		c.MaxOutputBytes = DefaultMaxOutputBytes
+	}
+	if c.PoolSize <= 0 {
+		c.PoolSize = goruntime.GOMAXPROCS(0)
+	}
+	return c
+}
+
+// Guard selects how a module's runaway calls are bounded.
+type Guard uint8
+
+const (
+	// GuardAlways runs the module in code compiled with termination checks, so a
+	// call that overruns its deadline is stopped there and its instance
+	// discarded. This is the default: it is the only setting under which an
+	// endless loop can never keep a core.
+	GuardAlways Guard = iota
+	// GuardUntrusted runs the module guarded until it has completed TrustAfter
+	// calls, none of which overran a quarter of the deadline, and unguarded
+	// afterwards. An overrun by an unguarded call is detected and logged, and the
+	// module goes back to guarded instances, but that call itself cannot be
+	// stopped.
+	GuardUntrusted
+	// GuardNever runs the module without termination checks. An overrun is
+	// detected and logged but cannot be stopped: only for modules that are
+	// trusted not to loop.
+	GuardNever
+)
+
+// TrustAfter is the number of well-behaved calls after which a GuardUntrusted
+// module runs unguarded.
+const TrustAfter = 10000
+
+func (g Guard) String() string {
+	switch g {
+	case GuardAlways:
+		return "always"
+	case GuardUntrusted:
+		return "untrusted"
+	case GuardNever:
+		return "never"
+	}
+	return "unknown"
+}
+
+// ModuleOption sets a per-module option of Load.
+type ModuleOption func(*moduleOptions)
+
+type moduleOptions struct {
+	guard Guard
+}
+
+// WithGuard sets how runaway calls of the module are bounded (default GuardAlways).
+func WithGuard(g Guard) ModuleOption {
+	return func(o *moduleOptions) { o.guard = g }
+}

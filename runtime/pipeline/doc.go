@@ -1,0 +1,38 @@
+// Package pipeline is the one path every input shares between a received message
+// and the events that go to the outbox: decode, route by event type, map in
+// WebAssembly, size checks.
+//
+// # What Process does, in order
+//
+//  1. A body over Options.MaxBodyBytes (1 MiB) is refused unread: Unparseable,
+//     reason "body_too_large".
+//  2. The body is indexed once, natively (jsonindex). An oslo messagingv2
+//     envelope ({"oslo.version":"2.0","oslo.message":"<string>"}) is unwrapped:
+//     the string is unescaped into a reused buffer and the inner message is
+//     indexed; a bare messaging-v1 body is used as it is. Bytes that are not JSON
+//     (msgpack, zlib, garbage) are Unparseable, reason "not_json", unless the
+//     message names a module chain (Message.Modules), whose first module then
+//     receives the bytes exactly as they arrived.
+//  3. The event type is read from the index. None: Skipped "no_event_type" (or, with
+//     Message.Canonical, a canonical event passed through). A versioned nova
+//     notification (payload.nova_object.data) is Skipped "versioned".
+//  4. The router (or the message's own chain) picks the module; none claims the
+//     type: Skipped "unclaimed".
+//  5. The module maps the indexed message. A failure (trap, timeout, memory,
+//     invalid output, ABI, guest error) is Failed with the runtime's reason and
+//     the error; the caller dead-letters the body. Events over
+//     Options.MaxEventBytes (64 KiB) are left out and counted: if nothing else
+//     remains the outcome is Skipped "event_too_large".
+//  6. With Message.DeriveID, an event without an event_id gets one derived from the
+//     body (SHA-256), so a resent message carries the same id.
+//
+// Every outcome is counted (tally_collector_mapped_total, _skipped_total{reason},
+// _unparseable_total, _mapper_failures_total{reason}). Nothing is logged by
+// content: an unparseable body is logged by size, exchange and routing key.
+//
+// # Concurrency
+//
+// Process is safe for concurrent use. Per-call scratch (indexes, the unescape
+// buffer) comes from a sync.Pool, and no lock is held across a mapper call: the
+// router answers from an immutable snapshot.
+package pipeline

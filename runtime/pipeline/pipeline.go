@@ -1,0 +1,363 @@
+package pipeline
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/tally-billing/tally-openstack-collector/runtime"
+	"github.com/tally-billing/tally-openstack-collector/runtime/jsonindex"
+)
+
+// Defaults for Options.
+const (
+	DefaultMaxBodyBytes  = 1 << 20
+	DefaultMaxEventBytes = 64 << 10
+)
+
+// Skip and unparseable reasons. The set is closed: it is a metric label.
+const (
+	ReasonUnclaimed     = "unclaimed"
+	ReasonEventTooLarge = "event_too_large"
+	ReasonBodyTooLarge  = "body_too_large"
+	ReasonNotJSON       = "not_json"
+	ReasonNoEventType   = "no_event_type"
+	ReasonVersioned     = "versioned"
+)
+
+// Outcome says what became of a message.
+type Outcome uint8
+
+const (
+	// Mapped: Result.Events are to be committed (there may be none: a mapper may
+	// answer zero events).
+	Mapped Outcome = iota
+	// Skipped: nothing to commit; Result.Reason says why.
+	Skipped
+	// Unparseable: the body could not be read; Result.Reason says why.
+	Unparseable
+	// Failed: the module failed; Result.Err is the *runtime.MapError and the
+	// caller dead-letters the body.
+	Failed
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Mapped:
+		return "mapped"
+	case Skipped:
+		return "skipped"
+	case Unparseable:
+		return "unparseable"
+	case Failed:
+		return "failed"
+	}
+	return "unknown"
+}
+
+// Message is one received message.
+type Message struct {
+	// Body is the AMQP body (an oslo envelope or a bare messaging-v1 object), or a
+	// message of another input.
+	Body       []byte
+	Exchange   string
+	RoutingKey string
+	// Modules, when set, restricts routing to these modules (a plog listener's
+	// chain); bytes that are not JSON go to Modules[0] exactly as they arrived.
+	Modules []Mapper
+	// Canonical accepts a canonical event as it is (validated, source filled).
+	Canonical bool
+	// DeriveID gives events without an event_id one derived from the body.
+	DeriveID bool
+}
+
+// Result is what Process made of a message.
+type Result struct {
+	Outcome   Outcome
+	Reason    string
+	EventType string
+	// Module is the ID (name@version) of the module that mapped or failed.
+	Module string
+	Events [][]byte
+	Err    error
+}
+
+// Mapper is a loaded module as the pipeline uses it; *runtime.Module satisfies it.
+type Mapper interface {
+	Map(ctx context.Context, in *jsonindex.Index, src runtime.Source) (runtime.Result, error)
+	ID() string
+	Manifest() runtime.Manifest
+}
+
+// Router picks the module for an event type; the catalogue implements it.
+type Router interface {
+	Route(eventType string) (Mapper, bool)
+}
+
+var _ Mapper = (*runtime.Module)(nil)
+
+// Options configure a Pipeline.
+type Options struct {
+	Router        Router
+	MaxBodyBytes  int // default DefaultMaxBodyBytes
+	MaxEventBytes int // default DefaultMaxEventBytes; enforced by the module's runtime too
+	Logger        zerolog.Logger
+	Registerer    prometheus.Registerer
+}
+
+// Pipeline maps messages to events. It is safe for concurrent use.
+type Pipeline struct {
+	opts    Options
+	log     zerolog.Logger
+	metrics *metrics
+	scratch sync.Pool
+}
+
+type scratch struct {
+	outer, inner jsonindex.Index
+	buf          []byte
+}
+
+// New returns a Pipeline.
+func New(opts Options) *Pipeline {
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.MaxEventBytes <= 0 {
+		opts.MaxEventBytes = DefaultMaxEventBytes
+	}
+	p := &Pipeline{
+		opts:    opts,
+		log:     opts.Logger,
+		metrics: newMetrics(opts.Registerer),
+	}
+	p.scratch.New = func() any { return new(scratch) }
+	return p
+}
+
+// Process maps one message. The returned events are owned by the caller.
+func (p *Pipeline) Process(ctx context.Context, msg Message) Result {
+	r := p.process(ctx, msg)
+	p.count(msg, &r)
+	return r
+}
+
+func (p *Pipeline) process(ctx context.Context, msg Message) Result {
+	if len(msg.Body) > p.opts.MaxBodyBytes {
+		return Result{Outcome: Unparseable, Reason: ReasonBodyTooLarge}
+	}
+	s := p.scratch.Get().(*scratch)
+	defer p.scratch.Put(s)
+
+	in, ok := p.decode(s, msg.Body)
+	if !ok {
+		if len(msg.Modules) > 0 {
+			s.inner.SetRaw(msg.Body)
+			return p.mapWith(ctx, msg, msg.Modules[0], &s.inner, "")
+		}
+		return Result{Outcome: Unparseable, Reason: ReasonNotJSON}
+	}
+
+	k, start, end := in.Lookup("event_type")
+	if k != jsonindex.String || start == end {
+		return Result{Outcome: Skipped, Reason: ReasonNoEventType}
+	}
+	raw := in.Bytes()[start:end]
+	eventType := string(raw)
+
+	if msg.Canonical && isCanonical(in) {
+		return p.passThrough(msg, in, eventType)
+	}
+	if k, _, _ := in.Lookup(`payload.nova_object\.data`); k == jsonindex.Object {
+		return Result{Outcome: Skipped, Reason: ReasonVersioned, EventType: eventType}
+	}
+
+	var m Mapper
+	if len(msg.Modules) > 0 {
+		m, ok = routeAmong(msg.Modules, eventType)
+	} else if p.opts.Router != nil {
+		m, ok = p.opts.Router.Route(eventType)
+	}
+	if !ok {
+		return Result{Outcome: Skipped, Reason: ReasonUnclaimed, EventType: eventType}
+	}
+	return p.mapWith(ctx, msg, m, in, eventType)
+}
+
+// decode indexes the body and unwraps an oslo envelope. It reports false when the
+// bytes (or the envelope's inner message) are not JSON.
+func (p *Pipeline) decode(s *scratch, body []byte) (*jsonindex.Index, bool) {
+	if err := s.outer.Parse(body); err != nil {
+		return nil, false
+	}
+	k, start, end := s.outer.Lookup(`oslo\.message`)
+	if k == jsonindex.Missing {
+		return &s.outer, true
+	}
+	if k != jsonindex.String {
+		return nil, false
+	}
+	var err error
+	s.buf, err = jsonindex.AppendUnquote(s.buf[:0], body[start:end])
+	if err != nil {
+		return nil, false
+	}
+	if err := s.inner.Parse(s.buf); err != nil {
+		return nil, false
+	}
+	return &s.inner, true
+}
+
+func (p *Pipeline) mapWith(ctx context.Context, msg Message, m Mapper, in *jsonindex.Index, eventType string) Result {
+	res, err := m.Map(ctx, in, runtime.Source{Exchange: msg.Exchange, RoutingKey: msg.RoutingKey})
+	if err != nil {
+		reason := "abi"
+		var me *runtime.MapError
+		if errors.As(err, &me) {
+			reason = string(me.Reason)
+		}
+		return Result{Outcome: Failed, Reason: reason, EventType: eventType, Module: m.ID(), Err: err}
+	}
+	events := res.Events
+	// The runtime enforces its own per-event limit; the pipeline's may be tighter.
+	oversize := res.Oversize
+	kept := events[:0]
+	for _, ev := range events {
+		if len(ev) > p.opts.MaxEventBytes {
+			oversize++
+			continue
+		}
+		kept = append(kept, ev)
+	}
+	events = kept
+	if oversize > 0 {
+		p.metrics.skipped.WithLabelValues(ReasonEventTooLarge).Add(float64(oversize))
+		p.log.Warn().Str("exchange", msg.Exchange).Str("routing_key", msg.RoutingKey).
+			Str("event_type", eventType).Str("module", m.ID()).Int("events", oversize).
+			Msg("mapped event over the size bound, skipped")
+		if len(events) == 0 {
+			return Result{Outcome: Skipped, Reason: ReasonEventTooLarge, EventType: eventType, Module: m.ID()}
+		}
+	}
+	if msg.DeriveID {
+		for i, ev := range events {
+			events[i] = deriveID(ev, msg.Body, i)
+		}
+	}
+	return Result{Outcome: Mapped, EventType: eventType, Module: m.ID(), Events: events}
+}
+
+// routeAmong picks the most specific claim among a listener's chain; on a tie the
+// earlier module in the chain wins (the operator listed it first).
+func routeAmong(mods []Mapper, eventType string) (Mapper, bool) {
+	var best Mapper
+	bestSpec := -1
+	for _, m := range mods {
+		if ok, spec := m.Manifest().Match(eventType); ok && spec > bestSpec {
+			best, bestSpec = m, spec
+		}
+	}
+	return best, best != nil
+}
+
+// isCanonical reports whether a document is a canonical event rather than a
+// notification: it has a resource_type and no payload.
+func isCanonical(in *jsonindex.Index) bool {
+	k, _, _ := in.Lookup("resource_type")
+	pk, _, _ := in.Lookup("payload")
+	return k == jsonindex.String && pk == jsonindex.Missing
+}
+
+// passThrough accepts a canonical event: the source is set by the collector,
+// whatever the sender wrote. Only inputs that ask for it (plog) come here, so
+// encoding/json on this path costs the AMQP hot path nothing.
+func (p *Pipeline) passThrough(msg Message, in *jsonindex.Index, eventType string) Result {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(in.Bytes(), &obj); err != nil {
+		return Result{Outcome: Unparseable, Reason: ReasonNotJSON}
+	}
+	src, _ := json.Marshal(map[string]string{
+		"exchange": msg.Exchange, "routing_key": msg.RoutingKey, "mapper": "canonical",
+	})
+	obj["source"] = src
+	ev, err := json.Marshal(obj)
+	if err != nil {
+		return Result{Outcome: Unparseable, Reason: ReasonNotJSON}
+	}
+	if len(ev) > p.opts.MaxEventBytes {
+		p.metrics.skipped.WithLabelValues(ReasonEventTooLarge).Inc()
+		return Result{Outcome: Skipped, Reason: ReasonEventTooLarge, EventType: eventType}
+	}
+	if msg.DeriveID {
+		ev = deriveID(ev, msg.Body, 0)
+	}
+	return Result{Outcome: Mapped, EventType: eventType, Module: "canonical", Events: [][]byte{ev}}
+}
+
+// deriveID sets event_id on an event that has none (or an empty one): the hex
+// SHA-256 of the body, suffixed with the event's position when a message yields
+// several, so a resent message yields the same ids.
+func deriveID(ev, body []byte, i int) []byte {
+	var idx jsonindex.Index
+	if err := idx.Parse(ev); err != nil {
+		return ev
+	}
+	if k, s, e := idx.Lookup("event_id"); k == jsonindex.String && e > s {
+		return ev
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(ev, &obj); err != nil {
+		return ev
+	}
+	sum := sha256.Sum256(body)
+	id := hex.EncodeToString(sum[:16])
+	if i > 0 {
+		id += "-" + itoa(i)
+	}
+	obj["event_id"], _ = json.Marshal(id)
+	out, err := json.Marshal(obj)
+	if err != nil {
+		return ev
+	}
+	return out
+}
+
+func itoa(i int) string {
+	var b [20]byte
+	n := len(b)
+	for {
+		n--
+		b[n] = byte('0' + i%10)
+		i /= 10
+		if i == 0 {
+			return string(b[n:])
+		}
+	}
+}
+
+func (p *Pipeline) count(msg Message, r *Result) {
+	switch r.Outcome {
+	case Mapped:
+		p.metrics.mapped.Inc()
+	case Skipped:
+		if r.Reason != ReasonEventTooLarge { // counted per event in mapWith
+			p.metrics.skipped.WithLabelValues(r.Reason).Inc()
+		}
+	case Unparseable:
+		p.metrics.unparseable.Inc()
+		p.log.Warn().Int("size", len(msg.Body)).Str("exchange", msg.Exchange).
+			Str("routing_key", msg.RoutingKey).Str("reason", r.Reason).
+			Msg("unparseable message, skipped")
+	case Failed:
+		p.metrics.failures.WithLabelValues(r.Reason).Inc()
+		p.log.Warn().Str("exchange", msg.Exchange).Str("routing_key", msg.RoutingKey).
+			Str("event_type", r.EventType).Str("module", r.Module).Str("reason", r.Reason).
+			Err(r.Err).Msg("mapper failed")
+	}
+}

@@ -1,0 +1,280 @@
+package pipeline_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/tally-billing/tally-openstack-collector/runtime"
+	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
+)
+
+// module loads a module built by `make wasm`, relative to the repository root.
+// Missing: skip, unless CI=true.
+func module(t testing.TB, e *runtime.Engine, path string) *runtime.Module {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", path))
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s not built (run make wasm): %v", path, err)
+		}
+		t.Skipf("%s not built (run make wasm)", path)
+	}
+	m, err := e.Load(context.Background(), path, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	return m
+}
+
+func engine(t testing.TB) *runtime.Engine {
+	t.Helper()
+	cache := os.Getenv("TALLY_OSC_TEST_CACHE")
+	if cache == "" {
+		cache = t.TempDir()
+	}
+	e, err := runtime.NewEngine(context.Background(), runtime.Config{CacheDir: cache, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close(context.Background()) })
+	return e
+}
+
+func body(t testing.TB, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+type fixture struct {
+	p    *pipeline.Pipeline
+	reg  *prometheus.Registry
+	nova *runtime.Module
+	trap *runtime.Module
+}
+
+func newFixture(t *testing.T, opts pipeline.Options) *fixture {
+	t.Helper()
+	e := engine(t)
+	f := &fixture{reg: prometheus.NewRegistry()}
+	f.nova = module(t, e, "mappers/dist/nova.wasm")
+	f.trap = module(t, e, "runtime/testdata/trap.wasm")
+	router, conflicts := pipeline.NewStaticRouter(f.nova)
+	if len(conflicts) > 0 {
+		t.Fatalf("conflicts: %v", conflicts)
+	}
+	opts.Router = router
+	opts.Registerer = f.reg
+	opts.Logger = zerolog.Nop()
+	f.p = pipeline.New(opts)
+	return f
+}
+
+func decode(t *testing.T, ev []byte) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(ev, &m); err != nil {
+		t.Fatalf("event is not JSON: %v: %s", err, ev)
+	}
+	return m
+}
+
+func TestEnvelopeAndBareBodiesMapAlike(t *testing.T) {
+	f := newFixture(t, pipeline.Options{})
+	ctx := context.Background()
+	for _, tc := range []struct{ file, id string }{
+		{"v2_nova_create.body", "46988e95-ecb1-4845-a3bc-70fd35c80217"},
+		{"v1_nova_bare.body", ""},
+		{"v2_unicode.body", ""},
+	} {
+		r := f.p.Process(ctx, pipeline.Message{Body: body(t, tc.file), Exchange: "nova", RoutingKey: "notifications.info"})
+		if r.Outcome != pipeline.Mapped || len(r.Events) != 1 {
+			t.Fatalf("%s: outcome %v reason %q events %d err %v", tc.file, r.Outcome, r.Reason, len(r.Events), r.Err)
+		}
+		ev := decode(t, r.Events[0])
+		if ev["event_type"] != "compute.instance.create.end" || r.EventType != "compute.instance.create.end" {
+			t.Errorf("%s: event_type %v / %q", tc.file, ev["event_type"], r.EventType)
+		}
+		if tc.id != "" && ev["event_id"] != tc.id {
+			t.Errorf("%s: event_id %v, want %s", tc.file, ev["event_id"], tc.id)
+		}
+		src, _ := ev["source"].(map[string]any)
+		if src["exchange"] != "nova" || src["routing_key"] != "notifications.info" || src["mapper"] != f.nova.ID() {
+			t.Errorf("%s: source %v", tc.file, src)
+		}
+		if r.Module != f.nova.ID() {
+			t.Errorf("%s: module %q", tc.file, r.Module)
+		}
+	}
+	if got := metric(t, f.reg, "tally_collector_mapped_total", ""); got != 3 {
+		t.Errorf("mapped_total = %v, want 3", got)
+	}
+}
+
+func TestUnicodeSurvivesTheEnvelope(t *testing.T) {
+	f := newFixture(t, pipeline.Options{})
+	r := f.p.Process(context.Background(), pipeline.Message{Body: body(t, "v2_unicode.body")})
+	if r.Outcome != pipeline.Mapped {
+		t.Fatalf("outcome %v %q", r.Outcome, r.Reason)
+	}
+	inner := struct {
+		Message string `json:"oslo.message"`
+	}{}
+	if err := json.Unmarshal(body(t, "v2_unicode.body"), &inner); err != nil {
+		t.Fatal(err)
+	}
+	var msg struct {
+		MessageID string `json:"message_id"`
+	}
+	if err := json.Unmarshal([]byte(inner.Message), &msg); err != nil {
+		t.Fatal(err)
+	}
+	if ev := decode(t, r.Events[0]); ev["event_id"] != msg.MessageID {
+		t.Errorf("event_id %v, want %s", ev["event_id"], msg.MessageID)
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	f := newFixture(t, pipeline.Options{})
+	ctx := context.Background()
+	huge := append([]byte(`{"event_type":"compute.instance.exists","payload":"`), bytes.Repeat([]byte("x"), 1<<20)...)
+	huge = append(huge, `"}`...)
+	for _, tc := range []struct {
+		name    string
+		body    []byte
+		outcome pipeline.Outcome
+		reason  string
+	}{
+		{"gzip", body(t, "v2_gzip.body"), pipeline.Unparseable, pipeline.ReasonNotJSON},
+		{"msgpack-ish", []byte{0x85, 0xa7, 'p', 'a', 'y'}, pipeline.Unparseable, pipeline.ReasonNotJSON},
+		{"envelope with garbage inside", []byte(`{"oslo.version":"2.0","oslo.message":"{not json"}`), pipeline.Unparseable, pipeline.ReasonNotJSON},
+		{"envelope with a non-string message", []byte(`{"oslo.version":"2.0","oslo.message":{}}`), pipeline.Unparseable, pipeline.ReasonNotJSON},
+		{"over 1 MiB", huge, pipeline.Unparseable, pipeline.ReasonBodyTooLarge},
+		{"no event type", []byte(`{"message_id":"x","payload":{}}`), pipeline.Skipped, pipeline.ReasonNoEventType},
+		{"unclaimed", []byte(`{"event_type":"compute.metrics.update","payload":{}}`), pipeline.Skipped, pipeline.ReasonUnclaimed},
+		{"versioned", body(t, "versioned.json"), pipeline.Skipped, pipeline.ReasonVersioned},
+	} {
+		r := f.p.Process(ctx, pipeline.Message{Body: tc.body, Exchange: "nova", RoutingKey: "notifications.info"})
+		if r.Outcome != tc.outcome || r.Reason != tc.reason || len(r.Events) != 0 {
+			t.Errorf("%s: got %v %q (%d events), want %v %q", tc.name, r.Outcome, r.Reason, len(r.Events), tc.outcome, tc.reason)
+		}
+	}
+	if got := metric(t, f.reg, "tally_collector_unparseable_total", ""); got != 5 {
+		t.Errorf("unparseable_total = %v, want 5", got)
+	}
+	for reason, want := range map[string]float64{
+		pipeline.ReasonNoEventType: 1, pipeline.ReasonUnclaimed: 1, pipeline.ReasonVersioned: 1,
+	} {
+		if got := metric(t, f.reg, "tally_collector_skipped_total", reason); got != want {
+			t.Errorf("skipped_total{%s} = %v, want %v", reason, got, want)
+		}
+	}
+}
+
+func TestEventOverTheBoundIsSkipped(t *testing.T) {
+	f := newFixture(t, pipeline.Options{MaxEventBytes: 200})
+	r := f.p.Process(context.Background(), pipeline.Message{Body: body(t, "v2_nova_exists.body")})
+	if r.Outcome != pipeline.Skipped || r.Reason != pipeline.ReasonEventTooLarge {
+		t.Fatalf("got %v %q, want skipped event_too_large", r.Outcome, r.Reason)
+	}
+	if got := metric(t, f.reg, "tally_collector_skipped_total", pipeline.ReasonEventTooLarge); got != 1 {
+		t.Errorf("skipped_total{event_too_large} = %v, want 1", got)
+	}
+}
+
+func TestMapperFailureIsReportedForDeadLettering(t *testing.T) {
+	f := newFixture(t, pipeline.Options{})
+	router, _ := pipeline.NewStaticRouter(f.trap)
+	p := pipeline.New(pipeline.Options{Router: router, Logger: zerolog.Nop(), Registerer: f.reg})
+	r := p.Process(context.Background(), pipeline.Message{Body: body(t, "v2_nova_create.body")})
+	if r.Outcome != pipeline.Failed || r.Reason != string(runtime.ReasonTrap) || r.Module != f.trap.ID() {
+		t.Fatalf("got %v %q module %q", r.Outcome, r.Reason, r.Module)
+	}
+	var me *runtime.MapError
+	if !errors.As(r.Err, &me) || me.Reason != runtime.ReasonTrap {
+		t.Fatalf("err %v is not a trap MapError", r.Err)
+	}
+	if got := metric(t, f.reg, "tally_collector_mapper_failures_total", "trap"); got != 1 {
+		t.Errorf("mapper_failures_total{trap} = %v, want 1", got)
+	}
+	// The pipeline carries on: the next message maps.
+	r = f.p.Process(context.Background(), pipeline.Message{Body: body(t, "v2_nova_create.body")})
+	if r.Outcome != pipeline.Mapped {
+		t.Fatalf("after a failure: %v %q", r.Outcome, r.Reason)
+	}
+}
+
+func TestChainCanonicalAndDerivedIDs(t *testing.T) {
+	f := newFixture(t, pipeline.Options{})
+	ctx := context.Background()
+	canonical := []byte(`{"timestamp":"2024-05-01T12:00:00Z","event_type":"backup.done","service":"backup","resource_type":"backup","resource_id":"b1","project_id":"p1","action":"done","attributes":{},"source":{"mapper":"forged"}}`)
+	msg := pipeline.Message{Body: canonical, Exchange: "plog", RoutingKey: "udp://127.0.0.1:23456", Modules: []pipeline.Mapper{f.nova}, Canonical: true, DeriveID: true}
+	r1 := f.p.Process(ctx, msg)
+	r2 := f.p.Process(ctx, msg)
+	if r1.Outcome != pipeline.Mapped || len(r1.Events) != 1 {
+		t.Fatalf("canonical: %v %q", r1.Outcome, r1.Reason)
+	}
+	ev := decode(t, r1.Events[0])
+	id, _ := ev["event_id"].(string)
+	if len(id) != 32 || id != decode(t, r2.Events[0])["event_id"] {
+		t.Errorf("derived ids %q / %v: want 32 hex digits, the same for the same body", id, decode(t, r2.Events[0])["event_id"])
+	}
+	if src, _ := ev["source"].(map[string]any); src["mapper"] != "canonical" || src["exchange"] != "plog" {
+		t.Errorf("source %v: the collector must set it", ev["source"])
+	}
+	other := f.p.Process(ctx, pipeline.Message{Body: bytes.Replace(canonical, []byte("b1"), []byte("b2"), 1), Canonical: true, DeriveID: true})
+	if decode(t, other.Events[0])["event_id"] == id {
+		t.Errorf("different bodies got the same derived id")
+	}
+	// Without Canonical the same document is not a notification a module claims.
+	if r := f.p.Process(ctx, pipeline.Message{Body: canonical}); r.Outcome != pipeline.Skipped {
+		t.Errorf("canonical without the switch: %v", r.Outcome)
+	}
+	// A chain restricts routing: a nova notification on a chain without nova is unclaimed.
+	r := f.p.Process(ctx, pipeline.Message{Body: body(t, "v2_nova_create.body"), Modules: []pipeline.Mapper{f.trap}})
+	if r.Outcome != pipeline.Failed {
+		t.Errorf("chain [trap]: %v, want the trap module to be used", r.Outcome)
+	}
+	// Bytes that are not JSON go to the chain's first module exactly as they came.
+	r = f.p.Process(ctx, pipeline.Message{Body: []byte("cpu=3 host=a\n"), Modules: []pipeline.Mapper{f.trap}})
+	if r.Outcome != pipeline.Failed || r.Reason != "trap" {
+		t.Errorf("raw bytes on a chain: %v %q", r.Outcome, r.Reason)
+	}
+	if r := f.p.Process(ctx, pipeline.Message{Body: []byte("cpu=3")}); r.Outcome != pipeline.Unparseable {
+		t.Errorf("raw bytes without a chain: %v", r.Outcome)
+	}
+}
+
+// metric returns the value of a counter in reg, with the given first label
+// value ("" for an unlabelled one).
+func metric(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if label == "" || (len(m.GetLabel()) > 0 && m.GetLabel()[0].GetValue() == label) {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("metric %s{%s} not found", name, label)
+	return 0
+}

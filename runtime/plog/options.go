@@ -1,0 +1,247 @@
+package plog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/tally-billing/tally-openstack-collector/outbox"
+	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
+)
+
+// Processor turns a message into events; *pipeline.Pipeline implements it.
+type Processor interface {
+	Process(ctx context.Context, msg pipeline.Message) pipeline.Result
+}
+
+// Outbox is where events are committed; *outbox.Outbox implements it. Append
+// must be one synced transaction and answer an error wrapping outbox.ErrFull at
+// its bound.
+type Outbox interface {
+	Append(ctx context.Context, events [][]byte) error
+	AppendDeadLetters(ctx context.Context, letters []outbox.DeadLetter) error
+}
+
+var (
+	_ Processor = (*pipeline.Pipeline)(nil)
+	_ Outbox    = (*outbox.Outbox)(nil)
+)
+
+// Network of a listener.
+const (
+	UDP = "udp"
+	TCP = "tcp"
+)
+
+// DefaultHost is the host a listener address without one binds to.
+const DefaultHost = "127.0.0.1"
+
+// Defaults for Settings.
+const (
+	DefaultDefragMaxBytes  = 1 << 20
+	DefaultDefragMaxAge    = 10 * time.Second
+	DefaultReadBufferBytes = 8 << 20
+	DefaultMaxLineBytes    = 1 << 20
+	DefaultIdleTimeout     = 60 * time.Second
+	DefaultMaxConnections  = 256
+	DefaultBatchMax        = 500
+	DefaultBatchLinger     = 5 * time.Millisecond
+	DefaultQueueBytes      = 32 << 20
+	DefaultDrainTimeout    = 5 * time.Second
+)
+
+// Settings tune one listener. A zero field (nil for the switches) inherits the
+// shared default; see Merge.
+type Settings struct {
+	// UDP
+	ReadBufferBytes int           // SO_RCVBUF asked for (root may exceed net.core.rmem_max); default 8 MiB
+	DefragMaxBytes  int64         // bytes the defragmenter may hold; default 1 MiB
+	DefragMaxAge    time.Duration // an incomplete message is evicted after this; default 10 s
+	HoleDetection   *bool         // per-client message id gap counting; default on
+	AllowENVI       *bool         // answer the ENVI command (secrets redacted); default off
+	AllowKILL       *bool         // KILL stops the daemon gracefully through Options.Stop; default off
+
+	// TCP
+	MaxLineBytes   int           // longest line; a longer one is skipped and counted; default 1 MiB
+	IdleTimeout    time.Duration // each line must arrive within this; default 60 s
+	MaxConnections int           // concurrent connections; more are closed at once; default 256
+
+	// Both
+	Workers     int           // goroutines calling the pipeline; default 2
+	QueueBytes  int64         // bytes of received messages waiting for a worker; default 32 MiB
+	BatchMax    int           // events per outbox transaction; default 500
+	BatchLinger time.Duration // longest wait to fill a batch; default 5 ms
+}
+
+// Merge returns s with every unset field taken from defaults, and every field
+// still unset after that taken from the package defaults.
+func Merge(s, defaults Settings) Settings {
+	pick := func(v, d int) int {
+		if v != 0 {
+			return v
+		}
+		return d
+	}
+	pick64 := func(v, d int64) int64 {
+		if v != 0 {
+			return v
+		}
+		return d
+	}
+	pickDur := func(v, d time.Duration) time.Duration {
+		if v != 0 {
+			return v
+		}
+		return d
+	}
+	pickBool := func(v, d *bool, def bool) *bool {
+		switch {
+		case v != nil:
+			b := *v
+			return &b
+		case d != nil:
+			b := *d
+			return &b
+		}
+		return &def
+	}
+	return Settings{
+		ReadBufferBytes: pick(s.ReadBufferBytes, pick(defaults.ReadBufferBytes, DefaultReadBufferBytes)),
+		DefragMaxBytes:  pick64(s.DefragMaxBytes, pick64(defaults.DefragMaxBytes, DefaultDefragMaxBytes)),
+		DefragMaxAge:    pickDur(s.DefragMaxAge, pickDur(defaults.DefragMaxAge, DefaultDefragMaxAge)),
+		HoleDetection:   pickBool(s.HoleDetection, defaults.HoleDetection, true),
+		AllowENVI:       pickBool(s.AllowENVI, defaults.AllowENVI, false),
+		AllowKILL:       pickBool(s.AllowKILL, defaults.AllowKILL, false),
+		MaxLineBytes:    pick(s.MaxLineBytes, pick(defaults.MaxLineBytes, DefaultMaxLineBytes)),
+		IdleTimeout:     pickDur(s.IdleTimeout, pickDur(defaults.IdleTimeout, DefaultIdleTimeout)),
+		MaxConnections:  pick(s.MaxConnections, pick(defaults.MaxConnections, DefaultMaxConnections)),
+		Workers:         pick(s.Workers, pick(defaults.Workers, 2)),
+		QueueBytes:      pick64(s.QueueBytes, pick64(defaults.QueueBytes, DefaultQueueBytes)),
+		BatchMax:        pick(s.BatchMax, pick(defaults.BatchMax, DefaultBatchMax)),
+		BatchLinger:     pickDur(s.BatchLinger, pickDur(defaults.BatchLinger, DefaultBatchLinger)),
+	}
+}
+
+// validate reports every out-of-range field of merged settings.
+func (s Settings) validate() []string {
+	var bad []string
+	if s.ReadBufferBytes < 0 {
+		bad = append(bad, "read buffer bytes < 0")
+	}
+	if s.DefragMaxBytes < entryOverhead+2 {
+		bad = append(bad, "defrag max bytes too small")
+	}
+	if s.DefragMaxAge < 0 {
+		bad = append(bad, "defrag max age < 0")
+	}
+	if s.MaxLineBytes < 1 {
+		bad = append(bad, "max line bytes < 1")
+	}
+	if s.IdleTimeout < 0 {
+		bad = append(bad, "idle timeout < 0")
+	}
+	if s.MaxConnections < 1 {
+		bad = append(bad, "max connections < 1")
+	}
+	if s.Workers < 1 {
+		bad = append(bad, "workers < 1")
+	}
+	if s.QueueBytes < 1 {
+		bad = append(bad, "queue bytes < 1")
+	}
+	if s.BatchMax < 1 {
+		bad = append(bad, "batch max < 1")
+	}
+	if s.BatchLinger < 0 {
+		bad = append(bad, "batch linger < 0")
+	}
+	return bad
+}
+
+// Listener is one socket.
+type Listener struct {
+	Network string // UDP or TCP
+	// Address is host:port or :port (bound to DefaultHost). Port 0 picks a free
+	// port; Server.Addrs tells which.
+	Address string
+	// Settings override Options.Defaults field by field.
+	Settings Settings
+	// Mappers is the listener's chain, in order: a message that is not JSON goes
+	// to the first; a JSON message is routed by event type among them. Empty: the
+	// message is treated as a notification or a canonical event only.
+	Mappers []pipeline.Mapper
+}
+
+// Options configure a Server. The package reads no configuration of its own.
+type Options struct {
+	Listeners []Listener
+	Defaults  Settings
+	Processor Processor // required: the shared pipeline
+	Outbox    Outbox    // required
+	// Stop is called (once) by a permitted KILL command; it should start the
+	// daemon's graceful stop. Nil: KILL is refused even where allowed.
+	Stop func()
+	// Version is reported by STAT; default "unknown".
+	Version string
+	// DrainTimeout bounds how long Run spends committing what was received once
+	// its context is done; default 5 s.
+	DrainTimeout time.Duration
+	// Environ returns the environment for ENVI; default os.Environ.
+	Environ    func() []string
+	Logger     zerolog.Logger
+	Registerer prometheus.Registerer
+}
+
+// normalizeAddress applies DefaultHost to an address without a host.
+func normalizeAddress(addr string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", err
+	}
+	if host == "" {
+		host = DefaultHost
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+func (o *Options) validate() error {
+	var bad []string
+	if len(o.Listeners) == 0 {
+		return ErrNoListeners
+	}
+	if o.Processor == nil {
+		bad = append(bad, "processor is nil")
+	}
+	if o.Outbox == nil {
+		bad = append(bad, "outbox is nil")
+	}
+	for i, l := range o.Listeners {
+		if l.Network != UDP && l.Network != TCP {
+			bad = append(bad, fmt.Sprintf("listener %d: network %q is neither udp nor tcp", i, l.Network))
+		}
+		if _, err := normalizeAddress(l.Address); err != nil {
+			bad = append(bad, fmt.Sprintf("listener %d: address %q: %v", i, l.Address, err))
+		}
+		for _, p := range Merge(l.Settings, o.Defaults).validate() {
+			bad = append(bad, fmt.Sprintf("listener %d: %s", i, p))
+		}
+		for j, m := range l.Mappers {
+			if m == nil {
+				bad = append(bad, fmt.Sprintf("listener %d: mapper %d is nil", i, j))
+			}
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%w: %s", ErrInvalidOptions, strings.Join(bad, "; "))
+	}
+	return nil
+}
+
+// isFull reports whether an Append error means the outbox is at its bound.
+func isFull(err error) bool { return errors.Is(err, outbox.ErrFull) }

@@ -1,0 +1,490 @@
+package plog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/tally-billing/tally-openstack-collector/outbox"
+	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
+)
+
+// Exchange is the source exchange of every plog message.
+const Exchange = "plog"
+
+// Tag prefixes a fragmented message may carry.
+const (
+	TagModule     = "kt:" // kt:<module name> selects the mapper; kt:null drops the message
+	TagRoutingKey = "rk:" // rk:<routing key> replaces the listener's routing key
+)
+
+// Server runs the plog listeners of one daemon.
+type Server struct {
+	opts      Options
+	log       zerolog.Logger
+	listeners []*listener
+	stopOnce  sync.Once
+	killOnce  sync.Once
+	stop      chan struct{}
+	done      chan struct{}
+	ran       atomic.Bool
+	closeOnce sync.Once
+}
+
+// ListenerInfo names a bound listener.
+type ListenerInfo struct {
+	Network string
+	Addr    net.Addr
+	// Name is "<network>://<host:port>", the routing key of its messages and the
+	// listener label of its metrics.
+	Name string
+}
+
+type item struct {
+	body []byte
+	tags []string
+}
+
+type commitItem struct {
+	events [][]byte
+	letter *outbox.DeadLetter
+}
+
+type listener struct {
+	srv    *Server
+	net    string
+	name   string
+	set    Settings
+	chain  []pipeline.Mapper
+	byName map[string]pipeline.Mapper
+	st     stats
+	log    zerolog.Logger
+
+	udp    *net.UDPConn
+	tcp    *net.TCPListener
+	rcvbuf int // the kernel's receive buffer, as it reports it
+
+	queue   chan item
+	queued  atomic.Int64
+	commits chan commitItem
+
+	connMu sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+}
+
+// New validates opts and binds every listener, so that an address in use stops
+// start-up. Nothing is read until Run.
+func New(opts Options) (*Server, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	if opts.Version == "" {
+		opts.Version = "unknown"
+	}
+	if opts.DrainTimeout <= 0 {
+		opts.DrainTimeout = DefaultDrainTimeout
+	}
+	if opts.Environ == nil {
+		opts.Environ = os.Environ
+	}
+	s := &Server{
+		opts: opts,
+		log:  opts.Logger,
+		stop: make(chan struct{}),
+		done: make(chan struct{}),
+	}
+	for _, lo := range opts.Listeners {
+		l, err := s.bind(lo)
+		if err != nil {
+			s.closeSockets()
+			return nil, err
+		}
+		s.listeners = append(s.listeners, l)
+	}
+	if opts.Registerer != nil {
+		if err := opts.Registerer.Register(&collector{srv: s}); err != nil {
+			s.closeSockets()
+			return nil, fmt.Errorf("plog: register metrics: %w", err)
+		}
+	}
+	return s, nil
+}
+
+func (s *Server) bind(lo Listener) (*listener, error) {
+	addr, _ := normalizeAddress(lo.Address)
+	set := Merge(lo.Settings, s.opts.Defaults)
+	l := &listener{
+		srv:     s,
+		net:     lo.Network,
+		set:     set,
+		chain:   lo.Mappers,
+		byName:  make(map[string]pipeline.Mapper),
+		queue:   make(chan item, 1024),
+		commits: make(chan commitItem, 2*set.BatchMax),
+		conns:   make(map[net.Conn]struct{}),
+	}
+	for _, m := range lo.Mappers {
+		for _, n := range []string{m.Manifest().Name, m.ID()} {
+			if _, dup := l.byName[n]; !dup && n != "" {
+				l.byName[n] = m
+			}
+		}
+	}
+	switch lo.Network {
+	case UDP:
+		ua, err := net.ResolveUDPAddr("udp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("plog: listener %s: %w", addr, err)
+		}
+		c, err := net.ListenUDP("udp", ua)
+		if err != nil {
+			return nil, fmt.Errorf("plog: listener udp://%s: %w", addr, err)
+		}
+		setReadBuffer(c, set.ReadBufferBytes)
+		enableDropCount(c)
+		l.udp = c
+		l.name = "udp://" + c.LocalAddr().String()
+		l.rcvbuf = readBufferBytes(c)
+	case TCP:
+		ta, err := net.ResolveTCPAddr("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("plog: listener %s: %w", addr, err)
+		}
+		c, err := net.ListenTCP("tcp", ta)
+		if err != nil {
+			return nil, fmt.Errorf("plog: listener tcp://%s: %w", addr, err)
+		}
+		l.tcp = c
+		l.name = "tcp://" + c.Addr().String()
+	}
+	l.log = s.log.With().Str("listener", l.name).Logger()
+	return l, nil
+}
+
+// Listeners describes the bound listeners, in the order of Options.Listeners.
+func (s *Server) Listeners() []ListenerInfo {
+	out := make([]ListenerInfo, len(s.listeners))
+	for i, l := range s.listeners {
+		out[i] = ListenerInfo{Network: l.net, Name: l.name}
+		if l.udp != nil {
+			out[i].Addr = l.udp.LocalAddr()
+		} else {
+			out[i].Addr = l.tcp.Addr()
+		}
+	}
+	return out
+}
+
+// Stats returns the counters of listener i (the order of Options.Listeners).
+func (s *Server) Stats(i int) Snapshot { return s.listeners[i].snapshot() }
+
+func (l *listener) snapshot() Snapshot { return l.st.snapshot(l.srv.opts.Version) }
+
+// Run serves every listener until ctx is done or Close is called. It then stops
+// reading, lets the workers map what was already received and commits it,
+// bounded by Options.DrainTimeout, and returns nil. It may be called once.
+func (s *Server) Run(ctx context.Context) error {
+	if !s.ran.CompareAndSwap(false, true) {
+		return fmt.Errorf("plog: run twice: %w", ErrClosed)
+	}
+	defer close(s.done)
+	select {
+	case <-s.stop:
+		return ErrClosed
+	default:
+	}
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+
+	var readers, workers, committers sync.WaitGroup
+	for _, l := range s.listeners {
+		committers.Add(1)
+		go func() { defer committers.Done(); l.commitLoop(work) }()
+		var lw sync.WaitGroup
+		for range l.set.Workers {
+			lw.Add(1)
+			go func() { defer lw.Done(); l.workLoop(work) }()
+		}
+		workers.Add(1)
+		go func() { defer workers.Done(); lw.Wait(); close(l.commits) }()
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			defer close(l.queue)
+			if l.udp != nil {
+				l.readUDP(work)
+			} else {
+				l.acceptTCP(work)
+			}
+		}()
+		ev := l.log.Info()
+		if l.udp != nil {
+			ev = ev.Int("receive_buffer_bytes", l.rcvbuf)
+		}
+		ev.Msg("plog listener started")
+	}
+
+	select {
+	case <-ctx.Done():
+	case <-s.stop:
+	}
+	timer := time.AfterFunc(s.opts.DrainTimeout, cancelWork)
+	defer timer.Stop()
+	s.closeSockets()
+	readers.Wait()
+	workers.Wait()
+	committers.Wait()
+	return nil
+}
+
+// Close stops the listeners. When Run is serving, Close waits for it to drain,
+// bounded by ctx. It is safe to call more than once and without Run.
+func (s *Server) Close(ctx context.Context) error {
+	s.stopOnce.Do(func() { close(s.stop) })
+	if !s.ran.Load() {
+		s.closeSockets()
+		return nil
+	}
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("plog: close: %w", ctx.Err())
+	}
+}
+
+func (s *Server) closeSockets() {
+	s.closeOnce.Do(func() {
+		for _, l := range s.listeners {
+			if l.udp != nil {
+				_ = l.udp.Close()
+			}
+			if l.tcp != nil {
+				_ = l.tcp.Close()
+			}
+			l.closeConns()
+		}
+	})
+}
+
+func (s *Server) kill() {
+	s.killOnce.Do(func() {
+		s.log.Warn().Msg("plog KILL command received: stopping")
+		go s.opts.Stop()
+	})
+}
+
+// enqueue hands a message to the workers. It blocks while the queue is full
+// (for UDP the socket buffer then fills; for TCP the client is pushed back) and
+// gives up only when the drain deadline has passed.
+func (l *listener) enqueue(ctx context.Context, it item) bool {
+	n := int64(len(it.body))
+	for l.queued.Load() > 0 && l.queued.Load()+n > l.set.QueueBytes {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(time.Millisecond):
+		}
+	}
+	l.queued.Add(n)
+	select {
+	case l.queue <- it:
+		return true
+	case <-ctx.Done():
+		l.queued.Add(-n)
+		return false
+	}
+}
+
+func (l *listener) workLoop(ctx context.Context) {
+	for it := range l.queue {
+		l.queued.Add(-int64(len(it.body)))
+		l.process(ctx, it)
+	}
+}
+
+func (l *listener) process(ctx context.Context, it item) {
+	defer func() {
+		if r := recover(); r != nil {
+			l.st.exceptions.Add(1)
+			l.log.Error().Interface("panic", r).Int("bytes", len(it.body)).Msg("plog message processing panicked")
+		}
+	}()
+	modules, rk := l.chain, l.name
+	var picked []pipeline.Mapper
+	for _, t := range it.tags {
+		if name, ok := strings.CutPrefix(t, TagModule); ok {
+			if name == "null" {
+				l.st.nullRoute.Add(1)
+				return
+			}
+			m, ok := l.byName[name]
+			if !ok {
+				l.st.unknownRoute.Add(1)
+				l.log.Debug().Str("module", name).Msg("plog message names a module this listener does not have; dropped")
+				return
+			}
+			picked = append(picked, m)
+		} else if key, ok := strings.CutPrefix(t, TagRoutingKey); ok && key != "" {
+			rk = key
+		}
+	}
+	if len(picked) > 0 {
+		modules = picked
+	}
+	res := l.srv.opts.Processor.Process(ctx, pipeline.Message{
+		Body:       it.body,
+		Exchange:   Exchange,
+		RoutingKey: rk,
+		Modules:    modules,
+		Canonical:  true,
+		DeriveID:   true,
+	})
+	switch res.Outcome {
+	case pipeline.Mapped:
+		l.st.mapped.Add(1)
+		if len(res.Events) > 0 {
+			l.toCommit(ctx, commitItem{events: res.Events})
+		}
+	case pipeline.Skipped:
+		l.st.skipped.Add(1)
+	case pipeline.Unparseable:
+		l.st.unparseable.Add(1)
+	case pipeline.Failed:
+		l.st.failed.Add(1)
+		detail := ""
+		if res.Err != nil {
+			detail = res.Err.Error()
+		}
+		l.toCommit(ctx, commitItem{letter: &outbox.DeadLetter{
+			Body: it.body, Exchange: Exchange, RoutingKey: rk, EventType: res.EventType,
+			Module: res.Module, Reason: res.Reason, Detail: detail, At: time.Now().UTC(),
+		}})
+	}
+}
+
+func (l *listener) toCommit(ctx context.Context, c commitItem) {
+	select {
+	case l.commits <- c:
+	case <-ctx.Done():
+		l.st.failedToSend.Add(1)
+	}
+}
+
+// commitLoop batches events into outbox transactions: a batch is committed when
+// it holds BatchMax events or BatchLinger after its first event.
+func (l *listener) commitLoop(ctx context.Context) {
+	var (
+		events  [][]byte
+		letters []outbox.DeadLetter
+		msgs    int
+	)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	flush := func() {
+		timer.Stop()
+		if len(events) > 0 {
+			l.appendEvents(ctx, events, msgs)
+		}
+		if len(letters) > 0 {
+			if err := l.srv.opts.Outbox.AppendDeadLetters(ctx, letters); err != nil {
+				l.st.exceptions.Add(1)
+				l.log.Error().Err(err).Int("letters", len(letters)).Msg("plog dead letters not stored")
+			}
+		}
+		events, letters, msgs = nil, nil, 0
+	}
+	for {
+		select {
+		case c, ok := <-l.commits:
+			if !ok {
+				flush()
+				return
+			}
+			if len(events) == 0 && len(letters) == 0 {
+				timer.Reset(l.set.BatchLinger)
+			}
+			if c.letter != nil {
+				letters = append(letters, *c.letter)
+			} else {
+				events = append(events, c.events...)
+				msgs++
+			}
+			if len(events)+len(letters) >= l.set.BatchMax {
+				flush()
+			}
+		case <-timer.C:
+			flush()
+		}
+	}
+}
+
+// appendEvents commits one batch. UDP cannot push back, so a full or failing
+// outbox drops the batch (counted in failed_to_send and outbox_full). TCP retries
+// until the outbox takes it, which stops the workers, then the readers, then the
+// clients (back-pressure), or until the drain deadline.
+func (l *listener) appendEvents(ctx context.Context, events [][]byte, msgs int) {
+	backoff := 10 * time.Millisecond
+	for {
+		err := l.srv.opts.Outbox.Append(ctx, events)
+		if err == nil {
+			l.st.eventsCommitted.Add(uint64(len(events)))
+			return
+		}
+		full := isFull(err)
+		if full {
+			l.st.outboxFull.Add(uint64(msgs))
+		} else {
+			l.st.exceptions.Add(1)
+		}
+		if l.net == UDP || ctx.Err() != nil {
+			l.st.failedToSend.Add(uint64(msgs))
+			l.log.Warn().Err(err).Int("events", len(events)).Msg("plog events dropped: outbox refused them")
+			return
+		}
+		if !full {
+			l.log.Warn().Err(err).Int("events", len(events)).Msg("plog outbox append failed; retrying")
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+func (l *listener) trackConn(c net.Conn) bool {
+	l.connMu.Lock()
+	defer l.connMu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.conns[c] = struct{}{}
+	return true
+}
+
+func (l *listener) untrackConn(c net.Conn) {
+	l.connMu.Lock()
+	delete(l.conns, c)
+	l.connMu.Unlock()
+}
+
+func (l *listener) closeConns() {
+	l.connMu.Lock()
+	defer l.connMu.Unlock()
+	l.closed = true
+	for c := range l.conns {
+		_ = c.Close()
+	}
+}
+
+func isClosed(err error) bool { return errors.Is(err, net.ErrClosed) }

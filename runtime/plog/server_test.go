@@ -1,0 +1,649 @@
+package plog
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
+
+	"github.com/tally-billing/tally-openstack-collector/outbox"
+	"github.com/tally-billing/tally-openstack-collector/runtime"
+	"github.com/tally-billing/tally-openstack-collector/runtime/jsonindex"
+	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
+)
+
+// canonical is a canonical event as a plog client sends it.
+func canonical(id string) []byte {
+	return []byte(fmt.Sprintf(`{"event_type":"compute.instance.exists","timestamp":"2024-05-01T12:00:00Z",`+
+		`"service":"nova","resource_type":"instance","resource_id":%q,"project_id":"p1","action":"exists","attributes":{}}`, id))
+}
+
+// harness runs a Server over the real pipeline and a real Badger outbox.
+type harness struct {
+	t      testing.TB
+	srv    *Server
+	box    *outbox.Outbox
+	reg    *prometheus.Registry
+	proc   *gate
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// gate wraps the real pipeline and can hold every call, to build up pressure.
+type gate struct {
+	p    *pipeline.Pipeline
+	mu   sync.RWMutex
+	held atomic.Bool
+}
+
+func (g *gate) Process(ctx context.Context, m pipeline.Message) pipeline.Result {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.p.Process(ctx, m)
+}
+
+func (g *gate) hold()    { g.mu.Lock(); g.held.Store(true) }
+func (g *gate) release() { g.held.Store(false); g.mu.Unlock() }
+
+func newHarness(t testing.TB, maxEvents int64, opts Options) *harness {
+	t.Helper()
+	box, err := outbox.Open(outbox.Options{Dir: t.TempDir(), MaxEvents: maxEvents, MinFreeBytes: -1, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { box.Close() })
+	reg := prometheus.NewRegistry()
+	g := &gate{p: pipeline.New(pipeline.Options{Logger: zerolog.Nop()})}
+	opts.Processor, opts.Outbox, opts.Registerer, opts.Logger = g, box, reg, zerolog.Nop()
+	opts.Version = "test"
+	for i := range opts.Listeners {
+		if opts.Listeners[i].Address == "" {
+			opts.Listeners[i].Address = ":0"
+		}
+	}
+	srv, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &harness{t: t, srv: srv, box: box, reg: reg, proc: g, cancel: cancel, done: make(chan error, 1)}
+	go func() { h.done <- srv.Run(ctx) }()
+	t.Cleanup(h.stop)
+	return h
+}
+
+func (h *harness) stop() {
+	h.cancel()
+	select {
+	case <-h.done:
+	case <-time.After(10 * time.Second):
+		h.t.Error("Run did not return")
+	}
+}
+
+func (h *harness) addr(i int) string { return h.srv.Listeners()[i].Addr.String() }
+
+func (h *harness) dial(i int) *Client {
+	h.t.Helper()
+	c, err := Dial(h.srv.Listeners()[i].Network, h.addr(i))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// events waits until the outbox holds n events and returns them.
+func (h *harness) events(n int) []map[string]any {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for h.box.Depth() < int64(n) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	_, _, evs, err := h.box.Peek(context.Background(), n+10)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if len(evs) != n {
+		h.t.Fatalf("outbox holds %d events, want %d", len(evs), n)
+	}
+	out := make([]map[string]any, len(evs))
+	for i, ev := range evs {
+		if err := json.Unmarshal(ev, &out[i]); err != nil {
+			h.t.Fatalf("event %d: %v", i, err)
+		}
+	}
+	return out
+}
+
+// waitStat polls listener i's counters until cond holds.
+func (h *harness) waitStat(i int, what string, cond func(Snapshot) bool) Snapshot {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s := h.srv.Stats(i)
+		if cond(s) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			b, _ := json.Marshal(s)
+			h.t.Fatalf("waiting for %s: %s", what, b)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func udpOnly() Options { return Options{Listeners: []Listener{{Network: UDP}}} }
+
+func TestUDPUnboxedCommitted(t *testing.T) {
+	h := newHarness(t, 0, udpOnly())
+	c := h.dial(0)
+	for i := 0; i < 2; i++ { // the same message twice: the same event_id
+		if err := c.SendUnboxed(canonical("vm-1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs := h.events(2)
+	src := evs[0]["source"].(map[string]any)
+	if src["exchange"] != "plog" || src["routing_key"] != "udp://"+h.addr(0) {
+		t.Fatalf("source %v", src)
+	}
+	id, _ := evs[0]["event_id"].(string)
+	if id == "" || evs[1]["event_id"] != id {
+		t.Fatalf("derived ids %v %v", evs[0]["event_id"], evs[1]["event_id"])
+	}
+	s := h.waitStat(0, "counters", func(s Snapshot) bool { return s.EventsCommitted == 2 })
+	if s.UDPSimpleMessages != 2 || s.Mapped != 2 {
+		t.Fatalf("simple %d mapped %d", s.UDPSimpleMessages, s.Mapped)
+	}
+	if strings.HasPrefix(h.addr(0), "127.0.0.1:") == false {
+		t.Fatalf("default bind %s", h.addr(0))
+	}
+}
+
+func TestUDPFragmentedInAndOutOfOrder(t *testing.T) {
+	h := newHarness(t, 0, udpOnly())
+	c := h.dial(0)
+	c.FragmentSize = 50
+	msg := canonical(strings.Repeat("r", 200)) // several fragments
+	if err := c.Send(msg); err != nil {
+		t.Fatal(err)
+	}
+	// Out of order, with duplicates, from a raw socket.
+	conn, err := net.Dial("udp", h.addr(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	frags, _ := Fragments(77, canonical("vm-2"), nil, 40)
+	if len(frags) < 4 {
+		t.Fatalf("%d fragments", len(frags))
+	}
+	order := []int{3, 0, 0, 2}
+	for i := len(frags) - 1; i >= 0; i-- {
+		order = append(order, i)
+	}
+	for _, i := range order {
+		conn.Write(frags[i])
+	}
+	evs := h.events(2)
+	got := map[any]bool{evs[0]["resource_id"]: true, evs[1]["resource_id"]: true}
+	if !got["vm-2"] || !got[strings.Repeat("r", 200)] {
+		t.Fatalf("resources %v", got)
+	}
+	s := h.waitStat(0, "duplicates", func(s Snapshot) bool { return s.V0DuplicateFrags == uint64(len(order)-len(frags)) })
+	if s.Cache.Misses != 2 || s.EventsCommitted != 2 {
+		t.Fatalf("misses %d committed %d", s.Cache.Misses, s.EventsCommitted)
+	}
+}
+
+func TestUDPLostFragmentEvicted(t *testing.T) {
+	o := udpOnly()
+	o.Listeners[0].Settings.DefragMaxAge = 50 * time.Millisecond
+	h := newHarness(t, 0, o)
+	conn, err := net.Dial("udp", h.addr(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	frags, _ := Fragments(5, canonical("lost"), nil, 30)
+	for _, f := range frags[1:] { // the first fragment is lost
+		conn.Write(f)
+	}
+	s := h.waitStat(0, "eviction", func(s Snapshot) bool { return s.Cache.Evictions == 1 })
+	if s.DroppedFragments[sizeBucket(len(canonical("lost")))][0] != 1 || s.DefragMessages != 0 || s.DefragBytes != 0 {
+		t.Fatalf("dropped %v, defrag %d msgs %d bytes", s.DroppedFragments, s.DefragMessages, s.DefragBytes)
+	}
+	if h.box.Depth() != 0 {
+		t.Fatal("an incomplete message reached the outbox")
+	}
+}
+
+func TestUDPInvalidDatagramsCounted(t *testing.T) {
+	h := newHarness(t, 0, udpOnly())
+	conn, err := net.Dial("udp", h.addr(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	bad, _ := Fragments(9, []byte("payload"), nil, 100)
+	bad[0][16] ^= 0xff // checksum
+	absurd := (raw{typ: 1, count: 65535, index: 0, fragSize: 65535, length: 2147483646, payload: []byte("x")}).bytes()
+	tooBig := (raw{typ: 1, count: 40, index: 0, fragSize: 60000, length: 40 * 59000, payload: bytes.Repeat([]byte("x"), 60000)}).bytes()
+	for _, d := range [][]byte{
+		{5, 1, 2, 3},          // version 5
+		{0},                   // no packet type
+		{0, 9, 1},             // packet type 9
+		{0, 1, 0, 1},          // short header
+		bad[0],                // wrong checksum
+		absurd,                // announces 2 GiB
+		tooBig,                // over the 1 MiB defragmenter
+		{0, 0, 'K', 'L', 'I'}, // unknown command
+	} {
+		conn.Write(d)
+	}
+	s := h.waitStat(0, "invalid", func(s Snapshot) bool { return s.UnknownCommand == 1 })
+	if s.UDPInvalidVersion != 1 || s.V0InvalidType != 2 || s.V0InvalidMultipartHeader != 3 || s.V0InvalidChecksum[0] != 1 {
+		b, _ := json.Marshal(s)
+		t.Fatalf("counters %s", b)
+	}
+	if s.DefragBytes != 0 || s.Exceptions != 0 {
+		t.Fatalf("defrag %d exceptions %d", s.DefragBytes, s.Exceptions)
+	}
+}
+
+// echoMapper stands in for a listener's module: it wraps whatever bytes it gets
+// into one canonical event, so the tests can see which module a tag selected.
+type echoMapper struct{ name string }
+
+func (m echoMapper) Map(ctx context.Context, in *jsonindex.Index, src runtime.Source) (runtime.Result, error) {
+	ev, _ := json.Marshal(map[string]any{"event_type": "plog.echo", "resource_type": "echo",
+		"resource_id": string(in.Bytes()), "attributes": map[string]string{"module": m.name},
+		"source": map[string]string{"exchange": src.Exchange, "routing_key": src.RoutingKey}})
+	return runtime.Result{Events: [][]byte{ev}}, nil
+}
+func (m echoMapper) ID() string { return m.name + "@1.0.0" }
+func (m echoMapper) Manifest() runtime.Manifest {
+	return runtime.Manifest{Name: m.name, Version: "1.0.0"}
+}
+
+func TestUDPTagsSelectModule(t *testing.T) {
+	o := udpOnly()
+	o.Listeners[0].Mappers = []pipeline.Mapper{echoMapper{"first"}, echoMapper{"second"}}
+	h := newHarness(t, 0, o)
+	c := h.dial(0)
+	send := func(body string, tags ...string) {
+		t.Helper()
+		if err := c.Send([]byte(body), tags...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send("a")                               // no tag: the chain's first module
+	send("b", "kt:second", "rk:custom.key") // by name, with a routing key
+	send("c", "kt:second@1.0.0")            // by id
+	send("d", "kt:null")                    // dropped on purpose
+	send("e", "kt:nosuch")                  // unknown module: dropped, counted
+	h.waitStat(0, "routes", func(s Snapshot) bool { return s.Mapped == 3 && s.NullRoute == 1 && s.UnknownRoute == 1 })
+	evs := h.events(3)
+	byBody := map[string]map[string]any{}
+	for _, ev := range evs {
+		byBody[ev["resource_id"].(string)] = ev
+	}
+	module := func(b string) any { return byBody[b]["attributes"].(map[string]any)["module"] }
+	if module("a") != "first" || module("b") != "second" || module("c") != "second" {
+		t.Fatalf("modules a=%v b=%v c=%v", module("a"), module("b"), module("c"))
+	}
+	if rk := byBody["b"]["source"].(map[string]any)["routing_key"]; rk != "custom.key" {
+		t.Fatalf("routing key %v", rk)
+	}
+}
+
+func TestUDPCommands(t *testing.T) {
+	var stopped atomic.Int32
+	o := udpOnly()
+	o.Listeners = append(o.Listeners, Listener{Network: UDP, Settings: Settings{AllowENVI: ptr(true), AllowKILL: ptr(true)}})
+	o.Stop = func() { stopped.Add(1) }
+	o.Environ = func() []string { return []string{"OS_PASSWORD=hunter2", "LANG=C"} }
+	h := newHarness(t, 0, o)
+	ctx := context.Background()
+	c := h.dial(0)
+
+	pong, err := c.Command(ctx, "Ping", []byte("For17575\n\n"))
+	if err != nil || string(pong) != "PONGFor17575\n\n" {
+		t.Fatalf("PING: %q %v", pong, err)
+	}
+	stat, err := c.Command(ctx, "stat", []byte("istics please, gentle service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(stat, &m); err != nil {
+		t.Fatalf("STAT %q: %v", stat, err)
+	}
+	for _, k := range []string{"version", "failed_to_send", "exceptions", "udp_simple_messages", "udp_invalid_version",
+		"v0_invalid_type", "unknown_command", "v0_commands", "v0_invalid_multipart_header", "v0_fragments",
+		"v0_invalid_fragments", "v0_invalid_checksum", "dropped_fragments", "cache", "kafka"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("STAT lacks %q", k)
+		}
+	}
+	cache := m["cache"].(map[string]any)
+	for _, k := range []string{"evictions", "hits", "misses"} {
+		if _, ok := cache[k]; !ok {
+			t.Errorf("STAT cache lacks %q", k)
+		}
+	}
+	kafka := m["kafka"].(map[string]any)
+	for _, k := range kafkaKeys {
+		r, ok := kafka[k].(map[string]any)
+		if !ok || r["count"] == nil || len(r["rate"].([]any)) != 3 {
+			t.Errorf("STAT kafka %q: %v", k, kafka[k])
+		}
+	}
+	if m["version"] != "test" || m["v0_commands"].(float64) != 2 {
+		t.Fatalf("version %v commands %v", m["version"], m["v0_commands"])
+	}
+	// Refused by default: no answer. The reader handles datagrams in order, so
+	// the PONG that follows proves ENVI got none.
+	c2 := h.dial(0)
+	c2.conn.Write([]byte("\x00\x00ENVI"))
+	c2.conn.Write([]byte("\x00\x00KILL"))
+	if got, err := c2.Command(ctx, "PING", []byte("x")); err != nil || string(got) != "PONGx" {
+		t.Fatalf("after refused commands: %q %v", got, err)
+	}
+	if s := h.srv.Stats(0); s.V0RefusedCommands < 2 || stopped.Load() != 0 {
+		t.Fatalf("refused %d, stopped %d", s.V0RefusedCommands, stopped.Load())
+	}
+	// Enabled on the second listener: ENVI redacts, KILL calls Stop.
+	e := h.dial(1)
+	env, err := e.Command(ctx, "envi", nil)
+	if err != nil || !bytes.Contains(env, []byte("LANG=C")) || bytes.Contains(env, []byte("hunter2")) {
+		t.Fatalf("ENVI: %q %v", env, err)
+	}
+	e.conn.Write([]byte("\x00\x00kill"))
+	deadline := time.Now().Add(5 * time.Second)
+	for stopped.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if stopped.Load() != 1 {
+		t.Fatal("KILL did not call Stop")
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestUDPSocketBufferPressure(t *testing.T) {
+	o := udpOnly()
+	o.Listeners[0].Settings = Settings{ReadBufferBytes: 4096, QueueBytes: 1, Workers: 1}
+	h := newHarness(t, 0, o)
+	c := h.dial(0)
+	h.proc.hold()
+	const sent = 3000
+	for i := 0; i < sent; i++ {
+		if err := c.SendUnboxed(canonical(fmt.Sprintf("p-%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.proc.release()
+	// Wait for the reader to empty the socket buffer, then send a command: it is
+	// the first datagram after the drops, so it carries the kernel's drop count.
+	last := uint64(0)
+	for {
+		time.Sleep(200 * time.Millisecond)
+		n := h.srv.Stats(0).UDPSimpleMessages
+		if n == last {
+			break
+		}
+		last = n
+	}
+	if _, err := c.Command(context.Background(), "PING", nil); err != nil {
+		t.Fatal(err)
+	}
+	s := h.srv.Stats(0)
+	if s.SocketDrops == 0 {
+		t.Fatal("no socket drops counted under pressure")
+	}
+	if s.UDPSimpleMessages+s.SocketDrops != sent {
+		t.Fatalf("received %d + dropped %d != sent %d", s.UDPSimpleMessages, s.SocketDrops, sent)
+	}
+	h.waitStat(0, "commit", func(s Snapshot) bool { return s.EventsCommitted == s.UDPSimpleMessages })
+	if v := testutil.ToFloat64(collectorFor(t, h, "tally_collector_plog_socket_drops_total")); v != float64(s.SocketDrops) {
+		t.Fatalf("metric %v, STAT %d", v, s.SocketDrops)
+	}
+}
+
+// collectorFor gathers one metric of listener 0 from the harness registry.
+func collectorFor(t *testing.T, h *harness, name string) prometheus.Collector {
+	t.Helper()
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			v := mf.GetMetric()[0].GetCounter().GetValue()
+			g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "x"})
+			g.Set(v)
+			return g
+		}
+	}
+	t.Fatalf("metric %s not exported", name)
+	return nil
+}
+
+func TestUDPOutboxFullDropsAndCounts(t *testing.T) {
+	o := udpOnly()
+	o.Listeners[0].Settings.BatchMax = 1
+	h := newHarness(t, 1, o)
+	c := h.dial(0)
+	c.SendUnboxed(canonical("one"))
+	h.events(1)
+	c.SendUnboxed(canonical("two"))
+	s := h.waitStat(0, "full", func(s Snapshot) bool { return s.FailedToSend == 1 })
+	if s.OutboxFull != 1 || s.EventsCommitted != 1 {
+		t.Fatalf("full %d committed %d", s.OutboxFull, s.EventsCommitted)
+	}
+}
+
+func tcpOnly(s Settings) Options { return Options{Listeners: []Listener{{Network: TCP, Settings: s}}} }
+
+func TestTCPLines(t *testing.T) {
+	h := newHarness(t, 0, tcpOnly(Settings{MaxLineBytes: 4096}))
+	conn, err := net.Dial("tcp", h.addr(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	b.Write(canonical("t1"))
+	b.WriteString("\n\x00reserved for later\n\n")
+	b.WriteString(strings.Repeat("y", 10000) + "\n") // over the limit: skipped
+	b.Write(canonical("t2"))
+	b.WriteString("\n")
+	b.Write(canonical("t3")) // no newline at the end
+	conn.Write(b.Bytes())
+	conn.Close()
+	evs := h.events(3)
+	got := map[any]bool{}
+	for i := range evs {
+		got[evs[i]["resource_id"]] = true
+		if rk := evs[i]["source"].(map[string]any)["routing_key"]; rk != "tcp://"+h.addr(0) {
+			t.Fatalf("routing key %v", rk)
+		}
+	}
+	if !got["t1"] || !got["t2"] || !got["t3"] {
+		t.Fatalf("events %v", got)
+	}
+	s := h.waitStat(0, "lines", func(s Snapshot) bool { return s.TCPConnections == 0 })
+	if s.TCPLines != 3 || s.TCPReservedLines != 1 || s.TCPOverlongLines != 1 {
+		t.Fatalf("lines %d reserved %d overlong %d", s.TCPLines, s.TCPReservedLines, s.TCPOverlongLines)
+	}
+}
+
+func TestTCPSlowClientAndCap(t *testing.T) {
+	h := newHarness(t, 0, tcpOnly(Settings{IdleTimeout: 300 * time.Millisecond, MaxConnections: 2}))
+	slow, err := net.Dial("tcp", h.addr(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	slow.Write([]byte(`{"event_type":`)) // and never finishes the line
+	h.waitStat(0, "slow client", func(s Snapshot) bool { return s.TCPConnections == 1 })
+
+	good, err := net.Dial("tcp", h.addr(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer good.Close()
+	h.waitStat(0, "good client", func(s Snapshot) bool { return s.TCPConnections == 2 })
+	// Over the cap: closed at once.
+	extra, err := net.Dial("tcp", h.addr(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := extra.Read(make([]byte, 1)); err != io.EOF && !isReset(err) {
+		t.Fatalf("connection over the cap: %v", err)
+	}
+	extra.Close()
+	// The good client is served while the slow one stalls.
+	good.Write(append(canonical("g1"), '\n'))
+	h.events(1)
+	// The slow one is cut at the idle timeout.
+	slow.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := bufio.NewReader(slow).ReadByte(); err != io.EOF && !isReset(err) {
+		t.Fatalf("slow client not closed: %v", err)
+	}
+	s := h.waitStat(0, "timeouts", func(s Snapshot) bool { return s.TCPTimeouts >= 1 })
+	if s.TCPRefused != 1 || s.Unparseable != 0 {
+		t.Fatalf("refused %d unparseable %d", s.TCPRefused, s.Unparseable)
+	}
+}
+
+func isReset(err error) bool { return err != nil && strings.Contains(err.Error(), "reset") }
+
+func TestTCPBackPressureOnFullOutbox(t *testing.T) {
+	h := newHarness(t, 2, tcpOnly(Settings{BatchMax: 1}))
+	c := h.dial(0)
+	for i := 0; i < 5; i++ {
+		if err := c.Send(canonical(fmt.Sprintf("bp-%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.waitStat(0, "full", func(s Snapshot) bool { return s.OutboxFull > 0 })
+	// Drain the outbox as the sender would; every line gets in, none is lost.
+	ctx := context.Background()
+	seen := map[any]bool{}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(seen) < 5 && time.Now().Before(deadline) {
+		first, last, evs, err := h.box.Peek(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range evs {
+			var m map[string]any
+			json.Unmarshal(ev, &m)
+			seen[m["resource_id"]] = true
+		}
+		if len(evs) > 0 {
+			h.box.Delete(ctx, first, last)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(seen) != 5 {
+		t.Fatalf("%d of 5 lines reached the outbox", len(seen))
+	}
+	if s := h.srv.Stats(0); s.FailedToSend != 0 {
+		t.Fatalf("tcp dropped %d", s.FailedToSend)
+	}
+}
+
+func TestRunDrainsOnStop(t *testing.T) {
+	o := udpOnly()
+	o.Listeners[0].Settings.BatchLinger = time.Hour // only the drain commits
+	h := newHarness(t, 0, o)
+	c := h.dial(0)
+	for i := 0; i < 10; i++ {
+		c.SendUnboxed(canonical(fmt.Sprintf("d-%d", i)))
+	}
+	h.waitStat(0, "mapped", func(s Snapshot) bool { return s.Mapped == 10 })
+	if err := h.srv.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if h.box.Depth() != 10 {
+		t.Fatalf("depth %d after drain", h.box.Depth())
+	}
+}
+
+func TestMetricsExported(t *testing.T) {
+	h := newHarness(t, 0, udpOnly())
+	c := h.dial(0)
+	c.SendUnboxed(canonical("m"))
+	c.conn.Write([]byte{7, 7})
+	h.events(1)
+	h.waitStat(0, "invalid version", func(s Snapshot) bool { return s.UDPInvalidVersion == 1 })
+	name := h.srv.Listeners()[0].Name
+	want := fmt.Sprintf(`
+# HELP tally_collector_plog_udp_invalid_version_total UDP datagrams with a version byte between 1 and 31 (STAT udp_invalid_version).
+# TYPE tally_collector_plog_udp_invalid_version_total counter
+tally_collector_plog_udp_invalid_version_total{listener=%q} 1
+# HELP tally_collector_plog_udp_simple_messages_total Unboxed UDP messages received (STAT udp_simple_messages).
+# TYPE tally_collector_plog_udp_simple_messages_total counter
+tally_collector_plog_udp_simple_messages_total{listener=%q} 1
+`, name, name)
+	if err := testutil.GatherAndCompare(h.reg, strings.NewReader(want),
+		"tally_collector_plog_udp_simple_messages_total", "tally_collector_plog_udp_invalid_version_total"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	_, err := New(Options{})
+	if err != ErrNoListeners {
+		t.Fatalf("no listeners: %v", err)
+	}
+	_, err = New(Options{Listeners: []Listener{{Network: "sctp", Address: "nope"}, {Network: UDP, Address: ":0", Settings: Settings{Workers: -1}}}})
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, want := range []string{"processor is nil", "outbox is nil", `"sctp"`, `"nope"`, "workers < 1"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q: %v", want, err)
+		}
+	}
+}
+
+func TestMerge(t *testing.T) {
+	defaults := Settings{DefragMaxAge: 3 * time.Second, AllowKILL: ptr(true), Workers: 4}
+	got := Merge(Settings{DefragMaxAge: time.Second, AllowKILL: ptr(false), MaxLineBytes: 10}, defaults)
+	if got.DefragMaxAge != time.Second || *got.AllowKILL || got.MaxLineBytes != 10 {
+		t.Fatalf("overrides lost: %+v", got)
+	}
+	if got.Workers != 4 || *got.AllowENVI || !*got.HoleDetection {
+		t.Fatalf("defaults lost: %+v", got)
+	}
+	if got.DefragMaxBytes != DefaultDefragMaxBytes || got.MaxLineBytes != 10 || got.IdleTimeout != DefaultIdleTimeout ||
+		got.MaxConnections != DefaultMaxConnections || got.BatchMax != DefaultBatchMax {
+		t.Fatalf("package defaults lost: %+v", got)
+	}
+	inherit := Merge(Settings{}, defaults)
+	if !*inherit.AllowKILL || inherit.DefragMaxAge != 3*time.Second {
+		t.Fatalf("inheritance: %+v", inherit)
+	}
+	// The merge copies the switches: changing the result leaves the inputs alone.
+	*inherit.AllowKILL = false
+	if !*defaults.AllowKILL {
+		t.Fatal("merge aliased a default switch")
+	}
+}

@@ -1,0 +1,168 @@
+package plog
+
+import (
+	"sync/atomic"
+)
+
+// stats are one listener's counters. Every field is updated atomically, so the
+// reader, the workers, the committer and a scrape may touch them at once.
+type stats struct {
+	// The seed's STAT keys.
+	failedToSend       atomic.Uint64
+	exceptions         atomic.Uint64
+	udpSimpleMessages  atomic.Uint64
+	udpInvalidVersion  atomic.Uint64
+	v0InvalidType      atomic.Uint64
+	unknownCommand     atomic.Uint64
+	v0Commands         atomic.Uint64
+	v0InvalidHeader    atomic.Uint64
+	v0Fragments        [indexBuckets]atomic.Uint64
+	v0InvalidFragments [sizeBuckets][indexBuckets]atomic.Uint64
+	v0InvalidChecksum  [indexBuckets]atomic.Uint64
+	droppedFragments   [sizeBuckets][indexBuckets]atomic.Uint64
+	cacheEvictions     atomic.Uint64
+	cacheHits          atomic.Uint64
+	cacheMisses        atomic.Uint64
+
+	// Counters the seed does not list.
+	v0RefusedCommands   atomic.Uint64
+	v0DuplicateFrags    atomic.Uint64
+	holesFromNewMessage atomic.Uint64
+	holesFromDeadPort   atomic.Uint64
+	udpEmpty            atomic.Uint64
+	socketDrops         atomic.Uint64 // cumulative, as the kernel reports it (SO_RXQ_OVFL)
+	outboxFull          atomic.Uint64
+	mapped              atomic.Uint64
+	skipped             atomic.Uint64
+	unparseable         atomic.Uint64
+	failed              atomic.Uint64
+	unknownRoute        atomic.Uint64
+	nullRoute           atomic.Uint64
+	eventsCommitted     atomic.Uint64
+	tcpConnections      atomic.Int64
+	tcpRefused          atomic.Uint64
+	tcpLines            atomic.Uint64
+	tcpReservedLines    atomic.Uint64
+	tcpOverlongLines    atomic.Uint64
+	tcpTimeouts         atomic.Uint64
+	defragBytes         atomic.Int64
+	defragMessages      atomic.Int64
+}
+
+// Rate is the shape the seed gives each kafka statistic: a count and the 1, 5
+// and 15 minute rates. There is no Kafka here; every value is zero.
+type Rate struct {
+	Count int64      `json:"count"`
+	Rate  [3]float64 `json:"rate"`
+}
+
+// Cache is the defragmenter section of Snapshot.
+type Cache struct {
+	Evictions uint64 `json:"evictions"`
+	Hits      uint64 `json:"hits"`
+	Misses    uint64 `json:"misses"`
+}
+
+// Snapshot is a copy of one listener's counters. Its JSON form is the answer to
+// the STAT command: every key the seed lists, with the same names, followed by
+// the keys this implementation adds (docs/plog.md describes each).
+type Snapshot struct {
+	Version                  string                            `json:"version"`
+	FailedToSend             uint64                            `json:"failed_to_send"`
+	Exceptions               uint64                            `json:"exceptions"`
+	UDPSimpleMessages        uint64                            `json:"udp_simple_messages"`
+	UDPInvalidVersion        uint64                            `json:"udp_invalid_version"`
+	V0InvalidType            uint64                            `json:"v0_invalid_type"`
+	UnknownCommand           uint64                            `json:"unknown_command"`
+	V0Commands               uint64                            `json:"v0_commands"`
+	V0InvalidMultipartHeader uint64                            `json:"v0_invalid_multipart_header"`
+	V0Fragments              [indexBuckets]uint64              `json:"v0_fragments"`
+	V0InvalidFragments       [sizeBuckets][indexBuckets]uint64 `json:"v0_invalid_fragments"`
+	V0InvalidChecksum        [indexBuckets]uint64              `json:"v0_invalid_checksum"`
+	DroppedFragments         [sizeBuckets][indexBuckets]uint64 `json:"dropped_fragments"`
+	Cache                    Cache                             `json:"cache"`
+	Kafka                    map[string]Rate                   `json:"kafka"`
+
+	V0RefusedCommands   uint64 `json:"v0_refused_commands"`
+	V0DuplicateFrags    uint64 `json:"v0_duplicate_fragments"`
+	HolesFromNewMessage uint64 `json:"holes_from_new_message"`
+	HolesFromDeadPort   uint64 `json:"holes_from_dead_port"`
+	UDPEmpty            uint64 `json:"udp_empty_messages"`
+	SocketDrops         uint64 `json:"socket_drops"`
+	OutboxFull          uint64 `json:"outbox_full"`
+	Mapped              uint64 `json:"mapped"`
+	Skipped             uint64 `json:"skipped"`
+	Unparseable         uint64 `json:"unparseable"`
+	Failed              uint64 `json:"failed"`
+	UnknownRoute        uint64 `json:"unknown_route"`
+	NullRoute           uint64 `json:"null_route"`
+	EventsCommitted     uint64 `json:"events_committed"`
+	TCPConnections      int64  `json:"tcp_connections"`
+	TCPRefused          uint64 `json:"tcp_refused_connections"`
+	TCPLines            uint64 `json:"tcp_lines"`
+	TCPReservedLines    uint64 `json:"tcp_reserved_lines"`
+	TCPOverlongLines    uint64 `json:"tcp_overlong_lines"`
+	TCPTimeouts         uint64 `json:"tcp_timeouts"`
+	DefragBytes         int64  `json:"defrag_bytes"`
+	DefragMessages      int64  `json:"defrag_messages"`
+}
+
+// kafkaKeys are the seed's kafka statistics, kept by name and reported as zero.
+var kafkaKeys = [...]string{"byteRate", "messageRate", "failedSendRate", "resendRate", "droppedMessageRate", "serializationErrorRate"}
+
+func (s *stats) snapshot(version string) Snapshot {
+	out := Snapshot{
+		Version:                  version,
+		FailedToSend:             s.failedToSend.Load(),
+		Exceptions:               s.exceptions.Load(),
+		UDPSimpleMessages:        s.udpSimpleMessages.Load(),
+		UDPInvalidVersion:        s.udpInvalidVersion.Load(),
+		V0InvalidType:            s.v0InvalidType.Load(),
+		UnknownCommand:           s.unknownCommand.Load(),
+		V0Commands:               s.v0Commands.Load(),
+		V0InvalidMultipartHeader: s.v0InvalidHeader.Load(),
+		Cache: Cache{
+			Evictions: s.cacheEvictions.Load(),
+			Hits:      s.cacheHits.Load(),
+			Misses:    s.cacheMisses.Load(),
+		},
+		Kafka: make(map[string]Rate, len(kafkaKeys)),
+
+		V0RefusedCommands:   s.v0RefusedCommands.Load(),
+		V0DuplicateFrags:    s.v0DuplicateFrags.Load(),
+		HolesFromNewMessage: s.holesFromNewMessage.Load(),
+		HolesFromDeadPort:   s.holesFromDeadPort.Load(),
+		UDPEmpty:            s.udpEmpty.Load(),
+		SocketDrops:         s.socketDrops.Load(),
+		OutboxFull:          s.outboxFull.Load(),
+		Mapped:              s.mapped.Load(),
+		Skipped:             s.skipped.Load(),
+		Unparseable:         s.unparseable.Load(),
+		Failed:              s.failed.Load(),
+		UnknownRoute:        s.unknownRoute.Load(),
+		NullRoute:           s.nullRoute.Load(),
+		EventsCommitted:     s.eventsCommitted.Load(),
+		TCPConnections:      s.tcpConnections.Load(),
+		TCPRefused:          s.tcpRefused.Load(),
+		TCPLines:            s.tcpLines.Load(),
+		TCPReservedLines:    s.tcpReservedLines.Load(),
+		TCPOverlongLines:    s.tcpOverlongLines.Load(),
+		TCPTimeouts:         s.tcpTimeouts.Load(),
+		DefragBytes:         s.defragBytes.Load(),
+		DefragMessages:      s.defragMessages.Load(),
+	}
+	for _, k := range kafkaKeys {
+		out.Kafka[k] = Rate{}
+	}
+	for i := range s.v0Fragments {
+		out.V0Fragments[i] = s.v0Fragments[i].Load()
+		out.V0InvalidChecksum[i] = s.v0InvalidChecksum[i].Load()
+	}
+	for i := range s.v0InvalidFragments {
+		for j := range s.v0InvalidFragments[i] {
+			out.V0InvalidFragments[i][j] = s.v0InvalidFragments[i][j].Load()
+			out.DroppedFragments[i][j] = s.droppedFragments[i][j].Load()
+		}
+	}
+	return out
+}

@@ -1,0 +1,87 @@
+package sender_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/tally-billing/tally-openstack-collector/outbox"
+	"github.com/tally-billing/tally-openstack-collector/sender"
+)
+
+const (
+	envCrashDir = "TALLY_OSC_SENDER_CRASH_DIR"
+	envCrashURL = "TALLY_OSC_SENDER_CRASH_URL"
+)
+
+// killOnDelete is the real outbox, except that the process dies with
+// SIGKILL at the moment the sender deletes a batch the API accepted.
+type killOnDelete struct{ *outbox.Outbox }
+
+func (k killOnDelete) Delete(context.Context, uint64, uint64) error {
+	syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {}
+}
+
+// TestSenderCrashChild is the child of TestKill9AfterOKBeforeDelete.
+func TestSenderCrashChild(t *testing.T) {
+	dir := os.Getenv(envCrashDir)
+	if dir == "" {
+		t.Skip("child process of TestKill9AfterOKBeforeDelete")
+	}
+	ob, err := outbox.Open(outbox.Options{Dir: dir, Logger: zerolog.Nop(), MinFreeBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sender.New(killOnDelete{ob}, sender.Options{URL: os.Getenv(envCrashURL), Token: token, Insecure: true, BatchMax: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s.Flush(ctx)
+	t.Fatal("not killed")
+}
+
+// The sender dies after the API answered 200 and before the delete: after
+// the restart the batch is sent again, counted as duplicates, nothing lost.
+func TestKill9AfterOKBeforeDelete(t *testing.T) {
+	e := newEnv(t)
+	e.append(t, 0, 300, 50)
+	e.ob.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSenderCrashChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), envCrashDir+"="+e.dir, envCrashURL+"="+e.ts.URL)
+	err := cmd.Run()
+	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if !ok || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("child did not die of SIGKILL: %v", err)
+	}
+	if st := e.stats(t); st.Accepted != 100 {
+		t.Fatalf("before the restart the API holds %d events, want the first batch (100)", st.Accepted)
+	}
+	ob, err := outbox.Open(outbox.Options{Dir: e.dir, Logger: zerolog.Nop(), MinFreeBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	if ob.Depth() != 300 {
+		t.Fatalf("depth %d after the crash, want 300", ob.Depth())
+	}
+	s, err := sender.New(ob, sender.Options{URL: e.ts.URL, Token: token, Insecure: true, BatchMax: 100, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	flush(t, s, 10*time.Second)
+	st := e.stats(t)
+	if st.Accepted != 300 || st.Duplicates != 100 || ob.Depth() != 0 {
+		t.Fatalf("after the restart: %+v depth %d; want 300 accepted, 100 duplicates", st, ob.Depth())
+	}
+	if ids := listIDs(t, e.ts.URL); len(ids) != 300 {
+		t.Fatalf("%d distinct events listed", len(ids))
+	}
+}

@@ -1,0 +1,647 @@
+package sender
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+// Store is what the sender needs from the outbox.
+type Store interface {
+	// Peek returns up to max of the oldest undelivered events, with the
+	// sequence numbers of the first and the last; 0, 0, nil, nil when
+	// there is nothing to send.
+	Peek(ctx context.Context, max int) (first, last uint64, events [][]byte, err error)
+	// Delete removes the delivered range first..last, inclusive.
+	Delete(ctx context.Context, first, last uint64) error
+}
+
+// Defaults applied by New to zero-valued Options fields.
+const (
+	DefaultBatchMax          = 500
+	DefaultMaxEventBytes     = 64 << 10
+	DefaultRequestTimeout    = 30 * time.Second
+	DefaultIdleInterval      = 200 * time.Millisecond
+	DefaultBackoffBase       = 500 * time.Millisecond
+	DefaultBackoffMax        = 60 * time.Second
+	DefaultAuthRetryInterval = 30 * time.Second
+	DefaultMaxRetryAfter     = 10 * time.Minute
+
+	// regrowAfter is how many full batches must succeed before the batch
+	// limit grows by a quarter after a 413.
+	regrowAfter = 4
+	// forgetCeilingAfter is how many full batches must succeed just below
+	// the size last refused with 413 before that size is tried again.
+	forgetCeilingAfter = 64
+)
+
+// Options configures New. URL and one of Token or TokenFile are required.
+type Options struct {
+	URL       string // REPORTING_URL: base URL; /api/v1/events is appended
+	Token     string // REPORTING_TOKEN
+	TokenFile string // REPORTING_TOKEN_FILE: re-read when it changes
+	Insecure  bool   // REPORTING_INSECURE: allow http://
+	BatchMax  int    // BATCH_MAX; default 500
+
+	MaxEventBytes     int           // an event larger than this refused alone with 413 is dropped; default 64 KiB
+	RequestTimeout    time.Duration // per POST; default 30s
+	IdleInterval      time.Duration // poll interval while the store is empty; default 200ms
+	BackoffBase       time.Duration // first backoff after a failure; default 500ms
+	BackoffMax        time.Duration // backoff cap; default 60s
+	AuthRetryInterval time.Duration // retry interval while the token is refused; default 30s
+	MaxRetryAfter     time.Duration // cap on a Retry-After; default 10m
+
+	Logger     zerolog.Logger
+	Registerer prometheus.Registerer // nil: no metrics are registered
+	HTTPClient *http.Client          // optional (custom TLS roots in tests); redirects are disabled on a copy
+}
+
+// Sender drains a Store to the Reporting API.
+type Sender struct {
+	store    Store
+	opts     Options
+	endpoint string
+	client   *http.Client
+	log      zerolog.Logger
+	token    *tokenSource
+
+	mu       sync.Mutex // one delivery at a time (Run, Flush)
+	batch    int        // current batch limit
+	ceiling  int        // smallest size refused with 413 since; 0: none
+	streak   int        // consecutive full batches delivered at the current limit
+	failures int        // consecutive failures, for the backoff
+
+	readyMu  sync.Mutex
+	readyErr error
+
+	m metrics
+}
+
+type metrics struct {
+	sent, duplicates, rejected, dropped prometheus.Counter
+	requests                            *prometheus.CounterVec
+	batchSize                           prometheus.Histogram
+	batchLimit                          prometheus.Gauge
+	duration                            prometheus.Histogram
+}
+
+// New validates the options and returns a Sender. It answers ErrInvalidURL
+// for a URL that is not absolute, has no host, carries credentials, or is
+// not https (unless Insecure), and ErrNoToken without a usable token.
+func New(store Store, opts Options) (*Sender, error) {
+	if store == nil {
+		return nil, errors.New("sender: nil store")
+	}
+	endpoint, err := endpointURL(opts.URL, opts.Insecure)
+	if err != nil {
+		return nil, err
+	}
+	ts, err := newTokenSource(opts.Token, opts.TokenFile)
+	if err != nil {
+		return nil, err
+	}
+	setDefault(&opts.BatchMax, DefaultBatchMax)
+	setDefault(&opts.MaxEventBytes, DefaultMaxEventBytes)
+	setDefault(&opts.RequestTimeout, DefaultRequestTimeout)
+	setDefault(&opts.IdleInterval, DefaultIdleInterval)
+	setDefault(&opts.BackoffBase, DefaultBackoffBase)
+	setDefault(&opts.BackoffMax, DefaultBackoffMax)
+	setDefault(&opts.AuthRetryInterval, DefaultAuthRetryInterval)
+	setDefault(&opts.MaxRetryAfter, DefaultMaxRetryAfter)
+
+	var client http.Client
+	if opts.HTTPClient != nil {
+		client = *opts.HTTPClient
+	} else {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = 2
+		client.Transport = tr
+	}
+	// Never follow a redirect: the token must reach the configured host only.
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+	s := &Sender{
+		store:    store,
+		opts:     opts,
+		endpoint: endpoint,
+		client:   &client,
+		log:      opts.Logger,
+		token:    ts,
+		batch:    opts.BatchMax,
+	}
+	s.m = newMetrics()
+	s.m.batchLimit.Set(float64(s.batch))
+	if err := s.m.register(opts.Registerer); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func setDefault[T int | time.Duration](p *T, def T) {
+	if *p <= 0 {
+		*p = def
+	}
+}
+
+func endpointURL(raw string, insecure bool) (string, error) {
+	if strings.TrimSpace(raw) == "" {
+		return "", fmt.Errorf("%w: REPORTING_URL is empty", ErrInvalidURL)
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrInvalidURL, err)
+	}
+	switch {
+	case !u.IsAbs() || u.Host == "" || u.Hostname() == "":
+		return "", fmt.Errorf("%w: %q must be absolute with a host (https://host[:port][/path])", ErrInvalidURL, raw)
+	case u.User != nil:
+		return "", fmt.Errorf("%w: credentials in the URL are not allowed; use REPORTING_TOKEN or REPORTING_TOKEN_FILE", ErrInvalidURL)
+	case u.RawQuery != "" || u.Fragment != "":
+		return "", fmt.Errorf("%w: %q must not carry a query or fragment", ErrInvalidURL, raw)
+	case u.Scheme == "https":
+	case u.Scheme == "http" && insecure:
+	case u.Scheme == "http":
+		return "", fmt.Errorf("%w: %q is plaintext http; the token would travel in clear (set REPORTING_INSECURE=true on a trusted link)", ErrInvalidURL, raw)
+	default:
+		return "", fmt.Errorf("%w: scheme %q not supported (https, or http with REPORTING_INSECURE=true)", ErrInvalidURL, u.Scheme)
+	}
+	u.Path = strings.TrimRight(u.Path, "/") + "/api/v1/events"
+	u.RawPath = ""
+	return u.String(), nil
+}
+
+// Endpoint is the URL the sender posts to.
+func (s *Sender) Endpoint() string { return s.endpoint }
+
+// BatchLimit is the current batch limit (BatchMax until a 413 lowers it).
+func (s *Sender) BatchLimit() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.batch
+}
+
+// Ready returns nil unless the Reporting API refused the token on the last
+// attempt (401/403), in which case it wraps ErrTokenRefused.
+func (s *Sender) Ready() error {
+	s.readyMu.Lock()
+	defer s.readyMu.Unlock()
+	return s.readyErr
+}
+
+func (s *Sender) setReady(err error) {
+	s.readyMu.Lock()
+	defer s.readyMu.Unlock()
+	s.readyErr = err
+}
+
+// Run drains the store until ctx is done, then returns nil.
+func (s *Sender) Run(ctx context.Context) error {
+	s.log.Info().Str("endpoint", s.endpoint).Int("batch_max", s.opts.BatchMax).Msg("sender started")
+	for ctx.Err() == nil {
+		empty, wait, wake := s.step(ctx)
+		if empty {
+			wait = s.opts.IdleInterval
+		}
+		s.sleep(ctx, wait, wake)
+	}
+	return nil
+}
+
+// Flush delivers what the store holds, until it is empty (nil) or ctx is
+// done (ctx's error). Failures are retried with the usual waits, bounded by
+// ctx. Meant for a graceful stop, after Run returned.
+func (s *Sender) Flush(ctx context.Context) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		empty, wait, wake := s.step(ctx)
+		if empty {
+			return nil
+		}
+		s.sleep(ctx, wait, wake)
+	}
+}
+
+func (s *Sender) sleep(ctx context.Context, d time.Duration, wakeOnToken bool) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	var tick <-chan time.Time
+	if wakeOnToken && s.token.file != "" {
+		tk := time.NewTicker(time.Second)
+		defer tk.Stop()
+		tick = tk.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			return
+		case <-tick:
+			if s.token.changed() {
+				return
+			}
+		}
+	}
+}
+
+// step makes one delivery attempt. empty: the store had nothing; wait: how
+// long to pause before the next attempt; wake: the pause may end early when
+// the token file changes.
+func (s *Sender) step(ctx context.Context) (empty bool, wait time.Duration, wake bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	first, last, events, err := s.store.Peek(ctx, s.batch)
+	if err != nil {
+		if ctx.Err() != nil {
+			return false, 0, false
+		}
+		s.log.Error().Err(err).Msg("reading the outbox failed")
+		return false, s.backoff(), false
+	}
+	if len(events) == 0 {
+		return true, 0, false
+	}
+	res := s.post(ctx, events)
+	if ctx.Err() != nil && res.err != nil {
+		return false, 0, false // shutting down: the batch stays in the store
+	}
+	s.m.requests.WithLabelValues(res.class()).Inc()
+	n := len(events)
+	switch {
+	case res.err != nil:
+		s.log.Warn().Err(res.err).Int("events", n).Msg("delivery failed; events kept")
+		return false, s.backoff(), false
+
+	case res.status == http.StatusOK:
+		s.setReady(nil)
+		s.m.batchSize.Observe(float64(n))
+		s.m.sent.Add(float64(n))
+		s.m.duplicates.Add(float64(res.answer.Duplicates))
+		s.m.rejected.Add(float64(len(res.answer.Rejected)))
+		if len(res.answer.Rejected) > 0 {
+			s.log.Warn().Int("rejected", len(res.answer.Rejected)).Str("first_reason", res.answer.Rejected[0].Reason).
+				Msg("reporting API rejected events; they are in its dead-letter view")
+		}
+		if err := s.store.Delete(ctx, first, last); err != nil {
+			// The batch is delivered; it will be resent and counted as
+			// duplicates by the API.
+			s.log.Error().Err(err).Uint64("first", first).Uint64("last", last).Msg("deleting a delivered batch failed")
+			return false, s.backoff(), false
+		}
+		s.failures = 0
+		s.grow(n)
+		return false, 0, false
+
+	case res.status == http.StatusRequestEntityTooLarge:
+		s.setReady(nil)
+		if n > 1 {
+			s.batch = max(1, n/2)
+			s.ceiling = n
+			s.streak = 0
+			s.m.batchLimit.Set(float64(s.batch))
+			s.log.Warn().Int("refused", n).Int("batch_limit", s.batch).Msg("reporting API answered 413; halving the batch")
+			return false, 0, false
+		}
+		if len(events[0]) > s.opts.MaxEventBytes {
+			if err := s.store.Delete(ctx, first, last); err != nil {
+				s.log.Error().Err(err).Msg("dropping an oversize event failed")
+				return false, s.backoff(), false
+			}
+			s.m.dropped.Inc()
+			s.log.Error().Int("event_bytes", len(events[0])).Int("limit_bytes", s.opts.MaxEventBytes).Uint64("seq", first).
+				Msg("reporting API refused a single event larger than the event size bound (413); event dropped")
+			return false, 0, false
+		}
+		s.log.Warn().Int("event_bytes", len(events[0])).
+			Msg("reporting API refused a single event of allowed size (413); its body limit is too small; event kept, retrying")
+		return false, s.backoff(), false
+
+	case res.status == http.StatusTooManyRequests || res.status == http.StatusServiceUnavailable:
+		s.setReady(nil)
+		w := res.retryAfter
+		if w <= 0 {
+			w = s.backoff()
+		} else {
+			w = min(w, s.opts.MaxRetryAfter)
+			s.failures++
+		}
+		s.log.Warn().Int("status", res.status).Dur("wait", w).Msg("reporting API asked to slow down; events kept")
+		return false, w, false
+
+	case res.status == http.StatusUnauthorized || res.status == http.StatusForbidden:
+		s.setReady(fmt.Errorf("%w (HTTP %d)", ErrTokenRefused, res.status))
+		src := "REPORTING_TOKEN"
+		if s.token.file != "" {
+			src = "REPORTING_TOKEN_FILE " + s.token.file
+		}
+		s.log.Error().Int("status", res.status).Str("token_from", src).Dur("retry_in", s.opts.AuthRetryInterval).Int("events", n).
+			Msg("reporting API refused the token; events kept, retrying slowly; check the token")
+		return false, s.opts.AuthRetryInterval, true
+
+	default:
+		s.setReady(nil)
+		ev := s.log.Warn().Int("status", res.status).Int("events", n)
+		if res.status >= 300 && res.status < 400 {
+			ev = ev.Str("location_host", res.redirectHost)
+			ev.Msg("reporting API answered a redirect, which is not followed (the token stays with the configured host); events kept")
+		} else {
+			ev.Msg("delivery failed; events kept")
+		}
+		return false, s.backoff(), false
+	}
+}
+
+// grow raises the batch limit gradually after successes following a 413:
+// by a quarter after regrowAfter full batches, up to just below the size
+// last refused; past that only after forgetCeilingAfter full batches.
+func (s *Sender) grow(n int) {
+	if s.batch >= s.opts.BatchMax || n < s.batch {
+		return
+	}
+	s.streak++
+	if s.ceiling > 0 && s.batch >= s.ceiling-1 {
+		if s.streak < forgetCeilingAfter {
+			return
+		}
+		s.ceiling = 0
+	} else if s.streak < regrowAfter {
+		return
+	}
+	next := s.batch + max(1, s.batch/4)
+	if s.ceiling > 0 {
+		next = min(next, s.ceiling-1)
+	}
+	s.batch = min(s.opts.BatchMax, next)
+	s.streak = 0
+	s.m.batchLimit.Set(float64(s.batch))
+}
+
+// backoff returns the next wait after a failure: exponential from
+// BackoffBase, capped at BackoffMax, with jitter over its upper half.
+func (s *Sender) backoff() time.Duration {
+	d := s.opts.BackoffBase << min(s.failures, 30)
+	if d <= 0 || d > s.opts.BackoffMax {
+		d = s.opts.BackoffMax
+	}
+	s.failures++
+	half := d / 2
+	return half + time.Duration(rand.Int64N(int64(half)+1))
+}
+
+type answer struct {
+	Accepted   int `json:"accepted"`
+	Duplicates int `json:"duplicates"`
+	Rejected   []struct {
+		EventID string `json:"event_id"`
+		Reason  string `json:"reason"`
+	} `json:"rejected"`
+}
+
+type result struct {
+	status       int
+	retryAfter   time.Duration
+	answer       answer
+	redirectHost string
+	err          error
+}
+
+func (r result) class() string {
+	if r.err != nil {
+		return "error"
+	}
+	return strconv.Itoa(r.status/100) + "xx"
+}
+
+func (s *Sender) post(ctx context.Context, events [][]byte) result {
+	size := len(`{"events":[]}`) + len(events) - 1
+	for _, e := range events {
+		size += len(e)
+	}
+	body := make([]byte, 0, size)
+	body = append(body, `{"events":[`...)
+	for i, e := range events {
+		if i > 0 {
+			body = append(body, ',')
+		}
+		body = append(body, e...)
+	}
+	body = append(body, "]}"...)
+
+	tok, err := s.token.get()
+	if err != nil {
+		s.log.Error().Err(err).Msg("reading the token file failed; using the previous token")
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, s.endpoint, bytes.NewReader(body))
+	if err != nil {
+		return result{err: err}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+tok)
+	start := time.Now()
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return result{err: scrub(err)}
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	s.m.duration.Observe(time.Since(start).Seconds())
+	r := result{status: resp.StatusCode}
+	if err != nil && resp.StatusCode == http.StatusOK {
+		// The API stored the batch but the answer was cut: count it as
+		// delivered anyway (a resend would only add duplicates).
+		s.log.Warn().Err(scrub(err)).Msg("reading the reporting API answer failed after a 200")
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+		if jerr := json.Unmarshal(raw, &r.answer); jerr != nil {
+			s.log.Warn().Err(jerr).Msg("reporting API answered 200 with an unexpected body; batch counted as delivered")
+		}
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		r.retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+	}
+	if loc, lerr := resp.Location(); lerr == nil {
+		r.redirectHost = loc.Host
+	}
+	return r
+}
+
+// scrub removes the URL from client errors: it carries no secret, but a
+// url.Error is noisy; the endpoint is logged once at start.
+func scrub(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Errorf("%s: %w", ue.Op, ue.Err)
+	}
+	return err
+}
+
+// parseRetryAfter reads delay-seconds or an HTTP date; 0 when absent or
+// unreadable.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.Atoi(v); err == nil {
+		if n < 0 {
+			return 0
+		}
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := t.Sub(now); d > 0 {
+			return d
+		}
+	}
+	return 0
+}
+
+// tokenSource holds the bearer token, re-reading the file when it changes.
+type tokenSource struct {
+	static string
+	file   string
+
+	mu    sync.Mutex
+	cur   string
+	mtime time.Time
+	size  int64
+}
+
+func newTokenSource(token, file string) (*tokenSource, error) {
+	token = strings.TrimSpace(token)
+	switch {
+	case token != "" && file != "":
+		return nil, fmt.Errorf("%w: set REPORTING_TOKEN or REPORTING_TOKEN_FILE, not both", ErrNoToken)
+	case token != "":
+		if strings.ContainsAny(token, "\r\n") {
+			return nil, fmt.Errorf("%w: the token contains a line break", ErrNoToken)
+		}
+		return &tokenSource{static: token, cur: token}, nil
+	case file != "":
+		t := &tokenSource{file: file}
+		if _, err := t.reload(); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrNoToken, err)
+		}
+		return t, nil
+	default:
+		return nil, fmt.Errorf("%w: set REPORTING_TOKEN or REPORTING_TOKEN_FILE", ErrNoToken)
+	}
+}
+
+func (t *tokenSource) changed() bool {
+	if t.file == "" {
+		return false
+	}
+	fi, err := os.Stat(t.file)
+	if err != nil {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return !fi.ModTime().Equal(t.mtime) || fi.Size() != t.size
+}
+
+func (t *tokenSource) get() (string, error) {
+	if t.file == "" {
+		return t.static, nil
+	}
+	if !t.changed() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		return t.cur, nil
+	}
+	return t.reload()
+}
+
+// reload reads the file; on error or an empty file the previous token is
+// kept and returned with the error.
+func (t *tokenSource) reload() (string, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	fi, err := os.Stat(t.file)
+	if err != nil {
+		return t.cur, fmt.Errorf("token file: %w", err)
+	}
+	b, err := os.ReadFile(t.file)
+	if err != nil {
+		return t.cur, fmt.Errorf("token file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" || strings.ContainsAny(tok, "\r\n") {
+		return t.cur, fmt.Errorf("token file %s is empty or holds more than one line", t.file)
+	}
+	t.cur, t.mtime, t.size = tok, fi.ModTime(), fi.Size()
+	return t.cur, nil
+}
+
+func newMetrics() metrics {
+	return metrics{
+		sent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tally_collector_sent_events_total",
+			Help: "Events delivered to the Reporting API (in batches answered 200), including duplicates and rejections.",
+		}),
+		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tally_collector_duplicate_events_total",
+			Help: "Delivered events the Reporting API already held (resends after a crash, redeliveries).",
+		}),
+		rejected: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tally_collector_rejected_events_total",
+			Help: "Delivered events the Reporting API refused individually; they are in its dead-letter view.",
+		}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tally_collector_dropped_events_total",
+			Help: "Events dropped because the Reporting API refused them alone with 413 and they exceed the event size bound.",
+		}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tally_collector_sender_requests_total",
+			Help: "POSTs to the Reporting API by outcome: status class (2xx, 3xx, 4xx, 5xx) or error (network, timeout).",
+		}, []string{"class"}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "tally_collector_sender_batch_events",
+			Help:    "Events per delivered batch.",
+			Buckets: []float64{1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500},
+		}),
+		batchLimit: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tally_collector_sender_batch_limit_events",
+			Help: "Current batch limit: BATCH_MAX, or less after the Reporting API answered 413.",
+		}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "tally_collector_sender_request_duration_seconds",
+			Help:    "Time from sending a POST to reading its answer.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 3, 9),
+		}),
+	}
+}
+
+func (m metrics) register(r prometheus.Registerer) error {
+	if r == nil {
+		return nil
+	}
+	for _, c := range []prometheus.Collector{m.sent, m.duplicates, m.rejected, m.dropped, m.requests, m.batchSize, m.batchLimit, m.duration} {
+		if err := r.Register(c); err != nil {
+			return fmt.Errorf("sender: register metrics: %w", err)
+		}
+	}
+	return nil
+}

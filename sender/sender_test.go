@@ -1,0 +1,583 @@
+package sender_test
+
+// These tests run the sender against the reference Reporting API over
+// loopback, with a real outbox as its store.
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
+
+	"github.com/tally-billing/tally-openstack-collector/examples/reporting-api/server"
+	"github.com/tally-billing/tally-openstack-collector/outbox"
+	"github.com/tally-billing/tally-openstack-collector/sender"
+)
+
+const token = "s3cret-token"
+
+type env struct {
+	srv *server.Server
+	ts  *httptest.Server
+	ob  *outbox.Outbox
+	dir string
+}
+
+func newEnv(t testing.TB) *env {
+	t.Helper()
+	srv, err := server.New(server.Options{Token: token, DataDir: t.TempDir(), Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
+	dir := t.TempDir()
+	ob, err := outbox.Open(outbox.Options{Dir: dir, Logger: zerolog.Nop(), MinFreeBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ts.Close(); srv.Close(); ob.Close() })
+	return &env{srv: srv, ts: ts, ob: ob, dir: dir}
+}
+
+func (e *env) sender(t testing.TB, mod ...func(*sender.Options)) *sender.Sender {
+	t.Helper()
+	opts := sender.Options{
+		URL: e.ts.URL, Token: token, Insecure: true, BatchMax: 100, Logger: zerolog.Nop(),
+		BackoffBase: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond, IdleInterval: 10 * time.Millisecond,
+	}
+	for _, m := range mod {
+		m(&opts)
+	}
+	s, err := sender.New(e.ob, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func event(i, pad int) []byte {
+	return []byte(fmt.Sprintf(`{"event_id":"id-%06d","timestamp":"2024-05-01T12:00:00.123456Z","event_type":"compute.instance.exists",`+
+		`"service":"nova","resource_type":"instance","resource_id":"r-%06d","project_id":"p1","action":"exists",`+
+		`"attributes":{"vcpus":2,"pad":"%s"},"source":{"exchange":"nova","routing_key":"notifications.info"}}`, i, i, strings.Repeat("x", pad)))
+}
+
+func (e *env) append(t testing.TB, from, n, pad int) {
+	t.Helper()
+	evs := make([][]byte, n)
+	for i := range evs {
+		evs[i] = event(from+i, pad)
+	}
+	if err := e.ob.Append(context.Background(), evs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *env) stats(t testing.TB) server.Stats {
+	t.Helper()
+	st, err := e.srv.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func flush(t testing.TB, s *sender.Sender, d time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	if err := s.Flush(ctx); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
+}
+
+// listIDs reads every stored event id through GET /api/v1/events.
+func listIDs(t testing.TB, base string) map[string]bool {
+	t.Helper()
+	ids := map[string]bool{}
+	after := uint64(0)
+	for {
+		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("%s/api/v1/events?after=%d&limit=1000", base, after), nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var page struct {
+			Events []struct {
+				EventID string `json:"event_id"`
+			} `json:"events"`
+			Next uint64 `json:"next"`
+			More bool   `json:"more"`
+		}
+		json.NewDecoder(resp.Body).Decode(&page)
+		resp.Body.Close()
+		for _, e := range page.Events {
+			ids[e.EventID] = true
+		}
+		if !page.More {
+			return ids
+		}
+		after = page.Next
+	}
+}
+
+func TestRunDeliversEverythingAndDeletes(t *testing.T) {
+	e := newEnv(t)
+	reg := prometheus.NewRegistry()
+	s := e.sender(t, func(o *sender.Options) { o.Registerer = reg })
+	e.append(t, 0, 1234, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- s.Run(ctx) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for e.ob.Depth() > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	e.append(t, 1234, 10, 100) // arrives while Run idles
+	for e.ob.Depth() > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if e.ob.Depth() != 0 {
+		t.Fatalf("depth %d after run", e.ob.Depth())
+	}
+	st := e.stats(t)
+	if st.Accepted != 1244 || st.Duplicates != 0 || st.Rejected != 0 {
+		t.Fatalf("server stats %+v", st)
+	}
+	if ids := listIDs(t, e.ts.URL); len(ids) != 1244 || !ids["id-000000"] || !ids["id-001243"] {
+		t.Fatalf("listing has %d ids", len(ids))
+	}
+	if got := testutil.ToFloat64(mustCounter(t, reg, "tally_collector_sent_events_total")); got != 1244 {
+		t.Fatalf("sent counter %v", got)
+	}
+	if s.Ready() != nil {
+		t.Fatalf("not ready: %v", s.Ready())
+	}
+}
+
+func mustCounter(t testing.TB, reg *prometheus.Registry, name string, labels ...string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			match := true
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
+						found = true
+					}
+				}
+				match = match && found
+			}
+			if match {
+				c := prometheus.NewCounter(prometheus.CounterOpts{Name: name})
+				c.Add(m.GetCounter().GetValue())
+				return c
+			}
+		}
+	}
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name}) // absent: zero
+}
+
+func TestOutageThenRecovery(t *testing.T) {
+	e := newEnv(t)
+	reg := prometheus.NewRegistry()
+	s := e.sender(t, func(o *sender.Options) { o.Registerer = reg })
+	e.append(t, 0, 250, 50)
+	e.srv.SetFault(&server.Fault{Status: 500}) // until cleared
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	err := s.Flush(ctx)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("flush during an outage: %v", err)
+	}
+	if e.ob.Depth() != 250 {
+		t.Fatalf("events lost during the outage: depth %d", e.ob.Depth())
+	}
+	fails := testutil.ToFloat64(mustCounter(t, reg, "tally_collector_sender_requests_total", "class", "5xx"))
+	if fails < 2 {
+		t.Fatalf("only %v failed requests counted: no retries", fails)
+	}
+	// A network failure (nothing listening) is kept the same way.
+	down := e.sender(t, func(o *sender.Options) { o.URL = "http://127.0.0.1:1" })
+	ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
+	down.Flush(ctx)
+	cancel()
+	if e.ob.Depth() != 250 {
+		t.Fatalf("events lost to a refused connection: depth %d", e.ob.Depth())
+	}
+	e.srv.SetFault(nil)
+	flush(t, s, 10*time.Second)
+	if st := e.stats(t); st.Accepted != 250 || e.ob.Depth() != 0 {
+		t.Fatalf("after recovery: %+v depth %d", st, e.ob.Depth())
+	}
+}
+
+func Test413HalvesThenRegrowsGradually(t *testing.T) {
+	e := newEnv(t)
+	s := e.sender(t, func(o *sender.Options) { o.BatchMax = 64 })
+	one := len(event(0, 100))
+	e.srv.SetMaxBodyBytes(int64(20*(one+1) + 20)) // 20 events fit, 32 do not
+	// 64 -> 413 -> 32 -> 413 -> 16 fits; after 4 full batches of 16 the
+	// limit grows by a quarter to 20, which still fits.
+	e.append(t, 0, 64, 100)
+	flush(t, s, 10*time.Second)
+	if got := s.BatchLimit(); got != 20 {
+		t.Fatalf("batch limit after 413s and 4 batches = %d, want 20 (64 -> 32 -> 16 -> 20)", got)
+	}
+	st := e.stats(t)
+	if st.Requests["413"] != 2 || st.Accepted != 64 {
+		t.Fatalf("stats %+v", st)
+	}
+	// The destination takes more again: the limit grows a quarter at a time.
+	e.srv.SetMaxBodyBytes(1 << 20)
+	e.append(t, 64, 80, 100) // 4 full batches of 20
+	flush(t, s, 10*time.Second)
+	if got := s.BatchLimit(); got != 25 {
+		t.Fatalf("batch limit after 4 more full batches = %d, want 25 (not straight to 64)", got)
+	}
+	e.append(t, 144, 4000, 100)
+	flush(t, s, 30*time.Second)
+	if got := s.BatchLimit(); got != 64 {
+		t.Fatalf("batch limit after many successes = %d, want back at 64", got)
+	}
+	if st := e.stats(t); st.Accepted != 4144 || st.Requests["413"] != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestSingleEventRefusedAlone(t *testing.T) {
+	e := newEnv(t)
+	reg := prometheus.NewRegistry()
+	s := e.sender(t, func(o *sender.Options) { o.Registerer = reg })
+	// Past 64 KiB: dropped and counted; the events behind it go through.
+	e.srv.SetMaxBodyBytes(64 << 10)
+	e.append(t, 0, 1, 70<<10)
+	e.append(t, 1, 3, 10)
+	flush(t, s, 10*time.Second)
+	if got := testutil.ToFloat64(mustCounter(t, reg, "tally_collector_dropped_events_total")); got != 1 {
+		t.Fatalf("dropped %v, want 1", got)
+	}
+	if st := e.stats(t); st.Accepted != 3 || e.ob.Depth() != 0 {
+		t.Fatalf("stats %+v depth %d", st, e.ob.Depth())
+	}
+	// Below 64 KiB: the 413 describes the destination; the event is kept.
+	e.srv.SetMaxBodyBytes(1 << 10)
+	e.append(t, 10, 1, 2<<10)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	s.Flush(ctx)
+	cancel()
+	if e.ob.Depth() != 1 {
+		t.Fatalf("a 2 KiB event refused alone was not kept: depth %d", e.ob.Depth())
+	}
+	if got := testutil.ToFloat64(mustCounter(t, reg, "tally_collector_dropped_events_total")); got != 1 {
+		t.Fatalf("dropped %v, want still 1", got)
+	}
+	e.srv.SetMaxBodyBytes(1 << 20)
+	flush(t, s, 10*time.Second)
+	if st := e.stats(t); st.Accepted != 4 {
+		t.Fatalf("kept event not delivered: %+v", st)
+	}
+}
+
+func Test429RetryAfterHonoured(t *testing.T) {
+	e := newEnv(t)
+	s := e.sender(t)
+	e.append(t, 0, 10, 10)
+	e.srv.SetFault(&server.Fault{Status: 429, Count: 1, RetryAfter: "1"})
+	start := time.Now()
+	flush(t, s, 10*time.Second)
+	waited := time.Since(start)
+	if waited < 950*time.Millisecond {
+		t.Fatalf("delivered %v after a 429 with Retry-After: 1", waited)
+	}
+	st := e.stats(t)
+	if st.Requests["429"] != 1 || st.Requests["200"] != 1 || st.Accepted != 10 {
+		t.Fatalf("stats %+v", st)
+	}
+	// 503 with an HTTP date.
+	e.append(t, 10, 5, 10)
+	e.srv.SetFault(&server.Fault{Status: 503, Count: 1, RetryAfter: time.Now().Add(2 * time.Second).UTC().Format(http.TimeFormat)})
+	start = time.Now()
+	flush(t, s, 10*time.Second)
+	if waited := time.Since(start); waited < 900*time.Millisecond {
+		t.Fatalf("delivered %v after a 503 with a Retry-After date", waited)
+	}
+	if st := e.stats(t); st.Accepted != 15 || st.Requests["503"] != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestTokenRefusedKeepsEventsAndRecoversOnFileChange(t *testing.T) {
+	e := newEnv(t)
+	tokFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokFile, []byte("wrong-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	s := e.sender(t, func(o *sender.Options) {
+		o.Token = ""
+		o.TokenFile = tokFile
+		o.AuthRetryInterval = time.Hour // only the file change may wake it
+		o.Logger = zerolog.New(&syncWriter{w: &logs})
+	})
+	e.append(t, 0, 20, 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Ready() == nil && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !errors.Is(s.Ready(), sender.ErrTokenRefused) {
+		t.Fatalf("ready = %v, want ErrTokenRefused", s.Ready())
+	}
+	time.Sleep(200 * time.Millisecond)
+	if e.ob.Depth() != 20 {
+		t.Fatalf("events not kept on 401: depth %d", e.ob.Depth())
+	}
+	if st := e.stats(t); st.Requests["401"] != 1 {
+		t.Fatalf("retried fast while the token is refused: %+v", st)
+	}
+	// Fix the token file: the sender re-reads it and delivers.
+	if err := os.WriteFile(tokFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for e.ob.Depth() > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if e.ob.Depth() != 0 || s.Ready() != nil {
+		t.Fatalf("after fixing the token: depth %d ready %v", e.ob.Depth(), s.Ready())
+	}
+	l := logs.String()
+	if !strings.Contains(l, "refused the token") || strings.Contains(l, token) || strings.Contains(l, "wrong-token") {
+		t.Fatalf("log does not say the token was refused, or shows a token:\n%s", l)
+	}
+}
+
+type syncWriter struct {
+	mu atomic.Bool
+	w  *strings.Builder
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	for !s.mu.CompareAndSwap(false, true) {
+	}
+	defer s.mu.Store(false)
+	return s.w.Write(p)
+}
+
+func TestSlowAnswerTimesOutAndIsResent(t *testing.T) {
+	e := newEnv(t)
+	s := e.sender(t, func(o *sender.Options) { o.RequestTimeout = 150 * time.Millisecond })
+	e.append(t, 0, 50, 10)
+	// The first answer comes after the timeout; the server stores the
+	// batch anyway, so the resend is counted as duplicates.
+	e.srv.SetFault(&server.Fault{DelayMS: 400, Count: 1})
+	flush(t, s, 10*time.Second)
+	time.Sleep(400 * time.Millisecond) // let the slow request finish storing
+	st := e.stats(t)
+	if st.Accepted != 50 || st.Duplicates != 50 || e.ob.Depth() != 0 {
+		t.Fatalf("stats %+v depth %d", st, e.ob.Depth())
+	}
+}
+
+func TestRejectedEventsCounted(t *testing.T) {
+	e := newEnv(t)
+	reg := prometheus.NewRegistry()
+	s := e.sender(t, func(o *sender.Options) { o.Registerer = reg })
+	bad := []byte(`{"event_id":"bad-1","timestamp":"2024-05-01T12:00:00Z","event_type":"compute.instance.exists","service":"nova","resource_type":"instance","resource_id":"r","action":"exists"}`)
+	if err := e.ob.Append(context.Background(), [][]byte{event(1, 0), bad}); err != nil {
+		t.Fatal(err)
+	}
+	flush(t, s, 5*time.Second)
+	if got := testutil.ToFloat64(mustCounter(t, reg, "tally_collector_rejected_events_total")); got != 1 {
+		t.Fatalf("rejected %v", got)
+	}
+	if st := e.stats(t); st.Accepted != 1 || st.Rejected != 1 || e.ob.Depth() != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	req, _ := http.NewRequest(http.MethodGet, e.ts.URL+"/api/v1/dead-letters", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var dl struct {
+		DeadLetters []struct {
+			EventID string `json:"event_id"`
+			Reason  string `json:"reason"`
+		} `json:"dead_letters"`
+	}
+	json.NewDecoder(resp.Body).Decode(&dl)
+	if len(dl.DeadLetters) != 1 || dl.DeadLetters[0].EventID != "bad-1" || !strings.Contains(dl.DeadLetters[0].Reason, "project_id") {
+		t.Fatalf("dead letters %+v", dl)
+	}
+}
+
+func TestRedirectNotFollowed(t *testing.T) {
+	var sawToken atomic.Int32
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "" {
+			sawToken.Add(1)
+		}
+		w.WriteHeader(200)
+		w.Write([]byte(`{"accepted":1}`))
+	}))
+	defer other.Close()
+	redirector := httptest.NewServer(http.RedirectHandler(other.URL+"/api/v1/events", http.StatusTemporaryRedirect))
+	defer redirector.Close()
+	e := newEnv(t)
+	s := e.sender(t, func(o *sender.Options) { o.URL = redirector.URL })
+	e.append(t, 0, 3, 10)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	s.Flush(ctx)
+	cancel()
+	if sawToken.Load() != 0 {
+		t.Fatal("the token followed a redirect to another host")
+	}
+	if e.ob.Depth() != 3 {
+		t.Fatalf("events deleted on a redirect: depth %d", e.ob.Depth())
+	}
+}
+
+func TestURLAndTokenValidation(t *testing.T) {
+	e := newEnv(t)
+	for _, c := range []struct {
+		url      string
+		insecure bool
+		ok       bool
+	}{
+		{"https://tally.example.com", false, true},
+		{"https://tally.example.com:8443/base/", false, true},
+		{"http://tally.example.com", true, true},
+		{"http://tally.example.com", false, false},
+		{"tally.example.com", false, false},
+		{"/api", false, false},
+		{"https://", false, false},
+		{"https://user:pw@tally.example.com", false, false},
+		{"ftp://tally.example.com", true, false},
+		{"", false, false},
+		{"https://tally.example.com/?x=1", false, false},
+	} {
+		_, err := sender.New(e.ob, sender.Options{URL: c.url, Insecure: c.insecure, Token: "t"})
+		if c.ok != (err == nil) || (!c.ok && !errors.Is(err, sender.ErrInvalidURL)) {
+			t.Errorf("%q insecure=%v: %v", c.url, c.insecure, err)
+		}
+	}
+	s, err := sender.New(e.ob, sender.Options{URL: "https://h.example/base/", Token: "t"})
+	if err != nil || s.Endpoint() != "https://h.example/base/api/v1/events" {
+		t.Fatalf("endpoint %v %v", s, err)
+	}
+	empty := filepath.Join(t.TempDir(), "empty")
+	os.WriteFile(empty, []byte("\n"), 0o600)
+	for _, o := range []sender.Options{
+		{URL: "https://h.example"},
+		{URL: "https://h.example", Token: "a", TokenFile: empty},
+		{URL: "https://h.example", TokenFile: empty},
+		{URL: "https://h.example", TokenFile: "/nonexistent/token"},
+	} {
+		if _, err := sender.New(e.ob, o); !errors.Is(err, sender.ErrNoToken) {
+			t.Errorf("%+v: %v, want ErrNoToken", o, err)
+		}
+	}
+}
+
+func TestHTTPSWithTestCA(t *testing.T) {
+	srv, err := server.New(server.Options{Token: token, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	caPool, cert := testCA(t)
+	ts := httptest.NewUnstartedServer(srv)
+	ts.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	ts.StartTLS()
+	defer ts.Close()
+	e := newEnv(t)
+	e.append(t, 0, 30, 10)
+	// Without the CA the connection is refused and nothing is lost.
+	s, err := sender.New(e.ob, sender.Options{URL: ts.URL, Token: token, BackoffBase: 5 * time.Millisecond, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	s.Flush(ctx)
+	cancel()
+	if e.ob.Depth() != 30 {
+		t.Fatalf("depth %d with an untrusted certificate", e.ob.Depth())
+	}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: caPool}}}
+	s, err = sender.New(e.ob, sender.Options{URL: ts.URL, Token: token, HTTPClient: client, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	flush(t, s, 5*time.Second)
+	if st, _ := srv.Stats(); st.Accepted != 30 {
+		t.Fatalf("over https: %+v", st)
+	}
+}
+
+func testCA(t testing.TB) (*x509.CertPool, tls.Certificate) {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "tally test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	return pool, tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}

@@ -1,0 +1,95 @@
+// Package sdk is the Go guest SDK for tally mappers: WebAssembly modules,
+// built with GOOS=wasip1 GOARCH=wasm -buildmode=c-shared, that turn one
+// OpenStack notification into canonical usage events inside the collector.
+//
+// A mapper author writes a manifest and one function; the SDK implements the
+// whole of ABI v1 (docs/abi.md): it exports tally_abi_version_1, tally_alloc,
+// tally_manifest and tally_map, and is the only code that touches the host
+// imports (tally.field, tally.log, in internal/abi).
+//
+// # A complete mapper
+//
+//	// Command glance maps image uploads.
+//	package main
+//
+//	import sdk "github.com/tally-billing/tally-openstack-collector/wasm-sdk"
+//
+//	func init() {
+//		// A reactor module runs package initialisation, never main.
+//		sdk.Register(sdk.Manifest{
+//			Name:       "glance",
+//			Version:    "1.0.0",
+//			EventTypes: []string{"image.upload", "image.delete"},
+//			Releases:   []string{"2024.1"},
+//		}, mapImage)
+//	}
+//
+//	func mapImage(msg *sdk.Message, out *sdk.Output) {
+//		e := out.Event()
+//		e.StrValue("event_id", msg.Get("message_id"))
+//		e.Timestamp("timestamp", msg.Get("timestamp"))
+//		e.StrValue("event_type", msg.Get("event_type"))
+//		e.Str("service", "glance")
+//		e.Str("resource_type", "image")
+//		e.StrValue("resource_id", msg.Get("payload.id"))
+//		e.StrValue("project_id", msg.Get("payload.owner").Or(msg.Get("_context_project_id")))
+//		if msg.Get("event_type").Equal("image.upload") {
+//			e.Str("action", "upload")
+//		} else {
+//			e.Str("action", "delete")
+//		}
+//		a := e.Object("attributes")
+//		a.NumValue("size_bytes", msg.Get("payload.size"))
+//		a.StrValue("disk_format", msg.Get("payload.disk_format"))
+//		a.End()
+//		e.End()
+//	}
+//
+//	func main() {}
+//
+// Build it with
+//
+//	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o glance.wasm ./glance
+//
+// and test the same function natively with MapJSON, which returns exactly
+// the document the module would answer (see the example).
+//
+// # How a call runs
+//
+// The host writes the notification into the buffer tally_alloc handed out,
+// parses it once natively, and calls tally_map. Message.Get sends the path to
+// the host (tally.field) and receives a kind and a span of the guest's own
+// copy of the input: nothing is copied, nothing is parsed in the guest. The
+// Event builder appends escaped members straight into one output buffer;
+// Value spans are copied as they arrived (strings are already JSON-escaped).
+// tally_map returns that buffer as (ptr << 32) | len. The host fills each
+// event's "source" afterwards: a mapper does not write it.
+//
+// # Invariants
+//
+//   - No heap allocation per call once the buffers have grown: Value is a
+//     kind and a slice, Event is one pointer the Output hands out again and
+//     again, numbers and timestamps are formatted by hand, strings escaped by
+//     hand (no fmt, strconv.Quote, encoding/json or time). Tests check it
+//     natively with testing.AllocsPerRun and inside wazero with the guest's
+//     own runtime.MemStats.
+//   - Buffers: the input buffer (tally_alloc) and the output buffer are each
+//     one growable slice reused for the life of the instance; the output
+//     stays valid until the next call, as the ABI requires.
+//   - A MapFunc must not keep msg, a Value, out or an *Event after it
+//     returns: they all point into reused buffers.
+//   - The builder always produces valid JSON: quotes, backslashes and control
+//     characters are escaped, invalid UTF-8 becomes U+FFFD, objects left open
+//     are closed, writes after the event's final End are ignored.
+//   - A panic in a MapFunc is recovered and answered {"error":"panic: ..."};
+//     the instance stays usable.
+//   - Concurrency: a module instance is single-threaded (the host never
+//     enters one concurrently), so the guest state is package-level and
+//     unsynchronised. MapJSON, natively, is safe for concurrent use.
+//
+// # Native tests
+//
+// Files built without wasip1 replace the host imports with the collector's
+// own indexer (runtime/jsonindex), so a lookup answers under go test exactly
+// what it answers in the runtime, and Log writes to standard error.
+package sdk

@@ -1,0 +1,232 @@
+package sdk
+
+import (
+	"unicode/utf8"
+	"unsafe"
+)
+
+const hexDigits = "0123456789abcdef"
+
+// safeASCII[c] is true for the ASCII bytes that go into a JSON string as they are.
+var safeASCII = func() (t [utf8.RuneSelf]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+const (
+	lsb = 0x0101010101010101
+	msb = 0x8080808080808080
+)
+
+// load8 reads 8 bytes of s at i (i+8 <= len(s)): one i64.load in wasm.
+func load8(s string, i int) uint64 {
+	return *(*uint64)(unsafe.Add(unsafe.Pointer(unsafe.StringData(s)), i))
+}
+
+// plain8 reports whether none of the 8 bytes in x needs attention in a JSON
+// string: no control byte, quote, backslash or non-ASCII byte. (The classic
+// SWAR tests; each is exact about whether such a byte exists.)
+func plain8(x uint64) bool {
+	q := x ^ ('"' * lsb)
+	b := x ^ ('\\' * lsb)
+	return ((x-0x20*lsb)&^x|(q-lsb)&^q|(b-lsb)&^b|x)&msb == 0
+}
+
+// plainPrefix returns how many leading bytes of s, in whole 8-byte words,
+// need no escaping: the fast path for keys and ordinary values.
+func plainPrefix(s string) int {
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		if !plain8(load8(s, i)) {
+			break
+		}
+	}
+	return i
+}
+
+// appendEscaped appends s as the content of a JSON string (no quotes):
+// quotes, backslashes and control characters escaped, invalid UTF-8 replaced
+// by U+FFFD, everything else as is. Runs of plain bytes are copied at once,
+// and scanned a word at a time.
+func appendEscaped(dst []byte, s string) []byte {
+	start := 0
+	for i := plainPrefix(s); i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if safeASCII[c] {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, "\uFFFD"...)
+			i++
+			start = i
+			continue
+		}
+		i += size
+	}
+	return append(dst, s[start:]...)
+}
+
+// appendEscapedBytes is appendEscaped for a byte slice, without a copy.
+func appendEscapedBytes(dst, b []byte) []byte {
+	return appendEscaped(dst, unsafe.String(unsafe.SliceData(b), len(b)))
+}
+
+// appendQuoted appends s as a JSON string with its quotes.
+func appendQuoted(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	dst = appendEscaped(dst, s)
+	return append(dst, '"')
+}
+
+// cleanRaw reports whether raw string content taken from the input can be
+// copied into the output unchanged: no control bytes and valid UTF-8. Escape
+// sequences are already valid, since the host validated the input.
+func cleanRaw(raw []byte) bool {
+	s := unsafe.String(unsafe.SliceData(raw), len(raw))
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		// Raw spans of valid JSON hold no bare quote and only valid escapes,
+		// so only control and non-ASCII bytes matter here.
+		if x := load8(s, i); ((x-0x20*lsb)&^x|x)&msb != 0 {
+			break
+		}
+	}
+	for ; i < len(raw); i++ {
+		c := raw[i]
+		if c < 0x20 {
+			return false
+		}
+		if c >= utf8.RuneSelf {
+			return utf8.Valid(raw[i:]) && !hasControl(raw[i:])
+		}
+	}
+	return true
+}
+
+func hasControl(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 {
+			return true
+		}
+	}
+	return false
+}
+
+// appendUnescaped appends the decoded text of raw JSON string content.
+// Malformed escapes are kept literally; lone surrogates become U+FFFD.
+func appendUnescaped(dst, raw []byte) []byte {
+	for i := 0; i < len(raw); {
+		c := raw[i]
+		if c != '\\' || i+1 >= len(raw) {
+			dst = append(dst, c)
+			i++
+			continue
+		}
+		switch e := raw[i+1]; e {
+		case '"', '\\', '/':
+			dst = append(dst, e)
+		case 'b':
+			dst = append(dst, '\b')
+		case 'f':
+			dst = append(dst, '\f')
+		case 'n':
+			dst = append(dst, '\n')
+		case 'r':
+			dst = append(dst, '\r')
+		case 't':
+			dst = append(dst, '\t')
+		case 'u':
+			r, ok := hex4(raw[i+2:])
+			if !ok {
+				dst = append(dst, c)
+				i++
+				continue
+			}
+			i += 6
+			if r >= 0xD800 && r < 0xDC00 {
+				if len(raw) >= i+6 && raw[i] == '\\' && raw[i+1] == 'u' {
+					if lo, ok := hex4(raw[i+2:]); ok && lo >= 0xDC00 && lo < 0xE000 {
+						r = (r-0xD800)<<10 + (lo - 0xDC00) + 0x10000
+						i += 6
+					}
+				}
+			}
+			dst = utf8.AppendRune(dst, r) // surrogates left over become U+FFFD
+			continue
+		default:
+			dst = append(dst, c)
+			i++
+			continue
+		}
+		i += 2
+	}
+	return dst
+}
+
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
+}
+
+// appendInt appends the decimal text of n.
+func appendInt(dst []byte, n int64) []byte {
+	var b [20]byte
+	i := len(b)
+	u := uint64(n)
+	if n < 0 {
+		u = uint64(-n)
+	}
+	for u >= 10 {
+		i--
+		b[i] = byte('0' + u%10)
+		u /= 10
+	}
+	i--
+	b[i] = byte('0' + u)
+	if n < 0 {
+		dst = append(dst, '-')
+	}
+	return append(dst, b[i:]...)
+}

@@ -1,0 +1,17 @@
+package sdk
+
+// Hooks for the external tests.
+
+// TestRunner runs MapFuncs natively with reused state, as the guest does.
+type TestRunner struct{ n nativeRunner }
+
+// Run maps input with f; the result is valid until the next Run.
+func (t *TestRunner) Run(f MapFunc, input []byte) []byte { return t.n.run(f, input) }
+
+// AppendEscaped, AppendTimestamp and AppendUnescaped expose the encoders.
+var (
+	AppendEscaped   = appendEscaped
+	AppendTimestamp = appendTimestamp
+	AppendUnescaped = appendUnescaped
+	AppendManifest  = appendManifest
+)

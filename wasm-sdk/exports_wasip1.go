@@ -1,0 +1,60 @@
+//go:build wasip1
+
+package sdk
+
+import (
+	"unsafe"
+
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/internal/abi"
+)
+
+// The ABI v1 exports. The SDK owns them; a mapper only calls Register.
+
+var (
+	input []byte // the input buffer handed out by tally_alloc, reused and grown
+	guest runner
+)
+
+//go:wasmexport tally_abi_version_1
+func tallyABIVersion1() {}
+
+// tallyAlloc returns the input buffer, grown to hold size bytes. Growth
+// doubles so a stream of slightly larger inputs does not reallocate each time.
+//
+//go:wasmexport tally_alloc
+func tallyAlloc(size int32) uint32 {
+	if size < 0 {
+		return 0
+	}
+	if int(size) > cap(input) || cap(input) == 0 {
+		n := max(2*cap(input), int(size), 4096)
+		input = make([]byte, n)
+	}
+	input = input[:cap(input)]
+	return uint32(uintptr(unsafe.Pointer(unsafe.SliceData(input))))
+}
+
+//go:wasmexport tally_manifest
+func tallyManifest() uint64 {
+	return pack(registered.manifest)
+}
+
+//go:wasmexport tally_map
+func tallyMap(ptr, n uint32) uint64 {
+	base := uint32(uintptr(unsafe.Pointer(unsafe.SliceData(input))))
+	switch {
+	case registered.f == nil:
+		return pack(guest.fail("sdk: no mapper registered (call sdk.Register from init)"))
+	case ptr != base || int(n) > len(input):
+		return pack(guest.fail("sdk: tally_map input is not the region tally_alloc returned"))
+	}
+	return pack(guest.run(registered.f, input[:n:n], abi.Host{}))
+}
+
+// pack returns (ptr << 32) | len for b.
+func pack(b []byte) uint64 {
+	if len(b) == 0 {
+		return 0
+	}
+	return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b))))<<32 | uint64(len(b))
+}

@@ -1,0 +1,45 @@
+//go:build !wasip1
+
+package abi
+
+import (
+	"os"
+
+	"github.com/tally-billing/tally-openstack-collector/runtime/jsonindex"
+)
+
+// Host answers field lookups natively from an index of the input, the same
+// index the collector builds before calling a guest, so a lookup gives the
+// same answer under go test as inside the runtime.
+type Host struct {
+	idx *jsonindex.Index
+}
+
+// NewHost returns a Host answering from idx. Offsets are into idx.Bytes().
+func NewHost(idx *jsonindex.Index) Host { return Host{idx: idx} }
+
+// Field looks path up and returns the packed result the field import would.
+func (h Host) Field(path string) uint64 {
+	if h.idx == nil {
+		return 0
+	}
+	k, start, end := h.idx.Lookup(path)
+	return Pack(uint8(k), start, end-start)
+}
+
+var levelNames = [...]string{"debug", "info", "warn", "error"}
+
+// Log writes msg to standard error, prefixed with its level.
+func Log(level int32, msg string) {
+	name := "info"
+	if level >= 0 && int(level) < len(levelNames) {
+		name = levelNames[level]
+	}
+	b := make([]byte, 0, len(msg)+len(name)+16)
+	b = append(b, "tally "...)
+	b = append(b, name...)
+	b = append(b, ": "...)
+	b = append(b, msg...)
+	b = append(b, '\n')
+	os.Stderr.Write(b)
+}

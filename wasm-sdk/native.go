@@ -1,0 +1,51 @@
+//go:build !wasip1
+
+package sdk
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/tally-billing/tally-openstack-collector/runtime/jsonindex"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/internal/abi"
+)
+
+// nativeRunner is what one tally_map call needs natively: the index the host
+// would have built, and the guest's reusable state.
+type nativeRunner struct {
+	idx jsonindex.Index
+	r   runner
+}
+
+// run indexes input (a non-JSON input answers every lookup Missing, as in the
+// runtime) and maps it with f. The result is valid until the next run.
+func (n *nativeRunner) run(f MapFunc, input []byte) []byte {
+	if err := n.idx.Parse(input); err != nil {
+		n.idx.SetRaw(input)
+	}
+	return n.r.run(f, n.idx.Bytes(), abi.NewHost(&n.idx))
+}
+
+var nativeRunners = sync.Pool{New: func() any { return new(nativeRunner) }}
+
+// MapJSON runs f natively on input, the way the runtime would run it inside a
+// module, and returns the tally_map output document: {"events":[...]} or
+// {"error":"..."}. Field lookups are answered by the same indexer the
+// collector uses. The document is the caller's. The error is non-nil, with the
+// {"error":"panic: ..."} document, wrapping ErrPanic when f panicked. Safe for
+// concurrent use.
+//
+// The host adds "source" to each event after the call; MapJSON does not.
+func MapJSON(f MapFunc, input []byte) ([]byte, error) {
+	if f == nil {
+		return nil, ErrNilMapFunc
+	}
+	n := nativeRunners.Get().(*nativeRunner)
+	defer nativeRunners.Put(n)
+	doc := n.run(f, input)
+	out := append([]byte(nil), doc...)
+	if n.r.panicked {
+		return out, fmt.Errorf("%w: %s", ErrPanic, n.r.out.errMsg)
+	}
+	return out, nil
+}

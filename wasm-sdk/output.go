@@ -1,0 +1,178 @@
+package sdk
+
+const (
+	docStart = `{"events":[`
+	docEnd   = `]}`
+)
+
+// reset prepares o for a new call, keeping its buffers.
+func (o *Output) reset() {
+	o.buf = append(o.buf[:0], docStart...)
+	o.nEv, o.depth, o.first = 0, 0, false
+	o.failed, o.errMsg = false, ""
+	o.ev.out = o
+}
+
+// finish closes what is open and returns the tally_map document.
+func (o *Output) finish() []byte {
+	if o.failed {
+		o.buf = append(o.buf[:0], `{"error":`...)
+		o.buf = appendQuoted(o.buf, o.errMsg)
+		o.buf = append(o.buf, '}')
+		return o.buf
+	}
+	o.closeAll()
+	o.buf = append(o.buf, docEnd...)
+	return o.buf
+}
+
+func (o *Output) closeAll() {
+	for ; o.depth > 0; o.depth-- {
+		o.buf = append(o.buf, '}')
+	}
+}
+
+// Event begins a new top-level event and returns its builder. An event still
+// open is closed first, so End on the last level is optional. Members are
+// written in the order of the calls; the host fills "source" itself.
+func (o *Output) Event() *Event {
+	o.closeAll()
+	if o.nEv > 0 {
+		o.buf = append(o.buf, ',')
+	}
+	o.buf = append(o.buf, '{')
+	o.nEv++
+	o.depth, o.first = 1, true
+	o.ev.out = o
+	return &o.ev
+}
+
+// Error makes the call answer {"error": reason} instead of its events (the
+// host reports it as a guest error and dead-letters the notification). Use it
+// for input the mapper cannot make sense of; a payload that merely lacks
+// fields should still yield an event.
+func (o *Output) Error(reason string) {
+	o.failed, o.errMsg = true, reason
+}
+
+// key writes the separator and "key": of the next member. It reports false,
+// writing nothing, when no object is open (after the event's final End).
+func (e *Event) key(k string) bool {
+	o := e.out
+	if o.depth == 0 {
+		return false
+	}
+	if !o.first {
+		o.buf = append(o.buf, ',')
+	}
+	o.first = false
+	o.buf = appendQuoted(o.buf, k)
+	o.buf = append(o.buf, ':')
+	return true
+}
+
+// Str writes a literal string member; val is escaped by the builder.
+func (e *Event) Str(key, val string) {
+	if e.key(key) {
+		e.out.buf = appendQuoted(e.out.buf, val)
+	}
+}
+
+// StrValue writes v as a string member: a string is copied as it arrived
+// (still escaped), a number or boolean is written as its text in quotes;
+// missing, null, objects and arrays are omitted. It reports whether it wrote.
+func (e *Event) StrValue(key string, v Value) bool {
+	switch v.kind {
+	case String, Number, True, False:
+	default:
+		return false
+	}
+	if !e.key(key) {
+		return false
+	}
+	o := e.out
+	o.buf = append(o.buf, '"')
+	switch {
+	case v.kind != String || cleanRaw(v.raw):
+		o.buf = append(o.buf, v.raw...)
+	default: // control bytes or invalid UTF-8 in the input: decode and re-escape
+		o.scratch = appendUnescaped(o.scratch[:0], v.raw)
+		o.buf = appendEscapedBytes(o.buf, o.scratch)
+	}
+	o.buf = append(o.buf, '"')
+	return true
+}
+
+// NumValue writes v as a number member: a number as it arrived, or a string
+// holding exactly a JSON number ("512") without its quotes. Anything else is
+// omitted. It reports whether it wrote.
+func (e *Event) NumValue(key string, v Value) bool {
+	b, ok := v.numeric()
+	if !ok || !e.key(key) {
+		return false
+	}
+	e.out.buf = append(e.out.buf, b...)
+	return true
+}
+
+// Int writes an integer member.
+func (e *Event) Int(key string, n int64) {
+	if e.key(key) {
+		e.out.buf = appendInt(e.out.buf, n)
+	}
+}
+
+// Bool writes a boolean member.
+func (e *Event) Bool(key string, b bool) {
+	if e.key(key) {
+		if b {
+			e.out.buf = append(e.out.buf, "true"...)
+		} else {
+			e.out.buf = append(e.out.buf, "false"...)
+		}
+	}
+}
+
+// Timestamp writes v, a string timestamp, as RFC 3339 in UTC with a Z:
+// oslo's "2024-05-01 12:00:00.123456" (or without the fraction) and ISO 8601
+// with a 'T' and an optional "Z" or UTC offset are understood; the fraction is
+// kept digit for digit and an offset is converted to UTC. Anything else is
+// omitted. It reports whether it wrote.
+func (e *Event) Timestamp(key string, v Value) bool {
+	if v.kind != String {
+		return false
+	}
+	var ts [40]byte
+	t, ok := appendTimestamp(ts[:0], v.raw)
+	if !ok || !e.key(key) {
+		return false
+	}
+	o := e.out
+	o.buf = append(o.buf, '"')
+	o.buf = append(o.buf, t...)
+	o.buf = append(o.buf, '"')
+	return true
+}
+
+// Object begins a nested object member (for example "attributes") and
+// returns the builder positioned inside it. Close it with End.
+func (e *Event) Object(key string) *Event {
+	if e.key(key) {
+		e.out.buf = append(e.out.buf, '{')
+		e.out.depth++
+		e.out.first = true
+	}
+	return e
+}
+
+// End closes the innermost open object: a nested object, or at the outer
+// level the event itself. Extra calls do nothing.
+func (e *Event) End() {
+	o := e.out
+	if o.depth == 0 {
+		return
+	}
+	o.buf = append(o.buf, '}')
+	o.depth--
+	o.first = false
+}

@@ -1,0 +1,182 @@
+package sdk
+
+import (
+	"math"
+	"strconv"
+	"unsafe"
+
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/internal/abi"
+)
+
+// Get looks path up in the input (ABI path syntax: members separated by '.',
+// a decimal segment indexes an array, `\.` is a literal dot, "" is the whole
+// document). The host answers with a span of the guest's own copy of the
+// input, so nothing is copied and nothing is allocated. A path that is absent,
+// or any path when the input is not JSON, yields a Value of kind Missing.
+func (m *Message) Get(path string) Value {
+	kind, start, n := abi.Unpack(m.host.Field(path))
+	if kind == abi.KindMissing || kind > abi.KindArray || start+n > len(m.raw) {
+		return Value{}
+	}
+	return Value{kind: Kind(kind), raw: m.raw[start : start+n : start+n]}
+}
+
+// Raw returns the whole input exactly as it arrived (not necessarily JSON).
+// It is valid only during the MapFunc call.
+func (m *Message) Raw() []byte { return m.raw }
+
+// Kind reports the JSON kind of v.
+func (v Value) Kind() Kind { return v.kind }
+
+// Exists reports whether v is present and not null.
+func (v Value) Exists() bool { return v.kind != Missing && v.kind != Null }
+
+// Raw returns the bytes of v in the input: for a string the characters
+// between the quotes, still JSON-escaped; otherwise the JSON text.
+func (v Value) Raw() []byte { return v.raw }
+
+// Equal reports whether v is a string whose raw (escaped) bytes equal s.
+func (v Value) Equal(s string) bool { return v.kind == String && string(v.raw) == s }
+
+// HasPrefix reports whether v is a string whose raw bytes begin with s.
+func (v Value) HasPrefix(s string) bool {
+	return v.kind == String && len(v.raw) >= len(s) && string(v.raw[:len(s)]) == s
+}
+
+// HasSuffix reports whether v is a string whose raw bytes end with s.
+func (v Value) HasSuffix(s string) bool {
+	return v.kind == String && len(v.raw) >= len(s) && string(v.raw[len(v.raw)-len(s):]) == s
+}
+
+// Or returns v if it exists and is not an empty string, else w. It chains the
+// fallbacks of a mapping: msg.Get("payload.tenant_id").Or(msg.Get("_context_project_id")).
+func (v Value) Or(w Value) Value {
+	if !v.Exists() || (v.kind == String && len(v.raw) == 0) {
+		return w
+	}
+	return v
+}
+
+// numeric returns the JSON number text of v: a number, or a string holding
+// exactly a JSON number ("512", "1.5e3"; no spaces, no sign other than '-').
+func (v Value) numeric() ([]byte, bool) {
+	if (v.kind == Number || v.kind == String) && isJSONNumber(v.raw) {
+		return v.raw, true
+	}
+	return nil, false
+}
+
+// Int returns v as an integer: a number with an integral value that fits in
+// an int64 (512, -3, 2.0, 1e3), or a string holding one.
+func (v Value) Int() (int64, bool) {
+	b, ok := v.numeric()
+	if !ok {
+		return 0, false
+	}
+	if n, ok := parseInt(b); ok {
+		return n, true
+	}
+	f, err := strconv.ParseFloat(unsafe.String(unsafe.SliceData(b), len(b)), 64)
+	if err != nil || f != math.Trunc(f) || f < -(1<<63) || f >= 1<<63 {
+		return 0, false
+	}
+	return int64(f), true
+}
+
+// Float returns v as a float64: a number, or a string holding one.
+func (v Value) Float() (float64, bool) {
+	b, ok := v.numeric()
+	if !ok {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(unsafe.String(unsafe.SliceData(b), len(b)), 64)
+	if err != nil {
+		return 0, false
+	}
+	return f, true
+}
+
+// String returns a copy of v: for a string its unescaped text, for a number,
+// boolean, object or array its JSON text, for null and missing "". It
+// allocates; meant for tests and rare paths, not for building events.
+func (v Value) String() string {
+	switch v.kind {
+	case Missing, Null:
+		return ""
+	case String:
+		return string(appendUnescaped(nil, v.raw))
+	default:
+		return string(v.raw)
+	}
+}
+
+// parseInt parses -?[0-9]+ without overflow.
+func parseInt(b []byte) (int64, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 19 {
+		return 0, false
+	}
+	var n uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + uint64(c-'0')
+	}
+	if neg {
+		if n > 1<<63 {
+			return 0, false
+		}
+		return int64(-n), true
+	}
+	if n > 1<<63-1 {
+		return 0, false
+	}
+	return int64(n), true
+}
+
+// isJSONNumber reports whether b is exactly a JSON number:
+// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func isJSONNumber(b []byte) bool {
+	i := 0
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+	default:
+		return false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		j := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		if i == j {
+			return false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		j := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		if i == j {
+			return false
+		}
+	}
+	return i == len(b)
+}

@@ -1,0 +1,243 @@
+package sdk_test
+
+// These tests run the guests built from testdata/ in wazero behind a minimal
+// host written here against docs/abi.md (the collector's runtime is tested on
+// its own): they show that a Go guest answers exactly what MapJSON answers,
+// and that mapping allocates nothing inside the guest.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	"github.com/tally-billing/tally-openstack-collector/runtime/jsonindex"
+	sdk "github.com/tally-billing/tally-openstack-collector/wasm-sdk"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/internal/sample"
+)
+
+// guestWasm returns testdata/<name>.wasm as built by `make wasm`, or builds
+// it into a temporary directory when it is not there (a plain `go test`).
+func guestWasm(t testing.TB, name string) []byte {
+	t.Helper()
+	path := filepath.Join("testdata", name+".wasm")
+	if _, err := os.Stat(path); err != nil {
+		if testing.Short() {
+			t.Skipf("%s not built (run make wasm) and -short given", path)
+		}
+		path = filepath.Join(t.TempDir(), name+".wasm")
+		cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", path, "./testdata/"+name)
+		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("building %s: %v\n%s", name, err, out)
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// miniHost is one guest instance behind the ABI v1 imports.
+type miniHost struct {
+	rt                     wazero.Runtime
+	mod                    api.Module
+	alloc, mapFn, manifest api.Function
+	idx                    jsonindex.Index
+	logs                   []string
+}
+
+func newMiniHost(t testing.TB, wasm []byte) *miniHost {
+	t.Helper()
+	ctx := context.Background()
+	cfg := wazero.NewRuntimeConfigCompiler()
+	if dir := os.Getenv("TALLY_OSC_TEST_CACHE"); dir != "" {
+		cache, err := wazero.NewCompilationCacheWithDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg = cfg.WithCompilationCache(cache)
+	}
+	h := &miniHost{rt: wazero.NewRuntimeWithConfig(ctx, cfg)}
+	t.Cleanup(func() { h.rt.Close(ctx) })
+	wasi_snapshot_preview1.MustInstantiate(ctx, h.rt)
+	_, err := h.rt.NewHostModuleBuilder("tally").
+		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(h.field),
+		[]api.ValueType{api.ValueTypeI32, api.ValueTypeI32}, []api.ValueType{api.ValueTypeI64}).Export("field").
+		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(h.log),
+		[]api.ValueType{api.ValueTypeI32, api.ValueTypeI32, api.ValueTypeI32}, nil).Export("log").
+		Instantiate(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compiled, err := h.rt.CompileModule(ctx, wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.mod, err = h.rt.InstantiateModule(ctx, compiled, wazero.NewModuleConfig().
+		WithStartFunctions("_initialize").
+		WithSysNanotime().WithSysWalltime().WithSysNanosleep())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.mod.ExportedFunction("tally_abi_version_1") == nil {
+		t.Fatal("no tally_abi_version_1 export")
+	}
+	h.alloc = h.mod.ExportedFunction("tally_alloc")
+	h.mapFn = h.mod.ExportedFunction("tally_map")
+	h.manifest = h.mod.ExportedFunction("tally_manifest")
+	return h
+}
+
+func (h *miniHost) field(_ context.Context, m api.Module, stack []uint64) {
+	path, ok := m.Memory().Read(uint32(stack[0]), uint32(stack[1]))
+	if !ok {
+		panic("field: path out of range")
+	}
+	k, start, end := h.idx.LookupBytes(path)
+	if k == jsonindex.Missing {
+		stack[0] = 0
+		return
+	}
+	stack[0] = uint64(k)<<56 | uint64(start)<<28 | uint64(end-start)
+}
+
+func (h *miniHost) log(_ context.Context, m api.Module, stack []uint64) {
+	msg, _ := m.Memory().Read(uint32(stack[1]), uint32(stack[2]))
+	h.logs = append(h.logs, string(msg))
+}
+
+// read returns the bytes of a packed (ptr << 32) | len result.
+func (h *miniHost) read(t testing.TB, packed uint64) []byte {
+	b, ok := h.mod.Memory().Read(uint32(packed>>32), uint32(packed))
+	if !ok {
+		t.Fatalf("result %#x out of guest memory", packed)
+	}
+	return b
+}
+
+// call runs tally_map on input; the result is a view of guest memory.
+func (h *miniHost) call(t testing.TB, input []byte) []byte {
+	ctx := context.Background()
+	if err := h.idx.Parse(input); err != nil {
+		h.idx.SetRaw(input)
+	}
+	res, err := h.alloc.Call(ctx, uint64(len(input)))
+	if err != nil || res[0] == 0 {
+		t.Fatalf("tally_alloc: %v %v", res, err)
+	}
+	ptr := uint32(res[0])
+	h.mod.Memory().Write(ptr, input)
+	res, err = h.mapFn.Call(ctx, uint64(ptr), uint64(len(input)))
+	if err != nil {
+		t.Fatalf("tally_map: %v", err)
+	}
+	return h.read(t, res[0])
+}
+
+func TestWasmNoop(t *testing.T) {
+	h := newMiniHost(t, guestWasm(t, "noop"))
+	if got := string(h.call(t, readFixture(t))); got != `{"events":[]}` {
+		t.Fatalf("noop answered %s", got)
+	}
+	if got := string(h.call(t, []byte("not json"))); got != `{"events":[]}` {
+		t.Fatalf("noop answered %s on non-JSON", got)
+	}
+}
+
+// TestWasmMatchesNative: the sample guest in wazero answers byte for byte
+// what MapJSON answers natively, for the manifest, a real notification, an
+// input the mapper refuses and a non-JSON input.
+func TestWasmMatchesNative(t *testing.T) {
+	h := newMiniHost(t, guestWasm(t, "sample"))
+	res, err := h.manifest.Call(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := h.read(t, res[0]), sdk.AppendManifest(nil, sample.Manifest); !bytes.Equal(got, want) {
+		t.Fatalf("manifest %s, want %s", got, want)
+	}
+	var m struct {
+		Name       string   `json:"name"`
+		EventTypes []string `json:"event_types"`
+	}
+	if err := json.Unmarshal(h.read(t, res[0]), &m); err != nil || m.Name != "sample" || len(m.EventTypes) != 2 {
+		t.Fatalf("manifest does not parse as expected: %+v %v", m, err)
+	}
+	for _, in := range [][]byte{
+		readFixture(t),
+		[]byte(`{"event_type":"image.upload","payload":{}}`),
+		[]byte("\x00 not json"),
+		bytes.Repeat(readFixture(t), 1)[:len(readFixture(t))-1], // truncated JSON
+		[]byte(`{"event_type":"compute.instance.create.end","message_id":"m\u00e9\"1","payload":{"instance_id":"i\\1","vcpus":"4","memory_mb":1.5e3},"timestamp":"2024-05-01T14:00:00+02:00"}`),
+	} {
+		got := bytes.Clone(h.call(t, in))
+		want, err := sdk.MapJSON(sample.Map, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("input %.40q:\nwasm   %s\nnative %s", in, got, want)
+		}
+		if !json.Valid(got) {
+			t.Errorf("output is not JSON: %s", got)
+		}
+	}
+}
+
+// TestWasmNoAllocationPerCall reads the guest runtime's own allocation
+// counter (runtime.MemStats.Mallocs, reported by the memstats guest after
+// each mapping): once the buffers have grown, further calls allocate nothing.
+func TestWasmNoAllocationPerCall(t *testing.T) {
+	h := newMiniHost(t, guestWasm(t, "memstats"))
+	in := readFixture(t)
+	mallocs := func() int64 {
+		var doc struct {
+			Events []struct {
+				EventType string `json:"event_type"`
+				Mallocs   int64  `json:"mallocs"`
+			} `json:"events"`
+		}
+		if err := json.Unmarshal(h.call(t, in), &doc); err != nil || len(doc.Events) != 2 {
+			t.Fatalf("memstats guest answered %d events, %v", len(doc.Events), err)
+		}
+		return doc.Events[1].Mallocs
+	}
+	for range 10 {
+		mallocs()
+	}
+	before := mallocs()
+	const calls = 2000
+	for range calls - 1 {
+		mallocs()
+	}
+	if after := mallocs(); after != before {
+		t.Fatalf("guest allocated %d objects over %d calls, want 0", after-before, calls)
+	}
+}
+
+func benchGuest(b *testing.B, name string) {
+	h := newMiniHost(b, guestWasm(b, name))
+	in := readFixture(b)
+	h.call(b, in)
+	b.ReportAllocs()
+	reportCPU(b, func() {
+		for b.Loop() {
+			h.call(b, in)
+		}
+	})
+}
+
+// BenchmarkWasmNoop and BenchmarkWasmSample measure a Go guest behind the
+// minimal host of this file (index, alloc, write, map, read), without the
+// collector's pooling, limits and output validation.
+func BenchmarkWasmNoop(b *testing.B)   { benchGuest(b, "noop") }
+func BenchmarkWasmSample(b *testing.B) { benchGuest(b, "sample") }
