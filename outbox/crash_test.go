@@ -79,7 +79,7 @@ func TestKill9LosesNoCommittedEvent(t *testing.T) {
 	}
 	dir := t.TempDir()
 	acked := 0
-	deleted := map[int]bool{}   // confirmed deleted
+	deleted := map[int]bool{}  // confirmed deleted
 	inflight := map[int]bool{} // delete started, not confirmed
 	for round := range 4 {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestKill9Child$", "-test.count=1")
@@ -100,7 +100,7 @@ func TestKill9LosesNoCommittedEvent(t *testing.T) {
 			close(lines)
 		}()
 		// Kill at a different point each round, once the child got going.
-		killAt := acked + 400 + round*1700
+		killAt := acked + 300 + round*500
 		timeout := time.After(20 * time.Second)
 	read:
 		for {
@@ -180,7 +180,7 @@ func TestKill9LosesNoCommittedEvent(t *testing.T) {
 			acked = max(acked, i+1)
 		}
 	}
-	if acked < 1000 {
+	if acked < 800 {
 		t.Fatalf("only %d events appended over all rounds: the child barely ran", acked)
 	}
 }

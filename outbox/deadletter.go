@@ -52,6 +52,9 @@ func (o *Outbox) AppendDeadLetters(ctx context.Context, letters []DeadLetter) er
 	defer o.deadMu.Unlock()
 	o.writeMu.RLock()
 	defer o.writeMu.RUnlock()
+	if o.closed.Load() {
+		return ErrClosed
+	}
 	seq := o.lastDead
 	err := o.db.Update(func(txn *badger.Txn) error {
 		for _, l := range letters {
@@ -93,6 +96,11 @@ func (o *Outbox) ListDeadLetters(ctx context.Context, after uint64, max int) ([]
 	if max <= 0 {
 		max = 100
 	}
+	o.writeMu.RLock()
+	defer o.writeMu.RUnlock()
+	if o.closed.Load() {
+		return nil, ErrClosed
+	}
 	var out []StoredDeadLetter
 	err := o.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: min(max, 100), Prefix: []byte{prefixDead}})
@@ -117,6 +125,11 @@ func (o *Outbox) GetDeadLetter(ctx context.Context, seq uint64) (StoredDeadLette
 	if err := ctx.Err(); err != nil {
 		return StoredDeadLetter{}, err
 	}
+	if o.closed.Load() {
+		return StoredDeadLetter{}, ErrClosed
+	}
+	o.writeMu.RLock()
+	defer o.writeMu.RUnlock()
 	if o.closed.Load() {
 		return StoredDeadLetter{}, ErrClosed
 	}
@@ -151,6 +164,9 @@ func (o *Outbox) DeleteDeadLetters(ctx context.Context, seqs ...uint64) (int, er
 	defer o.deadMu.Unlock()
 	o.writeMu.RLock()
 	defer o.writeMu.RUnlock()
+	if o.closed.Load() {
+		return 0, ErrClosed
+	}
 	n := 0
 	err := o.db.Update(func(txn *badger.Txn) error {
 		for _, s := range seqs {

@@ -523,6 +523,11 @@ func (o *Outbox) OldestAge() time.Duration {
 	if o.closed.Load() || o.depth.Load() == 0 {
 		return 0
 	}
+	o.writeMu.RLock()
+	defer o.writeMu.RUnlock()
+	if o.closed.Load() {
+		return 0
+	}
 	var at int64
 	_ = o.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefixEvent}})
@@ -560,6 +565,11 @@ func (o *Outbox) Peek(ctx context.Context, max int) (first, last uint64, events 
 	}
 	o.readMu.Lock()
 	defer o.readMu.Unlock()
+	o.writeMu.RLock()
+	defer o.writeMu.RUnlock()
+	if o.closed.Load() {
+		return 0, 0, nil, ErrClosed
+	}
 	err = o.db.View(func(txn *badger.Txn) error {
 		iopt := badger.IteratorOptions{PrefetchValues: true, PrefetchSize: min(max, 100), Prefix: []byte{prefixEvent}}
 		it := txn.NewIterator(iopt)
@@ -613,6 +623,9 @@ func (o *Outbox) Delete(ctx context.Context, first, last uint64) error {
 	defer o.readMu.Unlock()
 	o.writeMu.RLock()
 	defer o.writeMu.RUnlock()
+	if o.closed.Load() {
+		return ErrClosed
+	}
 	var n, size int64
 	txn := o.db.NewTransaction(true)
 	defer txn.Discard()
@@ -660,10 +673,10 @@ func (o *Outbox) Close() error {
 	}
 	close(o.done)
 	o.wg.Wait()
+	o.readMu.Lock() // lock order everywhere: readMu or appendMu, then writeMu
+	defer o.readMu.Unlock()
 	o.writeMu.Lock()
 	defer o.writeMu.Unlock()
-	o.readMu.Lock()
-	defer o.readMu.Unlock()
 	if err := o.db.Close(); err != nil {
 		return fmt.Errorf("outbox: close %s: %w", o.dir, err)
 	}

@@ -454,3 +454,50 @@ func Example() {
 	// 1 2 2 {"event_id":"a"}
 	// 0
 }
+
+func TestClosedAndMetrics(t *testing.T) {
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	o := open(t, t.TempDir(), func(op *outbox.Options) { op.Registerer = reg })
+	if err := o.Append(ctx, events(0, 3, 100)); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.AppendDeadLetters(ctx, []outbox.DeadLetter{{Body: []byte("x"), Reason: "trap"}}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		m := mf.GetMetric()[0]
+		got[mf.GetName()] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
+	}
+	if got["tally_collector_outbox_depth"] != 3 || got["tally_collector_outbox_bytes"] != 300 || got["tally_collector_deadletters"] != 1 ||
+		got["tally_collector_outbox_oldest_age_seconds"] <= 0 || got["tally_collector_outbox_disk_bytes"] <= 0 {
+		t.Fatalf("metrics %v", got)
+	}
+	if o.Healthy() != nil {
+		t.Fatal(o.Healthy())
+	}
+	o.Close()
+	for name, err := range map[string]error{
+		"append":  o.Append(ctx, events(0, 1, 10)),
+		"dead":    o.AppendDeadLetters(ctx, []outbox.DeadLetter{{}}),
+		"delete":  o.Delete(ctx, 1, 1),
+		"healthy": o.Healthy(),
+		"close":   o.Close(),
+	} {
+		if !errors.Is(err, outbox.ErrClosed) {
+			t.Errorf("%s after close: %v", name, err)
+		}
+	}
+	if _, _, _, err := o.Peek(ctx, 1); !errors.Is(err, outbox.ErrClosed) {
+		t.Errorf("peek after close: %v", err)
+	}
+	if _, err := o.ListDeadLetters(ctx, 0, 1); !errors.Is(err, outbox.ErrClosed) {
+		t.Errorf("list after close: %v", err)
+	}
+}

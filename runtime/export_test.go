@@ -1,5 +1,32 @@
 package runtime
 
+import (
+	"context"
+	"testing"
+
+	"github.com/tally-billing/tally-openstack-collector/runtime/jsonindex"
+)
+
+// Grow makes m start n instances by holding n calls' worth of instances at
+// once, then releases them (tests).
+func Grow(tb testing.TB, m *Module, n int, in *jsonindex.Index, src Source) {
+	ctx := context.Background()
+	var held []*instance
+	for range n {
+		inst, err := m.acquire(ctx)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if _, _, err := inst.call(in, src, m.e.cfg.CallTimeout); err != nil {
+			tb.Fatal(err)
+		}
+		held = append(held, inst)
+	}
+	for _, inst := range held {
+		m.release(inst, true)
+	}
+}
+
 // MemorySize returns the linear memory size of an idle instance of m (tests).
 func MemorySize(m *Module) uint32 {
 	m.mu.Lock()

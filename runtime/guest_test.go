@@ -2,7 +2,9 @@ package runtime_test
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -90,11 +92,17 @@ func benchModule(b *testing.B, wasm []byte, name string, in []byte, guard runtim
 			b.Fatal(err)
 		}
 		b.ReportAllocs()
+		cpu0 := cpuTime()
+		n := 0
 		for b.Loop() {
 			if _, err := m.Map(ctx, &x, src); err != nil {
 				b.Fatal(err)
 			}
+			n++
 		}
+		// CPU time of the process per call: on a busy machine wall time per
+		// call says more about the neighbours than about the call.
+		b.ReportMetric(float64(cpuTime()-cpu0)/float64(n), "cpu-ns/op")
 	})
 	b.Run("parallel", func(b *testing.B) {
 		b.ReportAllocs()
@@ -142,7 +150,10 @@ func BenchmarkLoad(b *testing.B) {
 			continue
 		}
 		b.Run(name+"/cold", func(b *testing.B) {
+			cpu0, n := cpuTime(), 0
+			defer func() { b.ReportMetric(float64(cpuTime()-cpu0)/float64(n)/1e6, "cpu-ms/op") }()
 			for b.Loop() {
+				n++
 				e := newEngine(b, runtime.Config{CacheDir: b.TempDir()})
 				if _, err := e.Load(context.Background(), p, w); err != nil {
 					b.Fatal(err)
@@ -157,7 +168,10 @@ func BenchmarkLoad(b *testing.B) {
 		}
 		_ = e.Close(context.Background())
 		b.Run(name+"/warm", func(b *testing.B) {
+			cpu0, n := cpuTime(), 0
+			defer func() { b.ReportMetric(float64(cpuTime()-cpu0)/float64(n)/1e6, "cpu-ms/op") }()
 			for b.Loop() {
+				n++
 				e := newEngine(b, runtime.Config{CacheDir: dir})
 				if _, err := e.Load(context.Background(), p, w); err != nil {
 					b.Fatal(err)
@@ -190,6 +204,38 @@ func BenchmarkInstanceMemory(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(runtime.MemorySize(m))/(1<<20), "MiB/instance")
+
+			// Process RSS growth for 8 more instances (linear memory, stacks and
+			// wazero's bookkeeping together).
+			const extra = 8
+			e2 := newEngine(b, runtime.Config{PoolSize: extra})
+			m2, err := e2.Load(context.Background(), p, w)
+			if err != nil {
+				b.Fatal(err)
+			}
+			before := rss()
+			runtime.Grow(b, m2, extra, &x, src)
+			b.ReportMetric(float64(rss()-before)/extra/(1<<20), "rss-MiB/instance")
 		})
 	}
+}
+
+// cpuTime returns the user+system CPU time of the process in nanoseconds.
+func cpuTime() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// rss returns the resident set size of the process in bytes (Linux).
+func rss() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	var size, res int64
+	fmt.Sscan(string(b), &size, &res)
+	return res * int64(os.Getpagesize())
 }

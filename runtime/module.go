@@ -131,6 +131,10 @@ func (m *Module) Map(ctx context.Context, in *jsonindex.Index, src Source) (Resu
 			timeout = d
 		}
 	}
+	if timeout <= 0 { // the caller's deadline passed while waiting for an instance
+		m.release(inst, true)
+		return Result{}, &MapError{Reason: ReasonTimeout, Module: m.id, Err: context.DeadlineExceeded}
+	}
 	res, reason, err := inst.call(in, src, timeout)
 	if err == nil {
 		m.release(inst, true)

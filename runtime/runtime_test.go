@@ -347,3 +347,22 @@ func TestUnguardedStoppedAtHostCall(t *testing.T) {
 		}
 	}
 }
+
+// The default configuration (GuardAlways, 250 ms) ends an endless loop at its
+// deadline and replaces the instance.
+func TestEndlessLoopDefaultConfig(t *testing.T) {
+	e := newEngine(t, runtime.Config{})
+	m := load(t, e, "loop")
+	start := time.Now()
+	_, err := m.Map(context.Background(), index(t, msg), src)
+	var me *runtime.MapError
+	if !errors.As(err, &me) || me.Reason != runtime.ReasonTimeout {
+		t.Fatalf("err = %v, want timeout", err)
+	}
+	if d := time.Since(start); d < runtime.DefaultCallTimeout || d > 10*time.Second {
+		t.Fatalf("loop ended after %v, want about %v", d, runtime.DefaultCallTimeout)
+	}
+	if n := m.Instances(); n != 0 {
+		t.Fatalf("instances after timeout = %d, want 0 (discarded)", n)
+	}
+}

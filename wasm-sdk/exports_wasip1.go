@@ -10,6 +10,11 @@ import (
 
 // The ABI v1 exports. The SDK owns them; a mapper only calls Register.
 
+// maxInput is the largest input tally_alloc accepts: tally.field spans address
+// at most 2^28 bytes. Anything larger answers 0 rather than risk the Go
+// runtime's fatal out-of-memory error.
+const maxInput = 1<<28 - 1
+
 var (
 	input []byte // the input buffer handed out by tally_alloc, reused and grown
 	guest runner
@@ -23,7 +28,7 @@ func tallyABIVersion1() {}
 //
 //go:wasmexport tally_alloc
 func tallyAlloc(size int32) uint32 {
-	if size < 0 {
+	if size < 0 || size > maxInput {
 		return 0
 	}
 	if int(size) > cap(input) || cap(input) == 0 {

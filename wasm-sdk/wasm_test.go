@@ -1,3 +1,5 @@
+//go:build !wasip1
+
 package sdk_test
 
 // These tests run the guests built from testdata/ in wazero behind a minimal
@@ -12,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/tetratelabs/wazero"
@@ -141,6 +144,36 @@ func (h *miniHost) call(t testing.TB, input []byte) []byte {
 		t.Fatalf("tally_map: %v", err)
 	}
 	return h.read(t, res[0])
+}
+
+// TestWasmABIEdges: tally_alloc refuses sizes the field spans cannot
+// address, and tally_map refuses a region tally_alloc did not hand out,
+// answering an error document instead of reading stray memory.
+func TestWasmABIEdges(t *testing.T) {
+	h := newMiniHost(t, guestWasm(t, "noop"))
+	ctx := context.Background()
+	for _, size := range []uint64{1 << 28, 1<<31 - 1, 1<<32 - 1} {
+		res, err := h.alloc.Call(ctx, size)
+		if err != nil || res[0] != 0 {
+			t.Fatalf("tally_alloc(%d) = %v, %v; want 0", size, res, err)
+		}
+	}
+	res, err := h.alloc.Call(ctx, 16)
+	if err != nil || res[0] == 0 {
+		t.Fatalf("tally_alloc(16) = %v, %v", res, err)
+	}
+	for _, arg := range [][2]uint64{{res[0] + 8, 4}, {res[0], 1 << 20}} {
+		out, err := h.mapFn.Call(ctx, arg[0], arg[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := string(h.read(t, out[0])); !strings.HasPrefix(got, `{"error":"sdk: tally_map input is not the region`) {
+			t.Fatalf("tally_map(%#x, %d) = %s", arg[0], arg[1], got)
+		}
+	}
+	if got := string(h.call(t, []byte(`{}`))); got != `{"events":[]}` {
+		t.Fatalf("after the refusals: %s", got)
+	}
 }
 
 func TestWasmNoop(t *testing.T) {

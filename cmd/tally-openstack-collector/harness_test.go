@@ -355,7 +355,9 @@ func publishOslo(tb testing.TB, v *vhost, c *corpus, prefix string, from, to, pr
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cmd := exec.Command("/usr/bin/python3", script,
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, "/usr/bin/python3", script,
 				"--url", "rabbit://guest:guest@"+brokerAddr+"/"+v.name,
 				"--corpus", corpusPath, "--prefix", prefix,
 				"--from", strconv.Itoa(lo), "--to", strconv.Itoa(hi))

@@ -62,7 +62,10 @@ func TestConformance(t *testing.T) {
 func load(t testing.TB, opts ...runtime.ModuleOption) *runtime.Module {
 	t.Helper()
 	ctx := context.Background()
-	e, err := runtime.NewEngine(ctx, runtime.Config{CacheDir: os.Getenv("TALLY_OSC_TEST_CACHE"), Logger: zerolog.Nop()})
+	// A generous deadline: on a loaded machine a descheduled call must not
+	// fail a test or a benchmark.
+	e, err := runtime.NewEngine(ctx, runtime.Config{CacheDir: os.Getenv("TALLY_OSC_TEST_CACHE"),
+		CallTimeout: 10 * time.Second, Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}

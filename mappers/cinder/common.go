@@ -85,6 +85,14 @@ func actionOf(eventType, prefix string) string {
 	return a
 }
 
+// eventType returns the notification's event type. ok is false when it is
+// not a non-empty string: the host refuses an event without an event_type,
+// so such an input (which routing by type never sends) yields no event.
+func eventType(m *sdk.Message) (et sdk.Value, ok bool) {
+	et = m.Get("event_type")
+	return et, et.Kind() == sdk.String && len(et.Raw()) > 0
+}
+
 // header writes the members every event begins with: event_id, timestamp,
 // event_type (et, looked up by the caller), service and resource_type.
 // suffix >= 0 marks the event as one of several taken from one notification

@@ -25,7 +25,10 @@ func init() { sdk.Register(manifest, mapCinder) }
 func main() {}
 
 func mapCinder(m *sdk.Message, out *sdk.Output) {
-	et := m.Get("event_type")
+	et, ok := eventType(m)
+	if !ok {
+		return
+	}
 	e := out.Event()
 	if et.HasPrefix("snapshot.") {
 		header(m, e, et, "cinder", "snapshot", -1)

@@ -34,7 +34,7 @@ func TestGolden(t *testing.T) {
 }
 
 // TestHostile proves that no input makes the mapper fail: each answer is a
-// valid document with at most one event.
+// valid document with at most one event, each with an event_type.
 func TestHostile(t *testing.T) {
 	for _, in := range fixture.HostileInputs("image.upload") {
 		got, err := mapJSON(in)
@@ -46,6 +46,12 @@ func TestHostile(t *testing.T) {
 		}
 		if err := json.Unmarshal(got, &doc); err != nil {
 			t.Fatalf("%q: output %s is not a document: %v", in, got, err)
+		}
+		for _, e := range doc.Events {
+			// The host refuses an event without an event_type.
+			if et, _ := e["event_type"].(string); et == "" {
+				t.Errorf("%q: event without event_type: %v", in, e)
+			}
 		}
 		if len(doc.Events) > 1 {
 			t.Errorf("%q: %d events, want at most 1", in, len(doc.Events))

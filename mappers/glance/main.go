@@ -29,7 +29,10 @@ func init() { sdk.Register(manifest, mapGlance) }
 func main() {}
 
 func mapGlance(m *sdk.Message, out *sdk.Output) {
-	et := m.Get("event_type")
+	et, ok := eventType(m)
+	if !ok {
+		return
+	}
 	e := out.Event()
 	header(m, e, et, "glance", "image", -1)
 	str(e, "resource_id", first(m, "payload.id", "payload.image_id"))

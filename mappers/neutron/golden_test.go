@@ -47,6 +47,12 @@ func TestHostile(t *testing.T) {
 		if err := json.Unmarshal(got, &doc); err != nil {
 			t.Fatalf("%q: output %s is not a document: %v", in, got, err)
 		}
+		for _, e := range doc.Events {
+			// The host refuses an event without an event_type.
+			if et, _ := e["event_type"].(string); et == "" {
+				t.Errorf("%q: event without event_type: %v", in, e)
+			}
+		}
 		if len(doc.Events) > 5 {
 			t.Errorf("%q: %d events, want at most 5", in, len(doc.Events))
 		}

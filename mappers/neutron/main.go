@@ -48,7 +48,10 @@ var resources = [...]resource{
 const maxBulk = 1000
 
 func mapNeutron(m *sdk.Message, out *sdk.Output) {
-	et := m.Get("event_type")
+	et, ok := eventType(m)
+	if !ok {
+		return
+	}
 	r := &resources[0]
 	for i := range resources {
 		if et.HasPrefix(resources[i].prefix) {

@@ -37,7 +37,10 @@ func mapNova(m *sdk.Message, out *sdk.Output) {
 		sdk.Log(sdk.LevelDebug, "versioned nova payload under an unversioned event type: no event")
 		return
 	}
-	et := m.Get("event_type")
+	et, ok := eventType(m)
+	if !ok {
+		return
+	}
 	e := out.Event()
 	header(m, e, et, "nova", "instance", -1)
 	str(e, "resource_id", first(m, "payload.instance_id", "payload.instance_uuid"))

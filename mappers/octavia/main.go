@@ -24,7 +24,10 @@ func init() { sdk.Register(manifest, mapOctavia) }
 func main() {}
 
 func mapOctavia(m *sdk.Message, out *sdk.Output) {
-	et := m.Get("event_type")
+	et, ok := eventType(m)
+	if !ok {
+		return
+	}
 	e := out.Event()
 	header(m, e, et, "octavia", "loadbalancer", -1)
 	str(e, "resource_id", first(m, "payload.id", "payload.loadbalancer_id"))

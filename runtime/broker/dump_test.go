@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -95,11 +96,18 @@ func TestDumpAgainstBroker(t *testing.T) {
 	if l := byKey["nova notifications.info"]; l == nil || l["message_id"] != ids[0] {
 		t.Errorf("oslo line: %v", l)
 	}
-	// Nothing left behind but the durable queue, which kept its copy.
+	// Nothing left behind; the durable queue kept its copy.
+	m := regexp.MustCompile(`"queue":"(amq\.gen-[^"]+)"`).FindStringSubmatch(logs.String())
+	if m == nil {
+		t.Fatal("dump queue name not logged")
+	}
 	waitFor(t, 10*time.Second, "dump queue gone", func() bool {
-		q := rabbitmqctl(t, "list_queues", "-q", "--no-table-headers", "-p", v.name, "name", "messages")
-		return !strings.Contains(q, "amq.gen-") && strings.Contains(q, DefaultQueue+"\t1")
+		_, exists := v.queueState(t, m[1])
+		return !exists
 	})
+	if n, _ := v.queueState(t, DefaultQueue); n != 1 {
+		t.Errorf("durable queue holds %d, want its 1 copy", n)
+	}
 }
 
 func TestDumpNoExchange(t *testing.T) {

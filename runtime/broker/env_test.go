@@ -64,7 +64,7 @@ type vhost struct {
 // The vhosts are made in one rabbitmqctl call for the whole package and
 // removed in one at its end: each rabbitmqctl call costs about a second (more
 // on a busy machine), which per-test calls would multiply.
-const vhostPoolSize = 16
+const vhostPoolSize = 20
 
 var vhostPool struct {
 	sync.Mutex
@@ -72,6 +72,8 @@ var vhostPool struct {
 	next  int
 	err   error
 	made  bool
+
+	narrowVhost string
 }
 
 func erlBinaries(names []string) string {
@@ -82,15 +84,44 @@ func erlBinaries(names []string) string {
 	return "[" + strings.Join(q, ", ") + "]"
 }
 
+// The narrow account of docs/broker.md, made with the pool: its patterns are
+// exactly the ones the document gives (for the exchanges nova and openstack).
+const (
+	narrowConfigure  = `^(tally-notifications|amq\.gen-.*)$`
+	narrowWrite      = `^(tally-notifications|amq\.gen-.*)$`
+	narrowRead       = `^(tally-notifications|amq\.gen-.*|nova|openstack)$`
+	narrowTopicWrite = `^$`
+	narrowTopicRead  = `^notifications\.(audit|debug|info|warn|error|critical|sample)$`
+	narrowPassword   = "n4rrow-pw"
+)
+
+// narrowUser is the account on the pool's last vhost ("" when the pool was
+// made without it).
+var narrowUser string
+
+func erlBin(s string) string {
+	return `<<"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `">>`
+}
+
 func makeVhostPool() error {
 	prefix := fmt.Sprintf("tally-broker-test-%d-%d-", os.Getpid(), time.Now().Unix()%100000)
 	for i := 0; i < vhostPoolSize; i++ {
 		vhostPool.names = append(vhostPool.names, fmt.Sprintf("%s%02d", prefix, i))
 	}
+	user := prefix + "narrow"
+	last := vhostPool.names[len(vhostPool.names)-1]
 	expr := `lists:foreach(fun(V) -> ok = rabbit_vhost:add(V, <<"tally-tests">>), ` +
 		`ok = rabbit_auth_backend_internal:set_permissions(<<"guest">>, V, <<".*">>, <<".*">>, <<".*">>, <<"tally-tests">>) end, ` +
-		erlBinaries(vhostPool.names) + `).`
+		erlBinaries(vhostPool.names) + `), ` +
+		`ok = rabbit_auth_backend_internal:add_user(` + erlBin(user) + `, ` + erlBin(narrowPassword) + `, <<"tally-tests">>), ` +
+		`ok = rabbit_auth_backend_internal:set_permissions(` + erlBin(user) + `, ` + erlBin(last) + `, ` +
+		erlBin(narrowConfigure) + `, ` + erlBin(narrowWrite) + `, ` + erlBin(narrowRead) + `, <<"tally-tests">>), ` +
+		`lists:foreach(fun(X) -> ok = rabbit_auth_backend_internal:set_topic_permissions(` + erlBin(user) + `, ` + erlBin(last) +
+		`, X, ` + erlBin(narrowTopicWrite) + `, ` + erlBin(narrowTopicRead) + `, <<"tally-tests">>) end, [<<"nova">>, <<"openstack">>]), ok.`
 	if out, err := exec.Command("rabbitmqctl", "eval", expr).CombinedOutput(); err == nil && strings.TrimSpace(string(out)) == "ok" {
+		narrowUser = user
+		vhostPool.names = vhostPool.names[:len(vhostPool.names)-1]
+		vhostPool.narrowVhost = last
 		return nil
 	}
 	// Fall back to the documented commands.
@@ -111,13 +142,31 @@ func dropVhostPool() {
 	if !vhostPool.made || vhostPool.err != nil {
 		return
 	}
-	expr := `lists:foreach(fun(V) -> rabbit_vhost:delete(V, <<"tally-tests">>) end, ` + erlBinaries(vhostPool.names) + `).`
+	names := vhostPool.names
+	userDel := ""
+	if vhostPool.narrowVhost != "" {
+		names = append(names, vhostPool.narrowVhost)
+		userDel = `, rabbit_auth_backend_internal:delete_user(` + erlBin(narrowUser) + `, <<"tally-tests">>)`
+	}
+	expr := `lists:foreach(fun(V) -> rabbit_vhost:delete(V, <<"tally-tests">>) end, ` + erlBinaries(names) + `)` + userDel + `.`
 	if exec.Command("rabbitmqctl", "eval", expr).Run() == nil {
 		return
 	}
-	for _, n := range vhostPool.names {
+	for _, n := range names {
 		_ = exec.Command("rabbitmqctl", "delete_vhost", n).Run()
 	}
+}
+
+// narrowVhost hands out the vhost where the narrow account is set up.
+func narrowVhost(t testing.TB) *vhost {
+	t.Helper()
+	newVhost(t) // makes the pool
+	vhostPool.Lock()
+	defer vhostPool.Unlock()
+	if vhostPool.narrowVhost == "" {
+		t.Skip("the narrow account could not be made with rabbitmqctl eval")
+	}
+	return vhostByName(vhostPool.narrowVhost)
 }
 
 func TestMain(m *testing.M) {

@@ -24,7 +24,6 @@ var Priorities = []string{"audit", "debug", "info", "warn", "error", "critical",
 const (
 	DefaultQueue         = "tally-notifications"
 	DefaultPrefetch      = 100
-	DefaultMaxBodyBytes  = 1 << 20
 	DefaultBatchLinger   = 20 * time.Millisecond
 	DefaultCommitTimeout = 2 * time.Minute
 	DefaultReconnectMin  = 1 * time.Second
@@ -63,10 +62,6 @@ type Options struct {
 	// CommitTimeout bounds one outbox append; on expiry the batch is requeued.
 	// It stays far below RabbitMQ's consumer_timeout (30 min by default).
 	CommitTimeout time.Duration
-	// MaxBodyBytes is logged against oversize bodies; the pipeline applies the
-	// same bound (1 MiB). Default 1 MiB.
-	MaxBodyBytes int
-
 	// Retry schedules (zero = default). Reconnect: capped exponential backoff
 	// with jitter. Probe: a missing exchange is probed again after ProbeMin,
 	// doubling to ProbeMax. RefusedRetry: the nack interval while the outbox
@@ -122,9 +117,6 @@ func (o *Options) setDefaults() {
 	def(&o.PauseMax, DefaultPauseMax)
 	def(&o.Heartbeat, DefaultHeartbeat)
 	def(&o.DialTimeout, DefaultDialTimeout)
-	if o.MaxBodyBytes <= 0 {
-		o.MaxBodyBytes = DefaultMaxBodyBytes
-	}
 }
 
 // validate lists every problem at once.

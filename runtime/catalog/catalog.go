@@ -126,6 +126,7 @@ type Catalog struct {
 	gen        uint64
 	slots      map[string]*slot
 	files      map[string]*fileState
+	pending    []*loaded // retired, closed after the next publish
 	lastReload *ReloadResult
 	reloads    map[string]int
 	closed     bool
@@ -243,15 +244,27 @@ func (c *Catalog) publish() {
 	}
 	c.snap.Store(newSnapshot(c.gen, entries, c.routeLatest))
 	c.metrics.migrations.Set(float64(migs))
+	// Only now that no snapshot routes to them any more may the replaced
+	// modules close; a call routed just before the swap finds them closed
+	// and is routed again on this snapshot.
+	for _, ld := range c.pending {
+		c.closeRetired(ld)
+	}
+	c.pending = nil
 }
 
-// retire closes a replaced drop-in module in the background, once its calls in
-// flight have finished. Built-ins stay loaded: they are the fallback of their
-// name. c.mu held.
+// retire schedules a replaced drop-in module to be closed once the next
+// snapshot is published, in the background, after its calls in flight have
+// finished. Built-ins stay loaded: they are the fallback of their name. c.mu
+// held.
 func (c *Catalog) retire(ld *loaded) {
 	if ld == nil || ld.origin == originBuiltin {
 		return
 	}
+	c.pending = append(c.pending, ld)
+}
+
+func (c *Catalog) closeRetired(ld *loaded) {
 	c.retiring.Add(1)
 	go func() {
 		defer c.retiring.Done()
@@ -715,6 +728,10 @@ func (c *Catalog) closeAll(ctx context.Context) error {
 			mods = append(mods, ld.mod)
 		}
 	}
+	for _, ld := range c.pending {
+		add(ld)
+	}
+	c.pending = nil
 	for _, s := range c.slots {
 		add(s.builtin)
 		add(s.active)

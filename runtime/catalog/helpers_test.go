@@ -34,7 +34,10 @@ func testLogger() zerolog.Logger {
 
 func newEngine(t testing.TB) *runtime.Engine {
 	t.Helper()
-	e, err := runtime.NewEngine(context.Background(), runtime.Config{CacheDir: cacheDir(t), Logger: testLogger(), PoolSize: 4})
+	e, err := runtime.NewEngine(context.Background(), runtime.Config{CacheDir: cacheDir(t), Logger: testLogger(), PoolSize: 4,
+		// Generous: these tests are about routing, not deadlines, and the
+		// machine may be busy with other packages' tests.
+		CallTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,9 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/tally-billing/tally-openstack-collector/runtime"
 	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
+	"github.com/tally-billing/tally-openstack-collector/runtime/jsonindex"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
 
@@ -107,4 +109,35 @@ func TestHotReloadUnderLoadExactCount(t *testing.T) {
 		t.Errorf("traffic saw only %v; the swaps did not happen under load", byMapper)
 	}
 	t.Logf("%d messages, %d cycles, by mapper %v, generation %d", n, cycles, byMapper, c.Generation())
+}
+
+// TestRoutedJustBeforeASwap takes a route, lets a promotion retire its module
+// completely, then calls it: the call is routed again to the module now in
+// service instead of failing or being lost.
+func TestRoutedJustBeforeASwap(t *testing.T) {
+	dir := t.TempDir()
+	drop(t, dir, "echo.wasm", "echo_v1")
+	c := newCatalog(t, catalog.Options{Dir: dir, Promote: catalog.PromoteImmediate})
+	m, ok := c.Route("test.a")
+	if !ok || m.ID() != "echo@1.0.0" {
+		t.Fatalf("route: %v %v", m, ok)
+	}
+	drop(t, dir, "echo.wasm", "echo_v2")
+	reload(t, c)
+	c.WaitRetired() // echo@1.0.0 is closed now
+
+	var idx jsonindex.Index
+	if err := idx.Parse([]byte(`{"event_type":"test.a","message_id":"late"}`)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := m.Map(context.Background(), &idx, runtime.Source{Exchange: "test"})
+	if err != nil {
+		t.Fatalf("a call routed before the swap failed: %v", err)
+	}
+	if len(res.Events) != 1 {
+		t.Fatalf("%d events", len(res.Events))
+	}
+	if ev := decodeEvent(t, res.Events[0]); ev.Source.Mapper != "echo@2.0.0" || ev.EventID != "late" {
+		t.Errorf("event %+v", ev)
+	}
 }

@@ -155,6 +155,6 @@ func (r *route) mapOnce(ctx context.Context, in *jsonindex.Index, src runtime.So
 	if errors.Is(cerr, runtime.ErrClosed) || ctx.Err() != nil {
 		return res, err // the candidate was retired meanwhile, or the call was cancelled: nothing to compare
 	}
-	r.mig.record(r.eventType, r.counters, res, err, cres, cerr)
+	r.mig.record(r.eventType, r.counters, r.mod.ID(), res, err, cres, cerr)
 	return res, err
 }

@@ -24,6 +24,7 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -47,7 +48,7 @@ func WithInputs(in ...[]byte) Option { return func(o *options) { o.inputs = appe
 // TALLY_OSC_TEST_CACHE, else none).
 func WithCacheDir(dir string) Option { return func(o *options) { o.cacheDir = dir } }
 
-// WithRepeat sets the number of calls of the repeat check (default 2000).
+// WithRepeat sets the number of calls of the repeat check (default 500).
 func WithRepeat(n int) Option { return func(o *options) { o.calls = n } }
 
 // Built-in inputs every module must survive.
@@ -62,13 +63,13 @@ var src = runtime.Source{Exchange: "conformance", RoutingKey: "notifications.inf
 
 // Run runs the suite against wasm as subtests of t.
 func Run(t *testing.T, wasm []byte, opts ...Option) {
-	o := options{cacheDir: os.Getenv("TALLY_OSC_TEST_CACHE"), calls: 2000}
+	o := options{cacheDir: os.Getenv("TALLY_OSC_TEST_CACHE"), calls: 500}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	inputs := append(append([][]byte(nil), builtin...), o.inputs...)
 	ctx := context.Background()
-	e, err := runtime.NewEngine(ctx, runtime.Config{CacheDir: o.cacheDir, PoolSize: 4, Logger: zerolog.Nop()})
+	e, err := runtime.NewEngine(ctx, runtime.Config{CacheDir: o.cacheDir, PoolSize: 4, CallTimeout: 5 * time.Second, Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,10 @@
 // and the empty path is the whole document. Member names in the input may be
 // JSON-escaped; they are compared after unescaping.
 //
+// AppendChildren lists the members or elements of a container (the host uses it
+// to rewrite each event a mapper returns); AppendUnquote decodes an escaped
+// string span.
+//
 // # Invariants
 //
 //   - Parse validates the whole document (RFC 8259 grammar, string escapes,

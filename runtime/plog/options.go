@@ -50,7 +50,7 @@ const (
 	DefaultMaxLineBytes    = 1 << 20
 	DefaultIdleTimeout     = 60 * time.Second
 	DefaultMaxConnections  = 256
-	DefaultBatchMax        = 500
+	DefaultBatchMax        = 1000
 	DefaultBatchLinger     = 5 * time.Millisecond
 	DefaultQueueBytes      = 32 << 20
 	DefaultDrainTimeout    = 5 * time.Second
@@ -75,7 +75,7 @@ type Settings struct {
 	// Both
 	Workers     int           // goroutines calling the pipeline; default 2
 	QueueBytes  int64         // bytes of received messages waiting for a worker; default 32 MiB
-	BatchMax    int           // events per outbox transaction; default 500
+	BatchMax    int           // most events per outbox transaction (also capped at 512 KiB); default 1000
 	BatchLinger time.Duration // longest wait to fill a batch; default 5 ms
 }
 

@@ -17,6 +17,12 @@ import (
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
 
+// queueSlots is the capacity of a listener's two queues (received messages,
+// mapped events). Received messages are bounded by Settings.QueueBytes as well;
+// the slots let the queues absorb an outbox commit that stalls for a few
+// hundred milliseconds at tens of thousands of messages a second.
+const queueSlots = 1 << 16
+
 // Exchange is the source exchange of every plog message.
 const Exchange = "plog"
 
@@ -128,8 +134,8 @@ func (s *Server) bind(lo Listener) (*listener, error) {
 		set:     set,
 		chain:   lo.Mappers,
 		byName:  make(map[string]pipeline.Mapper),
-		queue:   make(chan item, 1024),
-		commits: make(chan commitItem, 2*set.BatchMax),
+		queue:   make(chan item, queueSlots),
+		commits: make(chan commitItem, queueSlots),
 		conns:   make(map[net.Conn]struct{}),
 	}
 	for _, m := range lo.Mappers {
@@ -380,13 +386,20 @@ func (l *listener) toCommit(ctx context.Context, c commitItem) {
 	}
 }
 
+// maxBatchBytes caps the bytes of one outbox transaction, whatever BatchMax says:
+// a Badger transaction has a size limit, and events may be up to 64 KiB each.
+const maxBatchBytes = 512 << 10
+
 // commitLoop batches events into outbox transactions: a batch is committed when
-// it holds BatchMax events or BatchLinger after its first event.
+// it holds BatchMax events or maxBatchBytes, or BatchLinger after its first
+// event. While a commit is in flight the next batch gathers in the queue, so the
+// batch grows with the outbox's latency (group commit).
 func (l *listener) commitLoop(ctx context.Context) {
 	var (
 		events  [][]byte
 		letters []outbox.DeadLetter
 		msgs    int
+		size    int
 	)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -401,7 +414,7 @@ func (l *listener) commitLoop(ctx context.Context) {
 				l.log.Error().Err(err).Int("letters", len(letters)).Msg("plog dead letters not stored")
 			}
 		}
-		events, letters, msgs = nil, nil, 0
+		events, letters, msgs, size = nil, nil, 0, 0
 	}
 	for {
 		select {
@@ -418,8 +431,11 @@ func (l *listener) commitLoop(ctx context.Context) {
 			} else {
 				events = append(events, c.events...)
 				msgs++
+				for _, ev := range c.events {
+					size += len(ev)
+				}
 			}
-			if len(events)+len(letters) >= l.set.BatchMax {
+			if len(events)+len(letters) >= l.set.BatchMax || size >= maxBatchBytes {
 				flush()
 			}
 		case <-timer.C:

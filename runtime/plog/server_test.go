@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -57,9 +58,20 @@ func (g *gate) Process(ctx context.Context, m pipeline.Message) pipeline.Result 
 func (g *gate) hold()    { g.mu.Lock(); g.held.Store(true) }
 func (g *gate) release() { g.held.Store(false); g.mu.Unlock() }
 
-func newHarness(t testing.TB, maxEvents int64, opts Options) *harness {
+func newHarness(t testing.TB, maxEvents int64, opts Options, wrap ...func(Outbox) Outbox) *harness {
 	t.Helper()
-	box, err := outbox.Open(outbox.Options{Dir: t.TempDir(), MaxEvents: maxEvents, MinFreeBytes: -1, Logger: zerolog.Nop()})
+	dir := t.TempDir()
+	if base := os.Getenv("TALLY_OSC_BENCH_DIR"); base != "" { // benchmarks: an outbox on tmpfs
+		if _, ok := t.(*testing.B); ok {
+			d, err := os.MkdirTemp(base, "plog-bench-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(d) })
+			dir = d
+		}
+	}
+	box, err := outbox.Open(outbox.Options{Dir: dir, MaxEvents: maxEvents, MinFreeBytes: -1, Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,6 +79,9 @@ func newHarness(t testing.TB, maxEvents int64, opts Options) *harness {
 	reg := prometheus.NewRegistry()
 	g := &gate{p: pipeline.New(pipeline.Options{Logger: zerolog.Nop()})}
 	opts.Processor, opts.Outbox, opts.Registerer, opts.Logger = g, box, reg, zerolog.Nop()
+	for _, w := range wrap {
+		opts.Outbox = w(opts.Outbox)
+	}
 	opts.Version = "test"
 	for i := range opts.Listeners {
 		if opts.Listeners[i].Address == "" {

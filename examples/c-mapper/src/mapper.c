@@ -84,8 +84,8 @@ static int exists(struct tally_value v) {
 	return v.kind != TALLY_MISSING && v.kind != TALLY_NULL;
 }
 
-/* or returns v unless it is missing, null or an empty string. */
-static struct tally_value or(struct tally_value v, struct tally_value w) {
+/* or_else returns v unless it is missing, null or an empty string. */
+static struct tally_value or_else(struct tally_value v, struct tally_value w) {
 	return (!exists(v) || (v.kind == TALLY_STRING && v.len == 0)) ? w : v;
 }
 
@@ -216,8 +216,8 @@ TALLY_EXPORT("tally_map") uint64_t tally_map(uint32_t ptr, uint32_t len) {
 	str("resource_type", "instance");
 	str_value("resource_id", get("payload.instance_id"));
 	str_value("project_id",
-		  or(or(get("payload.tenant_id"), get("payload.project_id")), get("_context_project_id")));
-	str_value("user_id", or(get("payload.user_id"), get("_context_user_id")));
+		  or_else(or_else(get("payload.tenant_id"), get("payload.project_id")), get("_context_project_id")));
+	str_value("user_id", or_else(get("payload.user_id"), get("_context_user_id")));
 
 	/* action: the verb after the prefix, without a .start/.end phase. */
 	const char *verb = et.ptr + pl;
@@ -235,7 +235,7 @@ TALLY_EXPORT("tally_map") uint64_t tally_map(uint32_t ptr, uint32_t len) {
 	put("{", 1);
 	first = 1;
 	str_value("flavor_name", get("payload.instance_type"));
-	str_value("flavor_id", or(get("payload.instance_flavor_id"), get("payload.instance_type_id")));
+	str_value("flavor_id", or_else(get("payload.instance_flavor_id"), get("payload.instance_type_id")));
 	num_value("vcpus", get("payload.vcpus"));
 	num_value("memory_mb", get("payload.memory_mb"));
 	num_value("root_gb", get("payload.root_gb"));

@@ -1,0 +1,157 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"github.com/tally-billing/tally-openstack-collector/outbox"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// BenchmarkAppend measures synced appends per second at several batch
+// sizes (600-byte events). events/s is the figure to read.
+func BenchmarkAppend(b *testing.B) {
+	for _, batch := range []int{1, 100, 1000} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			o := open(b, benchDir(b), func(op *outbox.Options) { op.MaxEvents = 1 << 40 })
+			defer o.Close()
+			evs := events(0, batch, 600)
+			ctx := context.Background()
+			b.SetBytes(int64(batch * 600))
+			cpu0 := cpuTime()
+			for b.Loop() {
+				if err := o.Append(ctx, evs); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "events/s")
+			b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N*batch), "cpu-µs/event")
+		})
+	}
+}
+
+// BenchmarkDrain measures Peek+Delete with the cursor (batches of 500).
+func BenchmarkDrain(b *testing.B) {
+	o := open(b, benchDir(b), func(op *outbox.Options) { op.MaxEvents = 1 << 40 })
+	defer o.Close()
+	ctx := context.Background()
+	const n = 100_000
+	for i := 0; i < n; i += 1000 {
+		if err := o.Append(ctx, events(i, 1000, 600)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	drained := 0
+	cpu0 := cpuTime()
+	for b.Loop() {
+		f, l, evs, err := o.Peek(ctx, 500)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(evs) == 0 {
+			b.StopTimer()
+			for i := 0; i < n; i += 1000 {
+				o.Append(ctx, events(i, 1000, 600))
+			}
+			b.StartTimer()
+			continue
+		}
+		if err := o.Delete(ctx, f, l); err != nil {
+			b.Fatal(err)
+		}
+		drained += len(evs)
+	}
+	b.ReportMetric(float64(drained)/b.Elapsed().Seconds(), "events/s")
+	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(drained), "cpu-µs/event")
+}
+
+// cpuTime is the process's user+system CPU time (background compaction
+// included).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkResidentMemory reports the resident memory of this process
+// with 0 and 100k buffered 600-byte events (1M with
+// TALLY_OSC_BENCH_1M=1): after filling, and after a reopen plus a drain
+// read of the first batch, which is what a restarted daemon holds.
+// rss-MiB includes the store's memory-mapped tables; anon-MiB is the
+// process's own memory.
+func BenchmarkResidentMemory(b *testing.B) {
+	sizes := []int{0, 100_000}
+	if os.Getenv("TALLY_OSC_BENCH_1M") == "1" {
+		sizes = append(sizes, 1_000_000)
+	}
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("events=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				dir := benchDir(b)
+				o := open(b, dir, func(op *outbox.Options) { op.MaxEvents = int64(n) + 1 })
+				ctx := context.Background()
+				for i := 0; i < n; i += 1000 {
+					if err := o.Append(ctx, events(i, 1000, 600)); err != nil {
+						b.Fatal(err)
+					}
+				}
+				debug.FreeOSMemory()
+				rss, anon := residentMiB()
+				b.ReportMetric(rss, "fill-rss-MiB")
+				b.ReportMetric(anon, "fill-anon-MiB")
+				b.ReportMetric(float64(o.DiskBytes())/(1<<20), "disk-MiB")
+				o.Close()
+				runtime.GC()
+				start := time.Now()
+				o = open(b, dir)
+				b.ReportMetric(time.Since(start).Seconds(), "open-s")
+				o.Peek(ctx, 500)
+				debug.FreeOSMemory()
+				rss, anon = residentMiB()
+				b.ReportMetric(rss, "reopen-rss-MiB")
+				b.ReportMetric(anon, "reopen-anon-MiB")
+				o.Close()
+			}
+		})
+	}
+}
+
+func residentMiB() (rss, anon float64) {
+	raw, _ := os.ReadFile("/proc/self/status")
+	for _, l := range strings.Split(string(raw), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseFloat(f[1], 64)
+		switch f[0] {
+		case "VmRSS:":
+			rss = kb / 1024
+		case "RssAnon:":
+			anon = kb / 1024
+		}
+	}
+	return rss, anon
+}
+
+// benchDir is a fresh directory under $TALLY_OSC_BENCH_DIR (to compare
+// filesystems, e.g. a tmpfs against the disk) or the test's temp dir.
+func benchDir(b *testing.B) string {
+	root := os.Getenv("TALLY_OSC_BENCH_DIR")
+	if root == "" {
+		return b.TempDir()
+	}
+	d, err := os.MkdirTemp(root, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}

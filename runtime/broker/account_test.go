@@ -1,0 +1,82 @@
+package broker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+)
+
+// The account of docs/broker.md, with exactly its permission patterns and
+// topic permissions: enough for the consumer and the dump, and not enough to
+// bind anything but the notification keys.
+func TestNarrowAccount(t *testing.T) {
+	v := narrowVhost(t)
+	v.declareExchanges(t, false, "nova", "openstack")
+	narrowURL := "amqp://" + narrowUser + ":" + narrowPassword + "@" + brokerAddr + "/" + url.PathEscape(v.name)
+
+	ob := openOutbox(t, t.TempDir(), 100)
+	logs := &syncBuf{}
+	opts := testOptions(v, logs, "nova", "openstack")
+	opts.TransportURL = narrowURL
+	c, err := New(newTestProcessor(t), ob, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startConsumer(t, c)
+	waitFor(t, 15*time.Second, "ready with the narrow account", func() bool { return r.Ready() == nil })
+	if got := testutil.ToFloat64(c.m.refusedBindings); got != 0 {
+		t.Fatalf("%v bindings refused: %s", got, logs.String())
+	}
+	v.publish(t, "openstack", "notifications.warn", note(t, "narrow-1", "volume.attach.end"))
+	waitFor(t, 15*time.Second, "consumed", func() bool { return outboxIDs(t, ob)["narrow-1"] == 1 })
+
+	// The topic permission keeps the account to the notification keys.
+	conn, err := amqp.Dial(narrowURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, key := range []string{"#", "conductor", "notifications.*"} {
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = ch.QueueBind(DefaultQueue, key, "nova", false, nil)
+		var ae *amqp.Error
+		if !errors.As(err, &ae) || ae.Code != amqp.AccessRefused {
+			t.Errorf("binding %q: %v, want ACCESS_REFUSED", key, err)
+		}
+	}
+
+	// The dump runs with the same account.
+	dumpLogs := &syncBuf{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- Dump(ctx, Options{TransportURL: narrowURL, Exchanges: []string{"nova", "openstack"}, Logger: zerolog.New(dumpLogs)}, &bytes.Buffer{})
+	}()
+	waitFor(t, 15*time.Second, "dump bound with the narrow account", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("dump: %v", err)
+		default:
+		}
+		return strings.Contains(dumpLogs.String(), "dump bound")
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(logs.String()+dumpLogs.String(), narrowPassword) {
+		t.Error("the password reached a log")
+	}
+}

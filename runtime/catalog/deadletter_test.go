@@ -1,0 +1,242 @@
+package catalog_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/tally-billing/tally-openstack-collector/outbox"
+	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
+	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
+)
+
+func openOutbox(t *testing.T) *outbox.Outbox {
+	t.Helper()
+	ob, err := outbox.Open(outbox.Options{Dir: t.TempDir(), Logger: zerolog.Nop(), MinFreeBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ob.Close() })
+	return ob
+}
+
+// deadLetter does what the consumer does with a failed message.
+func deadLetter(t *testing.T, ob *outbox.Outbox, p *pipeline.Pipeline, eventType, id string) {
+	t.Helper()
+	b := body(eventType, id)
+	r := p.Process(context.Background(), pipeline.Message{Body: b, Exchange: "test", RoutingKey: "notifications.info"})
+	if r.Outcome != pipeline.Failed {
+		t.Fatalf("%s: want a failure, got %+v", id, r)
+	}
+	err := ob.AppendDeadLetters(context.Background(), []outbox.DeadLetter{{
+		Body: b, Exchange: "test", RoutingKey: "notifications.info", EventType: r.EventType,
+		Module: r.Module, Reason: r.Reason, Detail: r.Err.Error(),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDeadLetterThenReplayAfterAFix(t *testing.T) {
+	dir := t.TempDir()
+	drop(t, dir, "flaky.wasm", "flaky_v1")
+	drop(t, dir, "echo.wasm", "echo_v1")
+	c := newCatalog(t, catalog.Options{Dir: dir})
+	p := newPipeline(c)
+	ob := openOutbox(t)
+	ctx := context.Background()
+	for i := range 5 {
+		deadLetter(t, ob, p, "flaky.create.end", fmt.Sprintf("f%d", i))
+	}
+
+	list, err := catalog.ListDeadLetters(ctx, ob, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 5 || list[0].Reason != "trap" || list[0].Module != "flaky@1.0.0" || list[0].EventType != "flaky.create.end" {
+		t.Fatalf("list %+v", list)
+	}
+	d, err := catalog.ShowDeadLetter(ctx, ob, list[0].Seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(d.Message), `"message_id":"f0"`) || strings.Contains(string(d.Message), "secretsecret") ||
+		!strings.Contains(string(d.Message), `"_context_auth_token":"[redacted]"`) {
+		t.Errorf("shown message (must be unwrapped and redacted): %s", d.Message)
+	}
+	if _, err := catalog.ShowDeadLetter(ctx, ob, 999); !errors.Is(err, outbox.ErrNotFound) {
+		t.Errorf("unknown letter: %v", err)
+	}
+
+	// Replay before the fix: nothing changes, nothing is committed.
+	rep, err := catalog.Replay(ctx, ob, p, catalog.ReplayOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Examined != 5 || rep.Replayed != 0 || rep.Remaining != 5 || ob.Depth() != 0 || ob.DeadLetterCount() != 5 {
+		t.Fatalf("replay before the fix: %+v, depth %d, letters %d", rep, ob.Depth(), ob.DeadLetterCount())
+	}
+
+	// The operator drops the fixed module in; it shadows, then is promoted.
+	drop(t, dir, "flaky.wasm", "flaky_v2")
+	reload(t, c)
+	if _, err := c.Promote(ctx, "flaky"); err != nil {
+		t.Fatal(err)
+	}
+	// One letter first, by sequence, in a batch of its own.
+	rep, err = catalog.Replay(ctx, ob, p, catalog.ReplayOptions{Seqs: []uint64{list[0].Seq}})
+	if err != nil || rep.Replayed != 1 || rep.Events != 1 || ob.Depth() != 1 || ob.DeadLetterCount() != 4 {
+		t.Fatalf("replay one: %+v %v, depth %d, letters %d", rep, err, ob.Depth(), ob.DeadLetterCount())
+	}
+	rep, err = catalog.Replay(ctx, ob, p, catalog.ReplayOptions{BatchSize: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Examined != 4 || rep.Replayed != 4 || rep.Events != 4 || rep.Remaining != 0 {
+		t.Errorf("replay after the fix: %+v", rep)
+	}
+	if ob.Depth() != 5 || ob.DeadLetterCount() != 0 {
+		t.Errorf("outbox depth %d (want 5), dead letters %d (want 0)", ob.Depth(), ob.DeadLetterCount())
+	}
+	_, _, events, err := ob.Peek(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	for _, e := range events {
+		ev := decodeEvent(t, e)
+		if ev.Variant != "fixed" || ev.Source.Mapper != "flaky@1.0.1" || ev.Source.Exchange != "test" {
+			t.Errorf("replayed event %+v", ev)
+		}
+		ids[ev.EventID] = true
+	}
+	if len(ids) != 5 {
+		t.Errorf("replayed event ids %v", ids)
+	}
+}
+
+func TestReplayKeepsLettersThatFailDifferently(t *testing.T) {
+	dir := t.TempDir()
+	drop(t, dir, "flaky.wasm", "flaky_v1")
+	c := newCatalog(t, catalog.Options{Dir: dir})
+	p := newPipeline(c)
+	ob := openOutbox(t)
+	ctx := context.Background()
+	deadLetter(t, ob, p, "flaky.x", "f0")
+	deadLetter(t, ob, p, "flaky.x", "f1")
+
+	// The module is removed: the letters now fail as unclaimed.
+	remove(t, dir, "flaky.wasm")
+	reload(t, c)
+	rep, err := catalog.Replay(ctx, ob, p, catalog.ReplayOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Examined != 2 || rep.Remaining != 2 || rep.Replayed != 0 || len(rep.Failures) != 2 || rep.Failures[0].Reason != pipeline.ReasonUnclaimed {
+		t.Fatalf("report %+v", rep)
+	}
+	list, err := catalog.ListDeadLetters(ctx, ob, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 2 || list[0].Reason != pipeline.ReasonUnclaimed || list[1].Reason != pipeline.ReasonUnclaimed {
+		t.Errorf("letters must stay with the new reason: %+v", list)
+	}
+	// Replaying again examines them once each and leaves them as they are.
+	rep, err = catalog.Replay(ctx, ob, p, catalog.ReplayOptions{})
+	if err != nil || rep.Examined != 2 || ob.DeadLetterCount() != 2 {
+		t.Errorf("second replay %+v %v, letters %d", rep, err, ob.DeadLetterCount())
+	}
+}
+
+func TestHTTPRoutesAndAuthorization(t *testing.T) {
+	dir := t.TempDir()
+	drop(t, dir, "flaky.wasm", "flaky_v1")
+	c := newCatalog(t, catalog.Options{Dir: dir})
+	p := newPipeline(c)
+	ob := openOutbox(t)
+	ctx := context.Background()
+	deadLetter(t, ob, p, "flaky.x", "f0")
+	drop(t, dir, "flaky.wasm", "flaky_v2")
+	reload(t, c)
+
+	const token = "s3cret-control-token"
+	srv := httptest.NewServer(catalog.NewHandler(c, catalog.HandlerOptions{Token: token, Outbox: ob, Pipeline: p}))
+	defer srv.Close()
+	anon := &catalog.Client{BaseURL: srv.URL}
+	wrong := &catalog.Client{BaseURL: srv.URL, Token: "nope"}
+	admin := &catalog.Client{BaseURL: srv.URL, Token: token}
+
+	// Reading needs no token.
+	st, err := anon.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := module(st, "flaky"); !ok || m.State != catalog.StateMigrating {
+		t.Fatalf("status over HTTP: %+v", st.Modules)
+	}
+	list, err := anon.ListDeadLetters(ctx, 0, 10)
+	if err != nil || len(list) != 1 {
+		t.Fatalf("list: %+v %v", list, err)
+	}
+	d, err := anon.ShowDeadLetter(ctx, list[0].Seq)
+	if err != nil || d.Reason != "trap" || strings.Contains(string(d.Message), "secretsecret") {
+		t.Fatalf("show: %+v %v", d, err)
+	}
+	if _, err := anon.ShowDeadLetter(ctx, 12345); !errors.Is(err, outbox.ErrNotFound) {
+		t.Errorf("show unknown: %v", err)
+	}
+
+	// Control routes refuse a missing or wrong token.
+	for _, cl := range []*catalog.Client{anon, wrong} {
+		if _, err := cl.Promote(ctx, "flaky"); !errors.Is(err, catalog.ErrUnauthorized) {
+			t.Errorf("promote with token %q: %v", cl.Token, err)
+		}
+		if _, err := cl.Abort(ctx, "flaky"); !errors.Is(err, catalog.ErrUnauthorized) {
+			t.Errorf("abort with token %q: %v", cl.Token, err)
+		}
+		if _, err := cl.Replay(ctx, catalog.ReplayOptions{}); !errors.Is(err, catalog.ErrUnauthorized) {
+			t.Errorf("replay with token %q: %v", cl.Token, err)
+		}
+	}
+	if m := mustModule(t, c, "flaky"); m.State != catalog.StateMigrating || ob.DeadLetterCount() != 1 {
+		t.Fatalf("a refused request changed something: %+v", m)
+	}
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/mappers/flaky/promote", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("raw promote: %v %v", resp, err)
+	}
+	if _, err := admin.Promote(ctx, "flaky"); !errors.Is(err, catalog.ErrNoMigration) {
+		t.Errorf("promote without migration: %v", err)
+	}
+	if _, err := admin.Abort(ctx, "nothing"); !errors.Is(err, catalog.ErrUnknownModule) {
+		t.Errorf("abort unknown: %v", err)
+	}
+	rep, err := admin.Replay(ctx, catalog.ReplayOptions{})
+	if err != nil || rep.Replayed != 1 || ob.Depth() != 1 || ob.DeadLetterCount() != 0 {
+		t.Fatalf("replay over HTTP: %+v %v", rep, err)
+	}
+
+	// Without a token the control routes are closed unless explicitly open
+	// (a loopback listener).
+	closed := httptest.NewServer(catalog.NewHandler(c, catalog.HandlerOptions{Outbox: ob, Pipeline: p}))
+	defer closed.Close()
+	if _, err := (&catalog.Client{BaseURL: closed.URL}).Replay(ctx, catalog.ReplayOptions{}); !errors.Is(err, catalog.ErrUnauthorized) {
+		t.Errorf("control route without a configured token: %v", err)
+	}
+	if _, err := (&catalog.Client{BaseURL: closed.URL}).Status(ctx); err != nil {
+		t.Errorf("status without a configured token: %v", err)
+	}
+	open := httptest.NewServer(catalog.NewHandler(c, catalog.HandlerOptions{OpenControl: true, Outbox: ob, Pipeline: p}))
+	defer open.Close()
+	if rep, err := (&catalog.Client{BaseURL: open.URL}).Replay(ctx, catalog.ReplayOptions{}); err != nil || rep.Examined != 0 {
+		t.Errorf("open control route: %+v %v", rep, err)
+	}
+}
