@@ -203,17 +203,17 @@ func drainAll(o *outbox.Outbox, fn func(seq uint64, ev []byte)) error {
 // committed is damaged, and inserts resume once space returns.
 func TestDiskFullRefusesThenResumes(t *testing.T) {
 	mnt := t.TempDir()
-	if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size=64m"); err != nil {
+	if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size=44m"); err != nil {
 		t.Skipf("cannot mount a small tmpfs to fill (mount: %v); run as root with CAP_SYS_ADMIN", err)
 	}
 	t.Cleanup(func() { syscall.Unmount(mnt, syscall.MNT_DETACH) })
 	ballast := filepath.Join(mnt, "ballast")
-	if err := os.WriteFile(ballast, make([]byte, 20<<20), 0o600); err != nil {
+	if err := os.WriteFile(ballast, make([]byte, 12<<20), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
 	dir := filepath.Join(mnt, "outbox")
-	opts := outbox.Options{Dir: dir, Logger: zerolog.Nop(), MinFreeBytes: 16 << 20, MemTableBytes: 1 << 20}
+	opts := outbox.Options{Dir: dir, Logger: zerolog.Nop(), MinFreeBytes: 12 << 20, MemTableBytes: 1 << 20}
 	o, err := outbox.Open(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -221,11 +221,11 @@ func TestDiskFullRefusesThenResumes(t *testing.T) {
 	acked := 0
 	var refusal error
 	for acked < 200_000 {
-		if err := o.Append(ctx, events(acked, 100, 600)); err != nil {
+		if err := o.Append(ctx, events(acked, 200, 600)); err != nil {
 			refusal = err
 			break
 		}
-		acked += 100
+		acked += 200
 	}
 	if !errors.Is(refusal, outbox.ErrRefused) || errors.Is(refusal, outbox.ErrFull) {
 		t.Fatalf("filling the disk ended with %v after %d events, want ErrRefused", refusal, acked)

@@ -19,6 +19,8 @@ import (
 	"github.com/knadh/koanf/v2"
 	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
+
+	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
 )
 
 // envPrefix is the prefix of every environment variable the collector reads.
@@ -124,6 +126,10 @@ var settings = []setting{
 
 	{key: "log_format", def: "auto", modes: allModes,
 		usage: "json, console, or auto (console when stderr is a terminal)"},
+	{key: "mappers_promote", def: "shadow", modes: []mode{modeDaemon},
+		usage: "a new version of an active drop-in module: shadow (runs beside it until promoted) or immediate"},
+	{key: "control_token", secret: true, modes: daemonOnly,
+		usage: "bearer token of the control routes (promote, abort, replay); without it they are open on a loopback HTTP_ADDR only"},
 	{key: "mapper_memory_limit_mib", kind: kindInt, def: "64", modes: []mode{modeDaemon, modeOffline},
 		usage: "linear memory per mapper instance, MiB"},
 	{key: "mapper_call_timeout", kind: kindDuration, def: "250ms", modes: []mode{modeDaemon, modeOffline},
@@ -180,6 +186,8 @@ type Config struct {
 	LogLevel           zerolog.Level
 	LogFormat          string
 
+	MappersPromote    catalog.PromoteMode
+	ControlToken      string
 	MapperMemoryLimit uint32
 	MapperCallTimeout time.Duration
 	MapperPoolSize    int
@@ -506,6 +514,14 @@ func (c *Config) decode(m mode) []string {
 				bad(s, "must not be negative, got %d", i)
 			}
 			c.MapperPoolSize = int(i)
+		case "mappers_promote":
+			pm, err := catalog.ParsePromoteMode(raw)
+			if err != nil {
+				bad(s, "%q is not shadow or immediate", raw)
+			}
+			c.MappersPromote = pm
+		case "control_token":
+			c.ControlToken = raw
 		case "mapper_cache_dir":
 			c.MapperCacheDir = raw
 		case "stop_timeout":

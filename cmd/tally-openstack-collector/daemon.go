@@ -123,7 +123,7 @@ func (d *daemon) run(ctx context.Context) error {
 		live: newLivenessTracker(d.cfg.UnhealthyThreshold, nil),
 		log:  component(d.base, "probes"),
 	}
-	if err := d.listen(); err != nil {
+	if err := d.listen(proc.controlHandler(d.cfg, ob, component(d.base, "catalog"))); err != nil {
 		d.closeMappers(ctx)
 		d.closeOutbox()
 		return err
@@ -132,6 +132,14 @@ func (d *daemon) run(ctx context.Context) error {
 	defer stopSampling()
 	go d.probes.sample(sampleCtx, time.Second)
 	go d.sampleReady(sampleCtx)
+	// Hot reload of the drop-in directory, for the daemon's whole life.
+	reloadDone := make(chan struct{})
+	go func() {
+		defer close(reloadDone)
+		if err := proc.Run(sampleCtx); err != nil {
+			d.log.Error().Err(err).Msg("mapper directory watch stopped; restart to pick up drop-in changes")
+		}
+	}()
 
 	// 4. The sender, the broker consumer and the plog listeners.
 	snd, err := newSender(d.cfg, component(d.base, "sender"), d.reg, ob)
@@ -248,6 +256,7 @@ func (d *daemon) run(ctx context.Context) error {
 	cancelFlush()
 
 	stopSampling()
+	<-reloadDone
 	d.shutdownHTTP()
 	d.closeMappers(stopCtx)
 	if err := d.closeOutbox(); err != nil && runErr == nil {
@@ -284,14 +293,14 @@ func (d *daemon) sampleReady(ctx context.Context) {
 	}
 }
 
-func (d *daemon) listen() error {
+func (d *daemon) listen(control http.Handler) error {
 	ln, err := net.Listen("tcp", d.cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", d.cfg.HTTPAddr, err)
 	}
 	d.ln = ln
 	d.srv = &http.Server{
-		Handler:           newMux(d.probes, d.reg),
+		Handler:           newMux(d.probes, d.reg, control),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,

@@ -44,7 +44,7 @@ func setupE2E(t *testing.T, extraEnv ...string) *e2e {
 }
 
 // waitDelivered waits until the API holds n distinct events.
-func (e *e2e) waitDelivered(t *testing.T, n int, limit time.Duration) {
+func (e *e2e) waitDelivered(t testing.TB, n int, limit time.Duration) {
 	t.Helper()
 	waitFor(t, limit, fmt.Sprintf("%d events at the Reporting API", n), func() bool {
 		return e.api.stats(t).Accepted >= int64(n)

@@ -99,7 +99,7 @@ func newProbeServer(t *testing.T, threshold time.Duration, clk *fakeClock) (*htt
 		live:   newLivenessTracker(threshold, clk.now),
 		log:    zerolog.New(&syncWriter{w: &logs}),
 	}
-	srv := httptest.NewServer(newMux(p, newRegistry(buildInfo{Version: "v9.9.9", Commit: "abc"})))
+	srv := httptest.NewServer(newMux(p, newRegistry(buildInfo{Version: "v9.9.9", Commit: "abc"}), nil))
 	t.Cleanup(srv.Close)
 	return srv, ob, broker, snd, &logs
 }

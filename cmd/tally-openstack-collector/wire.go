@@ -8,10 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
-	"sort"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +21,7 @@ import (
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
 	"github.com/tally-billing/tally-openstack-collector/runtime/broker"
+	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 	"github.com/tally-billing/tally-openstack-collector/runtime/plog"
 	"github.com/tally-billing/tally-openstack-collector/sender"
@@ -37,24 +38,32 @@ var (
 	_ closerPart = (*mapperSet)(nil)
 )
 
-// mapperSet is the engine, the loaded modules (built-in first, then drop-ins)
-// and the pipeline routing over them.
+// mapperSet is the engine, the catalogue of modules (built-in, then the
+// drop-in directory, hot-reloaded), the pipeline routing over it, and the
+// modules named by plog listener chains.
 type mapperSet struct {
 	engine   *runtime.Engine
-	modules  []*runtime.Module
-	byName   map[string]*runtime.Module
+	catalog  *catalog.Catalog
 	pipeline *pipeline.Pipeline
+	chains   map[string]*runtime.Module // by manifest name
 }
 
-// Close frees the modules (each waits for its in-flight calls), then the engine.
+// Close frees the chain modules and the catalogue (each module waits for its
+// in-flight calls), then the engine.
 func (m *mapperSet) Close(ctx context.Context) error {
 	var errs []error
-	for _, mod := range m.modules {
+	for _, mod := range m.chains {
 		errs = append(errs, mod.Close(ctx))
+	}
+	if m.catalog != nil {
+		errs = append(errs, m.catalog.Close(ctx))
 	}
 	errs = append(errs, m.engine.Close(ctx))
 	return errors.Join(errs...)
 }
+
+// Run follows the drop-in directory until ctx is done.
+func (m *mapperSet) Run(ctx context.Context) error { return m.catalog.Run(ctx) }
 
 func openOutbox(cfg *Config, log zerolog.Logger, reg prometheus.Registerer) (outboxHandle, error) {
 	return outbox.Open(outbox.Options{
@@ -65,11 +74,10 @@ func openOutbox(cfg *Config, log zerolog.Logger, reg prometheus.Registerer) (out
 	})
 }
 
-// loadMappers starts the engine and loads the built-in modules shipped in the
-// binary, then every .wasm of the drop-in directory in name order. A drop-in
-// wins over a built-in one for the event types both claim equally.
+// loadMappers starts the engine and the catalogue: the built-in modules
+// shipped in the binary, then the drop-in directory, where a module wins over
+// a built-in one for the event types it claims.
 func loadMappers(ctx context.Context, cfg *Config, base zerolog.Logger, reg prometheus.Registerer) (*mapperSet, error) {
-	log := component(base, "mappers")
 	eng, err := runtime.NewEngine(ctx, runtime.Config{
 		CacheDir:    cfg.MapperCacheDir,
 		MemoryLimit: cfg.MapperMemoryLimit,
@@ -80,66 +88,59 @@ func loadMappers(ctx context.Context, cfg *Config, base zerolog.Logger, reg prom
 	if err != nil {
 		return nil, fmt.Errorf("start the mapper engine: %w", err)
 	}
-	ms := &mapperSet{engine: eng, byName: map[string]*runtime.Module{}}
-	fail := func(err error) (*mapperSet, error) {
+	ms := &mapperSet{engine: eng, chains: map[string]*runtime.Module{}}
+	builtin, err := mappers.Builtin()
+	if err != nil {
 		_ = ms.Close(ctx)
 		return nil, err
 	}
-	builtin, err := mappers.Builtin()
+	cat, err := catalog.New(ctx, catalog.Options{
+		Engine:     eng,
+		Builtin:    builtin,
+		Dir:        cfg.MappersDir,
+		Promote:    cfg.MappersPromote,
+		Logger:     component(base, "catalog"),
+		Registerer: reg,
+	})
 	if err != nil {
-		return fail(err)
+		_ = ms.Close(ctx)
+		return nil, err
 	}
-	names := make([]string, 0, len(builtin))
-	for n := range builtin {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		mod, err := eng.Load(ctx, "builtin:"+n, builtin[n])
-		if err != nil {
-			return fail(err)
-		}
-		ms.add(mod)
-	}
-	if cfg.MappersDir != "" {
-		paths, err := filepath.Glob(filepath.Join(cfg.MappersDir, "*.wasm"))
-		if err != nil {
-			return fail(err)
-		}
-		sort.Strings(paths)
-		for _, p := range paths {
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return fail(fmt.Errorf("read drop-in mapper: %w", err))
-			}
-			mod, err := eng.Load(ctx, p, b)
-			if err != nil {
-				return fail(err)
-			}
-			ms.add(mod)
-		}
-	}
-	list := make([]pipeline.Mapper, len(ms.modules))
-	ids := make([]string, len(ms.modules))
-	for i, m := range ms.modules {
-		list[i], ids[i] = m, m.ID()
-	}
-	router, conflicts := pipeline.NewStaticRouter(list...)
-	for _, c := range conflicts {
-		log.Warn().Str("conflict", c).Msg("two modules claim the same event types")
-	}
+	ms.catalog = cat
 	ms.pipeline = pipeline.New(pipeline.Options{
-		Router:     router,
+		Router:     cat,
 		Logger:     component(base, "pipeline"),
 		Registerer: reg,
 	})
-	log.Info().Strs("modules", ids).Msg("mappers loaded")
+	// Modules named by plog listener chains are loaded once more, apart from
+	// the catalogue: <name>.wasm of the drop-in directory, else the built-in.
+	for _, l := range cfg.Plog {
+		for _, name := range l.Mappers {
+			if _, ok := ms.chains[name]; ok {
+				continue
+			}
+			mod, err := loadByName(ctx, eng, cfg.MappersDir, builtin, name)
+			if err != nil {
+				_ = ms.Close(ctx)
+				return nil, fmt.Errorf("plog listener %s: %w", l.Address, err)
+			}
+			ms.chains[name] = mod
+		}
+	}
 	return ms, nil
 }
 
-func (m *mapperSet) add(mod *runtime.Module) {
-	m.modules = append(m.modules, mod)
-	m.byName[mod.Manifest().Name] = mod // a later module of the same name wins
+func loadByName(ctx context.Context, eng *runtime.Engine, dir string, builtin map[string][]byte, name string) (*runtime.Module, error) {
+	if dir != "" {
+		p := filepath.Join(dir, name+".wasm")
+		if b, err := os.ReadFile(p); err == nil {
+			return eng.Load(ctx, p, b)
+		}
+	}
+	if b, ok := builtin[name+".wasm"]; ok {
+		return eng.Load(ctx, "builtin:"+name+".wasm", b)
+	}
+	return nil, fmt.Errorf("no module %s.wasm in the drop-in directory or among the built-in ones", name)
 }
 
 func newSender(cfg *Config, log zerolog.Logger, reg prometheus.Registerer, ob outboxHandle) (senderPart, error) {
@@ -187,11 +188,7 @@ func newPlogInputs(cfg *Config, log zerolog.Logger, reg prometheus.Registerer, o
 		}
 		pl := plog.Listener{Network: u.Scheme, Address: u.Host, Settings: plogSettings(l.Settings)}
 		for _, name := range l.Mappers {
-			mod, ok := ms.byName[name]
-			if !ok {
-				return nil, fmt.Errorf("listener %s: no loaded module is named %q", l.Address, name)
-			}
-			pl.Mappers = append(pl.Mappers, mod)
+			pl.Mappers = append(pl.Mappers, ms.chains[name])
 		}
 		listeners = append(listeners, pl)
 	}
@@ -237,4 +234,17 @@ func runDump(ctx context.Context, cfg *Config, base zerolog.Logger, w io.Writer)
 // offlineMappers loads the mappers for map and mapper test: no metrics.
 func offlineMappers(ctx context.Context, cfg *Config, base zerolog.Logger) (*mapperSet, error) {
 	return loadMappers(ctx, cfg, base, nil)
+}
+
+// controlHandler serves the catalogue's routes (/mappers, /deadletters) on the
+// daemon's HTTP server. The control routes need CONTROL_TOKEN, or are open when
+// the server listens on loopback only.
+func (m *mapperSet) controlHandler(cfg *Config, ob outboxHandle, log zerolog.Logger) http.Handler {
+	return catalog.NewHandler(m.catalog, catalog.HandlerOptions{
+		Token:       cfg.ControlToken,
+		OpenControl: catalog.IsLoopback(cfg.HTTPAddr),
+		Outbox:      ob,
+		Pipeline:    m.pipeline,
+		Logger:      log,
+	})
 }

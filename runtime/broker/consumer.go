@@ -139,6 +139,8 @@ func (c *Consumer) session(ctx context.Context) (consumed bool, err error) {
 		return false, err
 	}
 	defer cn.Close()
+	c.m.blocked.Set(0)
+	c.m.paused.Set(0)
 	log := c.log.With().Str("broker", cn.ep.redact).Logger()
 	log.Info().Str("version", cn.version).Msg("connected to broker")
 
@@ -246,14 +248,20 @@ func (s *sess) waitAllExchanges(ctx context.Context) error {
 	for len(s.missing) > 0 {
 		d := time.Until(s.nextProbe())
 		t := time.NewTimer(max(d, 0))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case e := <-s.connClosed:
-			t.Stop()
-			return fmt.Errorf("%w: connection closed: %v", errSessionLost, e)
-		case <-t.C:
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case e := <-s.connClosed:
+				t.Stop()
+				return fmt.Errorf("%w: connection closed: %v", errSessionLost, e)
+			case b := <-s.blocked:
+				s.noteBlocked(b)
+			case <-t.C:
+				break wait
+			}
 		}
 		for name, st := range s.missing {
 			if time.Now().Before(st.next) {
@@ -276,6 +284,18 @@ func (s *sess) waitAllExchanges(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// noteBlocked records connection.blocked / unblocked. The channel must be
+// drained: the client library delivers these synchronously.
+func (s *sess) noteBlocked(b amqp.Blocking) {
+	if b.Active {
+		s.c.m.blocked.Set(1)
+		s.log.Warn().Str("reason", b.Reason).Msg("broker blocked the connection (resource alarm)")
+		return
+	}
+	s.c.m.blocked.Set(0)
+	s.log.Info().Msg("broker unblocked the connection")
 }
 
 func (s *sess) missingNames() []string {
@@ -377,13 +397,7 @@ func (s *sess) loop(ctx context.Context) error {
 		case e := <-s.chClosed:
 			return fmt.Errorf("%w: channel closed: %v", errSessionLost, e)
 		case b := <-s.blocked:
-			if b.Active {
-				s.c.m.blocked.Set(1)
-				s.log.Warn().Str("reason", b.Reason).Msg("broker blocked the connection (resource alarm)")
-			} else {
-				s.c.m.blocked.Set(0)
-				s.log.Info().Msg("broker unblocked the connection")
-			}
+			s.noteBlocked(b)
 		case d, ok := <-dch:
 			if !ok {
 				return fmt.Errorf("%w: the broker cancelled the consumer", errSessionLost)

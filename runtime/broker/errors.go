@@ -21,9 +21,6 @@ var (
 	ErrExchangesMissing = errors.New("required exchanges missing")
 	// ErrNotConsuming is what Ready answers while no session is consuming.
 	ErrNotConsuming = errors.New("not consuming from the broker")
-	// ErrConnectionBlocked: the broker blocked the connection (memory or disk
-	// alarm); reported by Ready while it lasts.
-	ErrConnectionBlocked = errors.New("broker connection blocked")
 	// errSessionLost: the channel or connection closed under the session.
 	errSessionLost = errors.New("broker session lost")
 )

@@ -2,10 +2,13 @@ package broker
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
 
 // secretValues are the values planted in testdata/secrets.json; none may
@@ -222,4 +225,20 @@ func FuzzDumpLine(f *testing.F) {
 			t.Fatalf("invalid line for %q: %s", body, line)
 		}
 	})
+}
+
+// A dump line reads back as a bare messaging-v1 body: the pipeline maps it to
+// the same event as the delivery it was printed from (what `map` relies on).
+func TestDumpLineMapsLikeTheDelivery(t *testing.T) {
+	proc := newTestProcessor(t)
+	body := readTestdata(t, "wire/v2_nova_001.body")
+	line := DumpLine(nil, "nova", "notifications.info", body)
+	direct := proc.Process(context.Background(), pipeline.Message{Body: body, Exchange: "nova", RoutingKey: "notifications.info"})
+	again := proc.Process(context.Background(), pipeline.Message{Body: bytes.TrimSpace(line), Exchange: "nova", RoutingKey: "notifications.info"})
+	if direct.Outcome != pipeline.Mapped || again.Outcome != pipeline.Mapped {
+		t.Fatalf("outcomes %v %v", direct.Outcome, again.Outcome)
+	}
+	if !bytes.Equal(direct.Events[0], again.Events[0]) {
+		t.Fatalf("events differ:\n%s\n%s", direct.Events[0], again.Events[0])
+	}
 }

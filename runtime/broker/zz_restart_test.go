@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"errors"
 	"fmt"
 	"os/exec"
 	"testing"
@@ -18,7 +19,7 @@ func TestBrokerStopStart(t *testing.T) {
 		t.Skip("stops the shared broker")
 	}
 	v := newVhost(t)
-	v.declareExchanges(t, true, "nova") // durable: it must outlive the restart
+	v.declareExchanges(t, false, "nova") // as oslo declares it: gone after a restart
 	ob := openOutbox(t, t.TempDir(), 1000)
 	c, err := New(newTestProcessor(t), ob, testOptions(v, &syncBuf{}, "nova"))
 	if err != nil {
@@ -43,7 +44,11 @@ func TestBrokerStopStart(t *testing.T) {
 	rabbitmqctl(t, "stop_app")
 	waitFor(t, 15*time.Second, "not ready while the broker is down", func() bool { return r.Ready() != nil })
 	restart()
-	waitFor(t, 60*time.Second, "consuming again", func() bool { return r.Ready() == nil })
+	// The durable queue is back, oslo's exchange is not until the service
+	// publishes again: no exchange, no readiness.
+	waitFor(t, 60*time.Second, "broker back, exchange missing", func() bool { return errors.Is(r.Ready(), ErrNoExchanges) })
+	v.declareExchanges(t, false, "nova")
+	waitFor(t, 30*time.Second, "consuming again", func() bool { return r.Ready() == nil })
 	for i := 0; i < 5; i++ {
 		v.publish(t, "nova", "notifications.info", note(t, fmt.Sprintf("after-%d", i), "compute.instance.exists"))
 	}

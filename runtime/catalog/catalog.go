@@ -223,6 +223,19 @@ func (c *Catalog) Route(eventType string) (pipeline.Mapper, bool) {
 	return r, true
 }
 
+// Named returns a Mapper that stands for the module name rather than one
+// version of it: every call goes to the version active at that moment (its
+// candidate shadowing as usual), so a chain of modules resolved once, such as
+// a plog listener's, follows reloads and promotions. ok is false when no
+// active module has that name now; if the name disappears later, calls fail
+// with ErrUnknownModule and Manifest claims nothing.
+func (c *Catalog) Named(name string) (pipeline.Mapper, bool) {
+	if _, ok := c.snap.Load().byName[name]; !ok {
+		return nil, false
+	}
+	return &named{load: c.snap.Load, name: name}, true
+}
+
 // routeLatest is the retry path of a call that met a retired module.
 func (c *Catalog) routeLatest(eventType string) (*route, bool) {
 	return c.snap.Load().route(eventType)
@@ -468,7 +481,9 @@ func (c *Catalog) reload(ctx context.Context, trigger string) ReloadResult {
 	for _, f := range list {
 		seen[f.path] = true
 		fs, ok := known[f.path]
-		if ok && fs.key == f.key {
+		// The stat shortcut spares reading unchanged files; the periodic scan
+		// reads everything, for filesystems whose timestamps are coarse.
+		if ok && fs.key == f.key && trigger != "periodic" {
 			continue
 		}
 		ct, err := readContent(f.path)

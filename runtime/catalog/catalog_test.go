@@ -161,3 +161,35 @@ func TestUnreadableDirectoryChangesNothing(t *testing.T) {
 		t.Errorf("a missing directory must not remove the modules: %+v", ev)
 	}
 }
+
+func TestFixturesChangedAloneAreRunAgain(t *testing.T) {
+	dir := t.TempDir()
+	drop(t, dir, "echo.wasm", "echo_v1")
+	copyFixtures(t, dir, "echo", "echo.fixtures")
+	c := newCatalog(t, catalog.Options{Dir: dir})
+	out := filepath.Join(dir, "echo.fixtures", "basic.out.json")
+	good, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(out, []byte(strings.Replace(string(good), `"one"`, `"two"`, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := reload(t, c)
+	if r.OK || len(r.Rejected) != 1 || !strings.Contains(r.Rejected[0].Reason, "fixture") {
+		t.Fatalf("changed fixtures: %+v", r)
+	}
+	if ev := mapOne(t, newPipeline(c), "test.a", "x"); ev.Source.Mapper != "echo@1.0.0" {
+		t.Errorf("the module keeps serving: %+v", ev)
+	}
+	if err := os.WriteFile(out, good, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = reload(t, c)
+	if !r.OK || len(r.Loaded) != 1 || !strings.Contains(r.Loaded[0], "unchanged") {
+		t.Errorf("restored fixtures: %+v", r)
+	}
+	if _, ok := fileState(c.Status(), dir, "echo.wasm"); ok {
+		t.Errorf("the file is still reported: %+v", c.Status().Files)
+	}
+}

@@ -129,6 +129,10 @@ type ReplayOptions struct {
 	Seqs []uint64 `json:"seqs,omitempty"`
 	// BatchSize is the number of letters per outbox commit (default 100).
 	BatchSize int `json:"-"`
+	// Message builds the message a letter is replayed as; nil: an AMQP
+	// message of its body, exchange and routing key. An input whose messages
+	// need Canonical or DeriveID (plog) says so here.
+	Message func(outbox.StoredDeadLetter) pipeline.Message `json:"-"`
 }
 
 // ReplayFailure is a dead letter that still does not map.
@@ -159,7 +163,8 @@ type ReplayReport struct {
 // idempotent by event_id). A letter that fails again stays, updated with the
 // new reason and module. Letters stored after the replay started are left
 // for the next one. Letters are replayed as AMQP messages (body, exchange,
-// routing key). Do not run two replays on one outbox at once.
+// routing key) unless ReplayOptions.Message says otherwise. Do not run two
+// replays on one outbox at once.
 //
 // On an outbox error (ErrFull, ErrRefused) Replay stops and returns what it
 // did so far with the error.
@@ -181,7 +186,7 @@ func Replay(ctx context.Context, ob *outbox.Outbox, p *pipeline.Pipeline, opts R
 				}
 				batch = append(batch, d)
 			}
-			if err := replayBatch(ctx, ob, p, batch, &rep); err != nil {
+			if err := replayBatch(ctx, ob, p, batch, opts.Message, &rep); err != nil {
 				return rep, err
 			}
 		}
@@ -208,19 +213,25 @@ func Replay(ctx context.Context, ob *outbox.Outbox, p *pipeline.Pipeline, opts R
 				batch = append(batch, d)
 			}
 		}
-		if err := replayBatch(ctx, ob, p, batch, &rep); err != nil {
+		if err := replayBatch(ctx, ob, p, batch, opts.Message, &rep); err != nil {
 			return rep, err
 		}
 	}
 }
 
-func replayBatch(ctx context.Context, ob *outbox.Outbox, p *pipeline.Pipeline, batch []outbox.StoredDeadLetter, rep *ReplayReport) error {
+func replayBatch(ctx context.Context, ob *outbox.Outbox, p *pipeline.Pipeline, batch []outbox.StoredDeadLetter,
+	message func(outbox.StoredDeadLetter) pipeline.Message, rep *ReplayReport) error {
+	if message == nil {
+		message = func(d outbox.StoredDeadLetter) pipeline.Message {
+			return pipeline.Message{Body: d.Body, Exchange: d.Exchange, RoutingKey: d.RoutingKey}
+		}
+	}
 	var events [][]byte
 	var done, stale []uint64
 	var renewed []outbox.DeadLetter
 	for _, d := range batch {
 		rep.Examined++
-		r := p.Process(ctx, pipeline.Message{Body: d.Body, Exchange: d.Exchange, RoutingKey: d.RoutingKey})
+		r := p.Process(ctx, message(d))
 		if r.Outcome == pipeline.Mapped {
 			events = append(events, r.Events...)
 			done = append(done, d.Seq)

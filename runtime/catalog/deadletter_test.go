@@ -240,3 +240,32 @@ func TestHTTPRoutesAndAuthorization(t *testing.T) {
 		t.Errorf("open control route: %+v %v", rep, err)
 	}
 }
+
+func TestReplayMessageHook(t *testing.T) {
+	dir := t.TempDir()
+	drop(t, dir, "flaky.wasm", "flaky_v2")
+	c := newCatalog(t, catalog.Options{Dir: dir})
+	p := newPipeline(c)
+	ob := openOutbox(t)
+	ctx := context.Background()
+	// A plog letter: a bare message without message_id, so without event_id.
+	err := ob.AppendDeadLetters(ctx, []outbox.DeadLetter{{
+		Body: []byte(`{"event_type":"flaky.x","payload":{}}`), Exchange: "plog", RoutingKey: "udp", Reason: "timeout",
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := catalog.Replay(ctx, ob, p, catalog.ReplayOptions{Message: func(d outbox.StoredDeadLetter) pipeline.Message {
+		return pipeline.Message{Body: d.Body, Exchange: d.Exchange, RoutingKey: d.RoutingKey, DeriveID: d.Exchange == "plog"}
+	}})
+	if err != nil || rep.Replayed != 1 {
+		t.Fatalf("replay: %+v %v", rep, err)
+	}
+	_, _, events, err := ob.Peek(ctx, 10)
+	if err != nil || len(events) != 1 {
+		t.Fatalf("peek: %d %v", len(events), err)
+	}
+	if ev := decodeEvent(t, events[0]); len(ev.EventID) != 32 || ev.Source.Exchange != "plog" {
+		t.Errorf("the hook's DeriveID was not applied: %+v", ev)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -30,7 +31,29 @@ type HandlerOptions struct {
 	// answer 404. Replay needs both.
 	Outbox   *outbox.Outbox
 	Pipeline *pipeline.Pipeline
-	Logger   zerolog.Logger
+	// ReplayMessage is ReplayOptions.Message for the replay route.
+	ReplayMessage func(outbox.StoredDeadLetter) pipeline.Message
+	Logger        zerolog.Logger
+}
+
+// IsLoopback reports whether a listen address (host:port) is on a loopback
+// interface only: what HandlerOptions.OpenControl may be set from.
+//
+//	catalog.IsLoopback("127.0.0.1:9469") // true
+//	catalog.IsLoopback("[::1]:9469")     // true
+//	catalog.IsLoopback("localhost:9469") // true
+//	catalog.IsLoopback("0.0.0.0:9469")   // false
+//	catalog.IsLoopback(":9469")          // false
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // maxListLimit bounds one page of GET /deadletters.
@@ -54,7 +77,12 @@ type handler struct {
 //	POST /deadletters/replay       Replay (control); optional body {"seqs":[...]}
 //
 // Control routes need "Authorization: Bearer <Token>" (see HandlerOptions).
-// Errors are JSON: {"error":"..."}.
+// Errors are JSON: {"error":"..."}. To mount it beside other routes:
+//
+//	h := catalog.NewHandler(cat, catalog.HandlerOptions{Token: tok, OpenControl: catalog.IsLoopback(addr), Outbox: ob, Pipeline: p})
+//	for _, prefix := range []string{"/mappers", "/mappers/", "/deadletters", "/deadletters/"} {
+//		mux.Handle(prefix, h)
+//	}
 func NewHandler(c *Catalog, opts HandlerOptions) http.Handler {
 	h := &handler{c: c, opts: opts, tokenSum: sha256.Sum256([]byte(opts.Token))}
 	mux := http.NewServeMux()
@@ -184,6 +212,7 @@ func (h *handler) replay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer h.replayMu.Unlock()
+	opts.Message = h.opts.ReplayMessage
 	rep, err := Replay(r.Context(), h.opts.Outbox, h.opts.Pipeline, opts)
 	h.opts.Logger.Info().Int("examined", rep.Examined).Int("replayed", rep.Replayed).Int("events", rep.Events).
 		Int("remaining", rep.Remaining).Err(err).Msg("dead letters replayed")

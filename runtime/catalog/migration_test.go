@@ -83,6 +83,20 @@ func TestShadowMigrationWithDifferenceThenPromote(t *testing.T) {
 		t.Errorf("pattern view %+v", pat)
 	}
 
+	var text strings.Builder
+	if err := c.Status().WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"PATTERN", "test.*", "echo@1.0.0", "builtin", "migrating", "echo@2.0.0",
+		"echo: echo@2.0.0 in shadow of echo@1.0.0", "test.a: 0 matches, 5 differences", "last reload:",
+	} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("mappers view lacks %q:\n%s", want, text.String())
+		}
+	}
+	t.Logf("mappers view:\n%s", text.String())
+
 	out, err := c.Promote(context.Background(), "echo")
 	if err != nil {
 		t.Fatal(err)

@@ -141,3 +141,46 @@ func TestRoutedJustBeforeASwap(t *testing.T) {
 		t.Errorf("event %+v", ev)
 	}
 }
+
+// TestNamedFollowsPromotions resolves a module by name once, as a plog
+// listener's chain does, and sees the promoted version afterwards.
+func TestNamedFollowsPromotions(t *testing.T) {
+	dir := t.TempDir()
+	drop(t, dir, "echo.wasm", "echo_v1")
+	c := newCatalog(t, catalog.Options{Dir: dir})
+	m, ok := c.Named("echo")
+	if !ok || m.ID() != "echo@1.0.0" {
+		t.Fatalf("named: %v %v", m, ok)
+	}
+	if _, ok := c.Named("nope"); ok {
+		t.Error("an unknown name resolved")
+	}
+	p := newPipeline(c)
+	mapVia := func(id string) (pipeline.Result, event) {
+		r := p.Process(context.Background(), pipeline.Message{Body: body("test.a", id), Modules: []pipeline.Mapper{m}})
+		if r.Outcome != pipeline.Mapped || len(r.Events) != 1 {
+			t.Fatalf("%s: %+v", id, r)
+		}
+		return r, decodeEvent(t, r.Events[0])
+	}
+	drop(t, dir, "echo.wasm", "echo_v2")
+	reload(t, c)
+	if _, ev := mapVia("a"); ev.Source.Mapper != "echo@1.0.0" {
+		t.Errorf("during the migration: %+v", ev)
+	}
+	if mg := mustModule(t, c, "echo").Migration; mg.Differences != 1 {
+		t.Errorf("the named chain is shadowed too: %+v", mg)
+	}
+	if _, err := c.Promote(context.Background(), "echo"); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitRetired()
+	if _, ev := mapVia("b"); ev.Source.Mapper != "echo@2.0.0" || m.ID() != "echo@2.0.0" {
+		t.Errorf("after promotion: %+v, ID %s", ev, m.ID())
+	}
+	remove(t, dir, "echo.wasm")
+	reload(t, c)
+	if ok, _ := m.Manifest().Match("test.a"); ok {
+		t.Error("a removed module still claims")
+	}
+}

@@ -33,6 +33,7 @@ type entry struct {
 type snapshot struct {
 	gen     uint64
 	entries []entry
+	byName  map[string]*entry
 	retry   func(eventType string) (*route, bool) // routes again on the newest snapshot
 
 	cache  sync.Map // event type -> *route (nil: unclaimed)
@@ -53,7 +54,11 @@ func tieLess(a, b *loaded) bool {
 
 func newSnapshot(gen uint64, entries []entry, retry func(string) (*route, bool)) *snapshot {
 	sort.SliceStable(entries, func(i, j int) bool { return tieLess(entries[i].ld, entries[j].ld) })
-	return &snapshot{gen: gen, entries: entries, retry: retry}
+	s := &snapshot{gen: gen, entries: entries, retry: retry, byName: make(map[string]*entry, len(entries))}
+	for i := range s.entries {
+		s.byName[s.entries[i].ld.mod.Manifest().Name] = &s.entries[i]
+	}
+	return s
 }
 
 // route returns the route of eventType: the module whose best matching include
@@ -157,4 +162,59 @@ func (r *route) mapOnce(ctx context.Context, in *jsonindex.Index, src runtime.So
 	}
 	r.mig.record(r.eventType, r.counters, r.mod.ID(), res, err, cres, cerr)
 	return res, err
+}
+
+// named stands for a module name rather than a version: each call goes to the
+// version active at that moment (see Catalog.Named).
+type named struct {
+	load func() *snapshot // the newest snapshot
+	name string
+}
+
+var _ pipeline.Mapper = (*named)(nil)
+
+func (n *named) current() (*entry, bool) {
+	e, ok := n.load().byName[n.name]
+	return e, ok
+}
+
+// ID is the name@version active now, or the bare name when none is.
+func (n *named) ID() string {
+	if e, ok := n.current(); ok {
+		return e.ld.mod.ID()
+	}
+	return n.name
+}
+
+// Manifest is the manifest of the version active now; with none, a manifest
+// that claims nothing.
+func (n *named) Manifest() runtime.Manifest {
+	if e, ok := n.current(); ok {
+		return e.ld.mod.Manifest()
+	}
+	return runtime.Manifest{Name: n.name}
+}
+
+// Map calls the version active now, with its candidate in shadow.
+func (n *named) Map(ctx context.Context, in *jsonindex.Index, src runtime.Source) (runtime.Result, error) {
+	e, ok := n.current()
+	if !ok {
+		return runtime.Result{}, fmt.Errorf("%w: %q (removed)", ErrUnknownModule, n.name)
+	}
+	r := &route{mod: e.ld.mod, retry: func(string) (*route, bool) {
+		e, ok := n.current()
+		if !ok {
+			return nil, false
+		}
+		return &route{mod: e.ld.mod}, true
+	}}
+	if e.mig != nil {
+		if k, s, end := in.Lookup("event_type"); k == jsonindex.String {
+			r.eventType = string(in.Bytes()[s:end])
+			if ok, _ := e.mig.cand.mod.Manifest().Match(r.eventType); ok {
+				r.mig = e.mig
+			}
+		}
+	}
+	return r.Map(ctx, in, src)
 }

@@ -139,6 +139,9 @@ func cpuTime() time.Duration {
 // Run with -benchtime=100000x (5 s of traffic).
 func BenchmarkUDPPaced20k(b *testing.B) { benchEndToEnd(b, 20000, false, false) }
 
+// BenchmarkUDPPaced10k: half the goal, for a loaded machine.
+func BenchmarkUDPPaced10k(b *testing.B) { benchEndToEnd(b, 10000, false, false) }
+
 // BenchmarkUDPPaced40k: headroom check at twice the goal.
 func BenchmarkUDPPaced40k(b *testing.B) { benchEndToEnd(b, 40000, false, false) }
 

@@ -193,7 +193,9 @@ type Options struct {
 	// its context is done; default 5 s.
 	DrainTimeout time.Duration
 	// Environ returns the environment for ENVI; default os.Environ.
-	Environ    func() []string
+	Environ func() []string
+	// Logger receives the listeners' logs; New tags it component=plog. Nothing
+	// is logged by message content.
 	Logger     zerolog.Logger
 	Registerer prometheus.Registerer
 }

@@ -104,7 +104,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{
 		opts: opts,
-		log:  opts.Logger,
+		log:  opts.Logger.With().Str("component", "plog").Logger(),
 		stop: make(chan struct{}),
 		done: make(chan struct{}),
 	}
@@ -197,7 +197,8 @@ func (l *listener) snapshot() Snapshot { return l.st.snapshot(l.srv.opts.Version
 
 // Run serves every listener until ctx is done or Close is called. It then stops
 // reading, lets the workers map what was already received and commits it,
-// bounded by Options.DrainTimeout, and returns nil. It may be called once.
+// bounded by Options.DrainTimeout, and returns nil. It may be called once; it
+// returns ErrClosed at once when Close came first.
 func (s *Server) Run(ctx context.Context) error {
 	if !s.ran.CompareAndSwap(false, true) {
 		return fmt.Errorf("plog: run twice: %w", ErrClosed)

@@ -662,3 +662,80 @@ func TestMerge(t *testing.T) {
 		t.Fatal("merge aliased a default switch")
 	}
 }
+
+// trapMapper fails every call the way a trapping module does.
+type trapMapper struct{ echoMapper }
+
+func (m trapMapper) Map(ctx context.Context, in *jsonindex.Index, src runtime.Source) (runtime.Result, error) {
+	return runtime.Result{}, &runtime.MapError{Reason: runtime.Reason("trap"), Module: m.ID(), Err: io.ErrUnexpectedEOF}
+}
+
+func TestTCPFailedMappingDeadLettered(t *testing.T) {
+	o := tcpOnly(Settings{})
+	o.Listeners[0].Mappers = []pipeline.Mapper{trapMapper{echoMapper{"broken"}}}
+	h := newHarness(t, 0, o)
+	c := h.dial(0)
+	if err := c.Send([]byte("not json at all")); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStat(0, "failed", func(s Snapshot) bool { return s.Failed == 1 })
+	deadline := time.Now().Add(10 * time.Second)
+	for h.box.DeadLetterCount() < 1 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	letters, err := h.box.ListDeadLetters(context.Background(), 0, 10)
+	if err != nil || len(letters) != 1 {
+		t.Fatalf("dead letters %d: %v", len(letters), err)
+	}
+	dl := letters[0]
+	if string(dl.Body) != "not json at all" || dl.Reason != "trap" || dl.Module != "broken@1.0.0" ||
+		dl.Exchange != "plog" || dl.RoutingKey != "tcp://"+h.addr(0) {
+		t.Fatalf("dead letter %+v", dl.DeadLetter)
+	}
+	if h.box.Depth() != 0 {
+		t.Fatal("a failed message produced events")
+	}
+}
+
+func TestUDPHoleDetection(t *testing.T) {
+	h := newHarness(t, 0, udpOnly())
+	conn, err := net.Dial("udp", h.addr(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	sent := 0
+	for id := uint32(1); id <= 68; id++ {
+		if id == 4 {
+			continue // lost on the way
+		}
+		frags, _ := Fragments(id, []byte("x"), []string{"kt:null"}, 100)
+		conn.Write(frags[0])
+		sent++
+	}
+	s := h.waitStat(0, "all received", func(s Snapshot) bool { return s.NullRoute == uint64(sent) })
+	if s.HolesFromNewMessage != 1 {
+		t.Fatalf("holes %d, want 1", s.HolesFromNewMessage)
+	}
+}
+
+func TestTCPLineLimitBoundary(t *testing.T) {
+	o := tcpOnly(Settings{MaxLineBytes: 10})
+	o.Listeners[0].Mappers = []pipeline.Mapper{echoMapper{"echo"}}
+	h := newHarness(t, 0, o)
+	conn, err := net.Dial("tcp", h.addr(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Write([]byte("0123456789\n0123456789A\nok\n0123456789B"))
+	conn.Close()
+	evs := h.events(2)
+	got := map[any]bool{evs[0]["resource_id"]: true, evs[1]["resource_id"]: true}
+	if !got["0123456789"] || !got["ok"] {
+		t.Fatalf("events %v", got)
+	}
+	s := h.waitStat(0, "closed", func(s Snapshot) bool { return s.TCPConnections == 0 })
+	if s.TCPOverlongLines != 2 || s.TCPLines != 2 {
+		t.Fatalf("overlong %d lines %d", s.TCPOverlongLines, s.TCPLines)
+	}
+}

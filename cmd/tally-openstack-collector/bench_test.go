@@ -1,0 +1,180 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// BenchmarkEndToEnd drains one pre-filled queue twice on the real broker:
+// first with a bare amqp091-go consumer that only acknowledges (multiple=true
+// every 100 deliveries, the fastest way to drain), then with the collector
+// (map in WebAssembly, outbox commit, ack, and the sender posting to the
+// reference Reporting API). It prints both rates, their ratio, the
+// collector's CPU seconds per 10 000 notifications and its resident memory,
+// idle with the five built-in modules and an empty outbox, and at its peak.
+//
+// It does its work once, whatever b.N: run it with -benchtime 1x (make bench).
+// TALLY_BENCH_N sets the number of notifications (default 50 000).
+func BenchmarkEndToEnd(b *testing.B) {
+	needBroker(b)
+	n := 50000
+	if v, err := strconv.Atoi(os.Getenv("TALLY_BENCH_N")); err == nil && v > 0 {
+		n = v
+	}
+	const prefetch = 100
+	e := &e2e{b: buildBinaries(b), corpus: loadCorpus(b), prefix: randHex(4)}
+	e.v = newVhost(b)
+	e.v.declareExchanges(b, e.corpus.exchanges()...)
+	e.api = startAPI(b, e.b)
+	e.c = newCollector(b, e.b, e.v, e.api.url(), e.api.token,
+		"TALLY_OSC_EXCHANGES="+strings.Join(e.corpus.exchanges(), ","),
+		"TALLY_OSC_PREFETCH="+strconv.Itoa(prefetch),
+		"TALLY_OSC_LOG_LEVEL=warn")
+
+	// 1. The collector idle: it declares and binds its queue; resident memory
+	// with the built-in modules loaded and an empty outbox.
+	e.c.start(b)
+	e.c.waitReady(b)
+	time.Sleep(2 * time.Second)
+	idleRSS := procStatus(b, e.c.p.cmd.Process.Pid, "VmRSS")
+	if code, _ := e.c.p.stop(b, 40*time.Second); code != 0 {
+		b.Fatalf("stop: exit %d", code)
+	}
+
+	// 2. The bare consumer on the same queue, pre-filled.
+	publishRaw(b, e.v, e.corpus, e.prefix, 0, n)
+	waitQueued(b, e.v, n)
+	b.ResetTimer()
+	bareRate := bareDrain(b, e.v, "tally-notifications", n, prefetch)
+
+	// 3. The collector on the same queue, pre-filled again with other ids.
+	publishRaw(b, e.v, e.corpus, e.prefix, n, 2*n)
+	waitQueued(b, e.v, n)
+	e.c.start(b)
+	pid := e.c.p.cmd.Process.Pid
+	var t0, t1 time.Time
+	var acked0 float64
+	var cpu0 float64
+	for {
+		code, body, err := e.c.get("/metrics")
+		if err == nil && code == 200 {
+			acked := sum(parseMetrics(body), "tally_collector_acked_total")
+			now := time.Now()
+			if t0.IsZero() && acked > 0 {
+				t0, acked0, cpu0 = now, acked, procCPU(b, pid)
+			}
+			if acked >= float64(n) {
+				t1 = now
+				break
+			}
+		}
+		if !e.c.p.running() {
+			b.Fatalf("collector exited: %s", tail(e.c.p.out.String(), 3000))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	e.waitDelivered(b, n, 5*time.Minute)
+	tAPI := time.Now()
+	cpu1 := procCPU(b, pid)
+	peakRSS := procStatus(b, pid, "VmHWM")
+	b.StopTimer()
+	if code, _ := e.c.p.stop(b, 40*time.Second); code != 0 {
+		b.Errorf("stop: exit %d", code)
+	}
+
+	collRate := (float64(n) - acked0) / t1.Sub(t0).Seconds()
+	cpuPer10k := (cpu1 - cpu0) / (float64(n) - acked0) * 10000
+	fmt.Printf("\nend-to-end drain of %d notifications, PREFETCH=%d, classic queue, RabbitMQ on %s\n", n, prefetch, brokerAddr)
+	fmt.Printf("  bare amqp091-go consumer (ack multiple=true every 100): %8.0f msg/s\n", bareRate)
+	fmt.Printf("  collector (map, outbox commit, ack):                    %8.0f msg/s\n", collRate)
+	fmt.Printf("  ratio collector / bare:                                 %8.2f\n", collRate/bareRate)
+	fmt.Printf("  collector CPU per 10 000 notifications (incl. sending): %8.2f s\n", cpuPer10k)
+	fmt.Printf("  collector resident memory, idle (5 modules, empty outbox): %5.1f MiB\n", idleRSS/1024)
+	fmt.Printf("  collector resident memory, peak:                        %8.1f MiB\n", peakRSS/1024)
+	fmt.Printf("  all %d events at the Reporting API %.1f s after the drain began\n\n", n, tAPI.Sub(t0).Seconds())
+	b.ReportMetric(bareRate, "bare_msg/s")
+	b.ReportMetric(collRate, "collector_msg/s")
+	b.ReportMetric(collRate/bareRate, "ratio")
+	b.ReportMetric(cpuPer10k, "cpu_s/10k")
+	b.ReportMetric(peakRSS/1024, "peak_rss_MiB")
+	b.ReportMetric(idleRSS/1024, "idle_rss_MiB")
+}
+
+// bareDrain consumes n deliveries and only acknowledges them, multiple=true
+// every 100; it returns deliveries per second.
+func bareDrain(tb testing.TB, v *vhost, queue string, n, prefetch int) float64 {
+	tb.Helper()
+	ch, err := v.dial(tb).Channel()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ch.Close()
+	if err := ch.Qos(prefetch, 0, false); err != nil {
+		tb.Fatal(err)
+	}
+	start := time.Now()
+	deliveries, err := ch.Consume(queue, "bench-bare", false, false, false, false, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	count := 0
+	for d := range deliveries {
+		count++
+		if count%100 == 0 || count == n {
+			if err := d.Ack(true); err != nil {
+				tb.Fatal(err)
+			}
+		}
+		if count == n {
+			break
+		}
+	}
+	elapsed := time.Since(start)
+	if err := ch.Cancel("bench-bare", false); err != nil {
+		tb.Fatal(err)
+	}
+	return float64(n) / elapsed.Seconds()
+}
+
+func waitQueued(tb testing.TB, v *vhost, n int) {
+	tb.Helper()
+	waitFor(tb, time.Minute, fmt.Sprintf("%d messages ready in the queue", n), func() bool {
+		r, _ := v.queueDepth(tb, "tally-notifications")
+		return r >= n
+	})
+}
+
+// procCPU is the user+system CPU seconds of pid so far.
+func procCPU(tb testing.TB, pid int) float64 {
+	tb.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	// Fields after the command name (which is in parentheses).
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) / 100 // USER_HZ is 100 on Linux
+}
+
+// procStatus reads a kB field of /proc/<pid>/status.
+func procStatus(tb testing.TB, pid int, field string) float64 {
+	tb.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb
+		}
+	}
+	tb.Fatalf("%s not in /proc/%d/status", field, pid)
+	return 0
+}

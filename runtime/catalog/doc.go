@@ -1,0 +1,98 @@
+// Package catalog decides which mapper module serves which event type, and
+// keeps that answer current while modules are added, replaced, migrated and
+// removed on a running collector.
+//
+// # Model
+//
+// A module is identified by the name in its manifest; name@version is one
+// version of it. The catalogue holds, per name, a slot:
+//
+//	builtin    the module built into the binary under that name, if any
+//	active     the version in service: the built-in, or a drop-in file
+//	candidate  during a migration, a new version running in shadow
+//
+// The state of a name is active, or migrating while it has a candidate. Routing
+// looks only at active modules: for an event type, the module whose best
+// matching include glob has the most literal characters wins
+// (runtime.Manifest.Match); on a tie a drop-in beats a built-in, and among
+// drop-ins (or among built-ins) the one whose file name sorts later wins, so
+// "20-nova.wasm" beats "10-nova.wasm". Two active modules with an identical
+// include glob are reported as a conflict in Status.
+//
+// # Sources
+//
+// Built-in modules (Options.Builtin) are loaded by New and stay loaded for
+// the life of the catalogue: they are the fallback of their name. Drop-in
+// modules are the *.wasm files of Options.Dir (symlinks followed, dot-files
+// such as a ConfigMap's ..data skipped). A drop-in nova.wasm may ship fixture
+// pairs in nova.fixtures/ beside it (*.in.json and *.out.json, see package
+// mappers/fixture); they must all pass before the module takes traffic.
+//
+// A drop-in is taken as follows:
+//
+//   - At start-up (New), every valid module of the directory is active at
+//     once, overriding a built-in of the same name: the directory as it stands
+//     is the configuration, and nothing is persisted between runs. Two files
+//     of one name: the higher version wins, the other is parked.
+//   - Later, a module whose name is new is active at once.
+//   - Later, a module with the name of an active one is a new version: it
+//     starts as the candidate in shadow (Options.Promote = PromoteShadow, the
+//     default) until Promote or Abort, or it replaces the active version at
+//     once (PromoteImmediate). A newer candidate replaces an older one.
+//   - A module that does not compile, breaks the ABI, imports anything but
+//     tally and WASI, or fails one of its fixture pairs is rejected: it never
+//     replaces anything, the reason is logged and shown in Status, and the file
+//     is not tried again until its content changes.
+//   - Removing a file removes what it serves, and deletion wins over a
+//     migration: removing the active version's file or the candidate's cancels
+//     the migration; with the active file gone the name falls back to its
+//     built-in (or disappears), and a candidate in another file is parked, not
+//     promoted by the back door. Parked files stay out until their content
+//     changes (or the next start).
+//   - An unreadable directory changes nothing.
+//
+// # Shadowing
+//
+// During a migration the Mapper that Route returns calls the active module,
+// then the candidate with the same input, and returns the active module's
+// result only. The two outcomes are compared: same failure reason, or the same
+// events in the same order as JSON values with source.mapper left out.
+// Matches and differences are counted per event type (bounded) and in
+// tally_collector_mapper_shadow_comparisons_total{mapper,result}; the last
+// Options.SampleSize differences are kept with both outputs. The candidate's
+// events are never committed.
+//
+// # Concurrency and the atomic swap
+//
+// Route reads an immutable snapshot behind an atomic.Pointer and caches its
+// answers per snapshot; no lock is taken on that path and none is held across
+// a mapper call. Reloads are serialised; a reload compiles, validates and
+// tests new modules before taking the state mutex, then builds and publishes
+// a new snapshot. Replaced modules are closed only after the new snapshot is
+// published, in the background: runtime.Module.Close waits for the calls in
+// flight, so they finish on the old instance. A call routed just before a swap
+// that reaches its module after the close gets runtime.ErrClosed before
+// anything ran; the returned Mapper then routes it again on the newest
+// snapshot. So no notification is mapped twice or lost by a reload.
+//
+// Every exported method is safe for concurrent use. Run follows the
+// directory (fsnotify on the directory itself, debounced, plus a periodic
+// scan); Reload does one scan on demand. Named gives a Mapper that stands for
+// a module name and so follows reloads, for chains resolved once (plog).
+//
+// # Metrics
+//
+//	tally_collector_mapper_reloads_total{result}   reloads that changed something or failed (ok, error)
+//	tally_collector_mapper_last_reload_ok          1 when the last such reload took every change
+//	tally_collector_mapper_shadow_comparisons_total{mapper,result}   match, difference
+//	tally_collector_mapper_migrations              migrations in progress
+//
+// # Dead letters
+//
+// ListDeadLetters, ShowDeadLetter (credentials redacted) and Replay work on
+// an *outbox.Outbox directly; NewHandler serves them and the migration
+// controls over HTTP, and Client calls that HTTP face of a running daemon.
+// Replay maps letters again through a pipeline (and so through the catalogue
+// as it stands), commits the events to the outbox, and removes a letter only
+// after its events are committed.
+package catalog
