@@ -13,7 +13,9 @@ import (
 // which swaps the ..data symlink, is seen) and reloads once notifications
 // have been quiet for Options.Debounce; it also reloads every
 // Options.RefreshInterval, which catches what a watch can miss (a network
-// filesystem, fixture files, a directory created after start-up). Without a
+// filesystem, fixture files, a directory created after start-up, a file
+// rewritten in place within one timestamp tick: the periodic scan hashes
+// every file instead of trusting its stat). Without a
 // directory Run just waits. It returns nil when ctx is done.
 func (c *Catalog) Run(ctx context.Context) error {
 	if c.opts.Dir == "" {

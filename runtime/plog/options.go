@@ -194,8 +194,8 @@ type Options struct {
 	DrainTimeout time.Duration
 	// Environ returns the environment for ENVI; default os.Environ.
 	Environ func() []string
-	// Logger receives the listeners' logs; New tags it component=plog. Nothing
-	// is logged by message content.
+	// Logger receives the listeners' logs, already tagged component=plog by
+	// the caller. Nothing is logged by message content.
 	Logger     zerolog.Logger
 	Registerer prometheus.Registerer
 }

@@ -104,7 +104,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{
 		opts: opts,
-		log:  opts.Logger.With().Str("component", "plog").Logger(),
+		log:  opts.Logger,
 		stop: make(chan struct{}),
 		done: make(chan struct{}),
 	}
