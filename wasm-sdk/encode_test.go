@@ -118,6 +118,47 @@ func TestTimestamp(t *testing.T) {
 	}
 }
 
+// TestTimestampFastPath: wherever the fast path for oslo's zone-less shape
+// answers, it answers exactly what the general path does. Inputs are
+// variations of a valid timestamp, one byte changed at a time, and every
+// length of fraction.
+func TestTimestampFastPath(t *testing.T) {
+	bases := []string{
+		"2024-05-01 12:00:00", "2024-02-29 23:59:59.999999", "2023-02-28T00:00:00.1",
+		"2000-02-29 12:00:00", "1900-02-28 12:00:00", "0000-01-01 00:00:00.123456789",
+		"2024-04-30 19:09:59.5", "2024-12-31 20:30:40.123",
+	}
+	var inputs []string
+	for _, b := range bases {
+		inputs = append(inputs, b)
+		for i := 0; i < len(b); i++ {
+			for _, c := range []byte("0123456789 T:-.Zx/") {
+				m := []byte(b)
+				m[i] = c
+				inputs = append(inputs, string(m))
+			}
+		}
+		for n := 0; n <= 11; n++ {
+			inputs = append(inputs, b[:19]+"."+"1234567890a"[:n], b+"Z", b[:18])
+		}
+	}
+	fast := 0
+	for _, in := range inputs {
+		got, ok := sdk.AppendNaive(nil, []byte(in))
+		if !ok {
+			continue
+		}
+		fast++
+		want, wok := sdk.AppendGeneral(nil, []byte(in))
+		if !wok || string(got) != string(want) {
+			t.Errorf("%q: fast path %q, general %q %v", in, got, want, wok)
+		}
+	}
+	if fast < len(bases) {
+		t.Fatalf("fast path taken for %d inputs only", fast)
+	}
+}
+
 func TestManifestDocument(t *testing.T) {
 	got := string(sdk.AppendManifest(nil, sdk.Manifest{
 		Name: "nova", Version: "1.2.0",

@@ -34,6 +34,27 @@ func plain8(x uint64) bool {
 	return ((x-0x20*lsb)&^x|(q-lsb)&^q|(b-lsb)&^b|x)&msb == 0
 }
 
+// plainString reports whether no byte of s needs escaping in a JSON string:
+// whole words, the last one overlapping the one before when len(s) is not a
+// multiple of 8, so only strings under 8 bytes are scanned byte by byte.
+func plainString(s string) bool {
+	n := len(s)
+	if n < 8 {
+		for i := 0; i < n; i++ {
+			if c := s[i]; c >= utf8.RuneSelf || !safeASCII[c] {
+				return false
+			}
+		}
+		return true
+	}
+	for i := 0; i+8 < n; i += 8 {
+		if !plain8(load8(s, i)) {
+			return false
+		}
+	}
+	return plain8(load8(s, n-8))
+}
+
 // plainPrefix returns how many leading bytes of s, in whole 8-byte words,
 // need no escaping: the fast path for keys and ordinary values.
 func plainPrefix(s string) int {
@@ -51,6 +72,9 @@ func plainPrefix(s string) int {
 // by U+FFFD, everything else as is. Runs of plain bytes are copied at once,
 // and scanned a word at a time.
 func appendEscaped(dst []byte, s string) []byte {
+	if plainString(s) {
+		return append(dst, s...)
+	}
 	start := 0
 	for i := plainPrefix(s); i < len(s); {
 		c := s[i]
@@ -117,6 +141,10 @@ func cleanRaw(raw []byte) bool {
 		if x := load8(s, i); ((x-0x20*lsb)&^x|x)&msb != 0 {
 			break
 		}
+	}
+	if i == len(s) || (i >= 8 && i+8 > len(s) && ((load8(s, len(s)-8)-0x20*lsb)&^load8(s, len(s)-8)|load8(s, len(s)-8))&msb == 0) {
+		// All words clean, the last (overlapping) one included.
+		return true
 	}
 	for ; i < len(raw); i++ {
 		c := raw[i]

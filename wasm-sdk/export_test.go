@@ -16,4 +16,8 @@ var (
 	AppendTimestamp = appendTimestamp
 	AppendUnescaped = appendUnescaped
 	AppendManifest  = appendManifest
+
+	// AppendNaive and AppendGeneral are the two paths of AppendTimestamp.
+	AppendNaive   = appendNaive
+	AppendGeneral = appendGeneral
 )

@@ -66,6 +66,12 @@ func (e *Event) key(k string) bool {
 		o.buf = append(o.buf, ',')
 	}
 	o.first = false
+	if plainString(k) { // keys are literals: the usual case
+		o.buf = append(o.buf, '"')
+		o.buf = append(o.buf, k...)
+		o.buf = append(o.buf, '"', ':')
+		return true
+	}
 	o.buf = appendQuoted(o.buf, k)
 	o.buf = append(o.buf, ':')
 	return true

@@ -15,6 +15,15 @@ const maxFractionDigits = 9
 //
 // The result is 2024-05-01T12:00:00[.f]Z with the fraction's digits as given.
 func appendTimestamp(dst, s []byte) ([]byte, bool) {
+	if t, ok := appendNaive(dst, s); ok {
+		return t, true
+	}
+	return appendGeneral(dst, s)
+}
+
+// appendGeneral is appendTimestamp for every accepted form: it parses the
+// civil fields, shifts them by the offset and prints them back.
+func appendGeneral(dst, s []byte) ([]byte, bool) {
 	if len(s) < 19 || s[4] != '-' || s[7] != '-' || s[13] != ':' || s[16] != ':' {
 		return dst, false
 	}
@@ -100,6 +109,56 @@ func appendTimestamp(dst, s []byte) ([]byte, bool) {
 	}
 	return append(dst, 'Z'), true
 }
+
+// appendNaive is the fast path of appendTimestamp for the shape oslo writes,
+// "2024-05-01 12:00:00[.ffffff]" (or with a 'T'), without a zone: the result
+// is the input with a 'T' and a 'Z', so the fields are checked but never
+// converted back to text. Anything else (a zone, more fraction digits, an
+// invalid field) reports false and is left to the general path.
+func appendNaive(dst, s []byte) ([]byte, bool) {
+	n := len(s)
+	if n != 19 && (n < 21 || n > 20+maxFractionDigits) {
+		return dst, false
+	}
+	_ = s[18]
+	if s[4] != '-' || s[7] != '-' || s[13] != ':' || s[16] != ':' || (s[10] != ' ' && s[10] != 'T') {
+		return dst, false
+	}
+	// Every other byte of the first 19 must be a digit, and so must the
+	// fraction's after its dot.
+	bad := d(s[0]) | d(s[1]) | d(s[2]) | d(s[3]) | d(s[5]) | d(s[6]) | d(s[8]) | d(s[9]) |
+		d(s[11]) | d(s[12]) | d(s[14]) | d(s[15]) | d(s[17]) | d(s[18])
+	if n > 19 {
+		if s[19] != '.' {
+			return dst, false
+		}
+		for _, c := range s[20:] {
+			bad |= d(c)
+		}
+	}
+	if bad > 9 {
+		return dst, false
+	}
+	month := int(s[5]-'0')*10 + int(s[6]-'0')
+	day := int(s[8]-'0')*10 + int(s[9]-'0')
+	if month < 1 || month > 12 || day < 1 ||
+		s[11] > '2' || (s[11] == '2' && s[12] > '3') || s[14] > '5' || s[17] > '5' {
+		return dst, false
+	}
+	if day > 28 {
+		year := int(s[0]-'0')*1000 + int(s[1]-'0')*100 + int(s[2]-'0')*10 + int(s[3]-'0')
+		if day > daysIn(year, month) {
+			return dst, false
+		}
+	}
+	dst = append(dst, s[:10]...)
+	dst = append(dst, 'T')
+	dst = append(dst, s[11:]...)
+	return append(dst, 'Z'), true
+}
+
+// d maps an ASCII digit to its value; any other byte to more than 9.
+func d(c byte) byte { return c - '0' }
 
 // digits parses a fixed run of ASCII digits.
 func digits(b []byte) (int, bool) {

@@ -147,8 +147,9 @@ func (h *miniHost) call(t testing.TB, input []byte) []byte {
 }
 
 // TestWasmABIEdges: tally_alloc refuses sizes the field spans cannot
-// address, and tally_map refuses a region tally_alloc did not hand out,
-// answering an error document instead of reading stray memory.
+// address, tally_map refuses a region tally_alloc did not hand out,
+// answering an error document instead of reading stray memory, and an empty
+// input (tally_map(0, 0)) is mapped like any other.
 func TestWasmABIEdges(t *testing.T) {
 	h := newMiniHost(t, guestWasm(t, "noop"))
 	ctx := context.Background()
@@ -173,6 +174,14 @@ func TestWasmABIEdges(t *testing.T) {
 	}
 	if got := string(h.call(t, []byte(`{}`))); got != `{"events":[]}` {
 		t.Fatalf("after the refusals: %s", got)
+	}
+	// An empty input: the runtime passes tally_map(0, 0) without tally_alloc.
+	out, err := h.mapFn.Call(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(h.read(t, out[0])); got != `{"events":[]}` {
+		t.Fatalf("tally_map(0, 0) = %s", got)
 	}
 }
 

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -30,10 +32,12 @@ func BenchmarkEndToEnd(b *testing.B) {
 	e.v = newVhost(b)
 	e.v.declareExchanges(b, e.corpus.exchanges()...)
 	e.api = startAPI(b, e.b)
+	profile := os.Getenv("TALLY_BENCH_CPUPROFILE") // a file: the collector's CPU profile of the drain
 	e.c = newCollector(b, e.b, e.v, e.api.url(), e.api.token,
 		"TALLY_OSC_EXCHANGES="+strings.Join(e.corpus.exchanges(), ","),
 		"TALLY_OSC_PREFETCH="+strconv.Itoa(prefetch),
-		"TALLY_OSC_LOG_LEVEL=warn")
+		"TALLY_OSC_LOG_LEVEL=warn",
+		"TALLY_OSC_DEBUG_PPROF="+strconv.FormatBool(profile != ""))
 
 	// 1. The collector idle: it declares and binds its queue; resident memory
 	// with the built-in modules loaded and an empty outbox.
@@ -56,13 +60,35 @@ func BenchmarkEndToEnd(b *testing.B) {
 	waitQueued(b, e.v, n)
 	e.c.start(b)
 	pid := e.c.p.cmd.Process.Pid
+	profDone := make(chan struct{})
+	if profile != "" {
+		go func() {
+			defer close(profDone)
+			e.c.waitReady(b)
+			cl := http.Client{Timeout: time.Minute}
+			resp, err := cl.Get("http://" + e.c.httpAddr + "/debug/pprof/profile?seconds=10")
+			if err != nil {
+				return
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			_ = os.WriteFile(profile, body, 0o644)
+		}()
+	} else {
+		close(profDone)
+	}
 	var t0, t1 time.Time
 	var acked0 float64
 	var cpu0 float64
+	// Polled every 100 ms, uncompressed, so that watching costs the collector
+	// little CPU.
+	scrape := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableCompression: true}}
 	for {
-		code, body, err := e.c.get("/metrics")
-		if err == nil && code == 200 {
-			acked := sum(parseMetrics(body), "tally_collector_acked_total")
+		resp, err := scrape.Get("http://" + e.c.httpAddr + "/metrics")
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			acked := sum(parseMetrics(string(body)), "tally_collector_acked_total")
 			now := time.Now()
 			if t0.IsZero() && acked > 0 {
 				t0, acked0, cpu0 = now, acked, procCPU(b, pid)
@@ -75,13 +101,14 @@ func BenchmarkEndToEnd(b *testing.B) {
 		if !e.c.p.running() {
 			b.Fatalf("collector exited: %s", tail(e.c.p.out.String(), 3000))
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond)
 	}
 	e.waitDelivered(b, n, 5*time.Minute)
 	tAPI := time.Now()
 	cpu1 := procCPU(b, pid)
 	peakRSS := procStatus(b, pid, "VmHWM")
 	b.StopTimer()
+	<-profDone
 	if code, _ := e.c.p.stop(b, 40*time.Second); code != 0 {
 		b.Errorf("stop: exit %d", code)
 	}

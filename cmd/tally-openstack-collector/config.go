@@ -138,6 +138,8 @@ var settings = []setting{
 		usage: "instances per module at most (0: one per CPU)"},
 	{key: "mapper_cache_dir", modes: []mode{modeDaemon, modeOffline},
 		usage: "on-disk compilation cache of mapper modules (empty: none)"},
+	{key: "debug_pprof", kind: kindBool, def: "false", modes: daemonOnly,
+		usage: "serve Go's profiler under /debug/pprof/ on HTTP_ADDR (keep HTTP_ADDR on loopback)"},
 	{key: "reporting_timeout", kind: kindDuration, def: "30s", modes: daemonOnly,
 		usage: "deadline of one POST to the Reporting API"},
 	{key: "stop_timeout", kind: kindDuration, def: "30s", modes: daemonOnly,
@@ -192,6 +194,8 @@ type Config struct {
 	MapperCallTimeout time.Duration
 	MapperPoolSize    int
 	MapperCacheDir    string
+
+	DebugPprof bool
 
 	StopTimeout  time.Duration
 	FlushTimeout time.Duration
@@ -524,6 +528,8 @@ func (c *Config) decode(m mode) []string {
 			c.ControlToken = raw
 		case "mapper_cache_dir":
 			c.MapperCacheDir = raw
+		case "debug_pprof":
+			c.DebugPprof = b
 		case "stop_timeout":
 			c.StopTimeout = d
 		case "flush_timeout":

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"sort"
@@ -299,11 +300,19 @@ func (d *daemon) listen(control http.Handler) error {
 		return fmt.Errorf("listen on %s: %w", d.cfg.HTTPAddr, err)
 	}
 	d.ln = ln
+	mux := newMux(d.probes, d.reg, control)
+	if d.cfg.DebugPprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	d.srv = &http.Server{
-		Handler:           newMux(d.probes, d.reg, control),
+		Handler:           mux,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      30 * time.Second,
+		WriteTimeout:      60 * time.Second, // a CPU profile takes 30 s
 		IdleTimeout:       60 * time.Second,
 	}
 	go func() {

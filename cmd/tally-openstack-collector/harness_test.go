@@ -98,6 +98,15 @@ func buildBinaries(tb testing.TB) bins {
 	return bins{collector: filepath.Join(buildDir, "tally-openstack-collector"), api: filepath.Join(buildDir, "reporting-api")}
 }
 
+// testCacheDir is the compiled-module cache the tests share (the Makefile
+// sets TALLY_OSC_TEST_CACHE), so each start does not compile the mappers again.
+func testCacheDir() string {
+	if d := os.Getenv("TALLY_OSC_TEST_CACHE"); d != "" {
+		return d
+	}
+	return filepath.Join(os.TempDir(), "tally-osc-test-wazero-cache")
+}
+
 func freeAddr(tb testing.TB) string {
 	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -121,15 +130,23 @@ type vhost struct {
 	name string
 }
 
+// rabbitmqctl runs a command, retrying for a while: other packages' tests
+// restart the shared broker, and the command fails while it is down.
 func rabbitmqctl(tb testing.TB, args ...string) string {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "rabbitmqctl", args...).CombinedOutput()
-	if err != nil {
-		tb.Fatalf("rabbitmqctl %s: %v\n%s", strings.Join(args, " "), err, out)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		out, err := exec.CommandContext(ctx, "rabbitmqctl", args...).CombinedOutput()
+		cancel()
+		if err == nil {
+			return string(out)
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("rabbitmqctl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		time.Sleep(2 * time.Second)
 	}
-	return string(out)
 }
 
 func newVhost(tb testing.TB) *vhost {
@@ -149,7 +166,14 @@ func (v *vhost) url() string { return "amqp://guest:guest@" + brokerAddr + "/" +
 
 func (v *vhost) dial(tb testing.TB) *amqp.Connection {
 	tb.Helper()
-	c, err := amqp.DialConfig(v.url(), amqp.Config{Vhost: v.name, Properties: amqp.Table{"connection_name": "tally-e2e-test"}})
+	var c *amqp.Connection
+	var err error
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+		c, err = amqp.DialConfig(v.url(), amqp.Config{Vhost: v.name, Properties: amqp.Table{"connection_name": "tally-e2e-test"}})
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil {
 		tb.Fatalf("dial %s: %v", v.name, err)
 	}
@@ -256,23 +280,24 @@ const osloTimestampLayout = "2006-01-02 15:04:05.000000"
 // closed the publisher's connection) is a duplicate the API recognises.
 func publishRaw(tb testing.TB, v *vhost, c *corpus, prefix string, from, to int) {
 	tb.Helper()
-	if err := publishRawErr(v, c, prefix, from, to); err != nil {
+	if err := publishRawRetry(v, c, prefix, from, to); err != nil {
 		tb.Fatal(err)
 	}
 }
 
-// publishRawRetry publishes [from, to), starting over on a lost connection;
-// for publishers running beside connection-closing chaos, off the test
+// publishRawRetry publishes [from, to), starting over on a lost connection
+// (closed connections, a broker restarted by another package's test) for up
+// to two minutes. It does not use the testing.TB, so it may run off the test
 // goroutine.
 func publishRawRetry(v *vhost, c *corpus, prefix string, from, to int) error {
-	var err error
-	for attempt := 0; attempt < 20; attempt++ {
-		if err = publishRawErr(v, c, prefix, from, to); err == nil {
-			return nil
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		err := publishRawErr(v, c, prefix, from, to)
+		if err == nil || time.Now().After(deadline) {
+			return err
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond)
 	}
-	return err
 }
 
 var publishEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -517,7 +542,7 @@ func newCollector(tb testing.TB, b bins, v *vhost, reportingURL, token string, e
 		"TALLY_OSC_REPORTING_INSECURE=true",
 		"TALLY_OSC_HTTP_ADDR="+c.httpAddr,
 		"TALLY_OSC_LOG_FORMAT=json",
-		"TALLY_OSC_MAPPER_CACHE_DIR="+filepath.Join(os.TempDir(), "tally-e2e-wazero-cache"),
+		"TALLY_OSC_MAPPER_CACHE_DIR="+testCacheDir(),
 	)
 	c.env = append(c.env, extra...)
 	return c

@@ -7,6 +7,8 @@
 //	tally-openstack-collector map [FILE...]        map notifications offline
 //	tally-openstack-collector mapper test [DIR...] run mapper fixture pairs
 //	tally-openstack-collector version              version, commit, ABI versions
+//	tally-openstack-collector mappers              the running daemon's catalogue
+//	tally-openstack-collector deadletter list      the running daemon's dead letters
 //
 // Settings come from defaults, then the YAML file given with --config, then
 // TALLY_OSC_* variables, then flags (docs/settings.md).
@@ -38,6 +40,8 @@ Usage:
   tally-openstack-collector mapper test [--mappers DIR] [DIR...]
                                                             run mapper fixture pairs (*.in.json -> *.out.json)
   tally-openstack-collector version                         version, commit, mapper ABI versions
+  tally-openstack-collector mappers [promote|abort NAME]    the running daemon's mapper catalogue
+  tally-openstack-collector deadletter list|show|replay     the running daemon's dead letters
 
 Every flag can also be set as TALLY_OSC_<NAME> (dashes as underscores) or in
 the --config file; flags win over the environment, which wins over the file.
@@ -71,6 +75,10 @@ func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 			return 2
 		}
 		return runMapperTest(args[1:], environ, stdout, stderr)
+	case "mappers":
+		return runMappers(args, environ, stdout, stderr)
+	case "deadletter":
+		return runDeadletter(args, environ, stdout, stderr)
 	case "help":
 		fs := rootFlags()
 		fmt.Fprint(stdout, usageHead+fs.FlagUsages())

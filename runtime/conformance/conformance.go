@@ -91,12 +91,6 @@ func Run(t *testing.T, wasm []byte, opts ...Option) {
 		if errors.As(err, &me) && me.Reason == runtime.ReasonGuestError {
 			return nil, err
 		}
-		// The collector never routes an input without a string event_type to
-		// a mapper (plog lines aside, which are not JSON): for those only a
-		// crash counts as a failure.
-		if unrouted(&x, err) {
-			return nil, err
-		}
 		if err != nil {
 			t.Fatalf("input %.80s: %v", in, err)
 		}
@@ -162,7 +156,7 @@ func Run(t *testing.T, wasm []byte, opts ...Option) {
 					}
 					_, err := m.Map(ctx, &x, src)
 					var me *runtime.MapError
-					if err != nil && !(errors.As(err, &me) && me.Reason == runtime.ReasonGuestError) && !unrouted(&x, err) {
+					if err != nil && !(errors.As(err, &me) && me.Reason == runtime.ReasonGuestError) {
 						t.Error(err)
 						return
 					}
@@ -179,13 +173,4 @@ func Run(t *testing.T, wasm []byte, opts ...Option) {
 			t.Fatalf("instances = %d after the repeat calls", n)
 		}
 	})
-}
-
-// unrouted reports an invalid_output answer to an input without a string
-// event_type (not JSON, or JSON the collector would never route to a mapper):
-// the suite only requires that such inputs do not crash the module.
-func unrouted(x *jsonindex.Index, err error) bool {
-	var me *runtime.MapError
-	k, _, _ := x.Lookup("event_type")
-	return k != jsonindex.String && errors.As(err, &me) && me.Reason == runtime.ReasonInvalidOutput
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"os"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -44,6 +46,9 @@ func (o *timedOutbox) Append(ctx context.Context, events [][]byte) error {
 // It reports received, committed and lost datagrams and the rates.
 func benchEndToEnd(b *testing.B, rate int, unboxed, discard bool) {
 	o := udpOnly()
+	if v := os.Getenv("PLOG_BENCH_BATCH"); v != "" {
+		o.Listeners[0].Settings.BatchMax, _ = strconv.Atoi(v)
+	}
 	var timed *timedOutbox
 	h := newHarness(b, 0, o, func(box Outbox) Outbox {
 		timed = &timedOutbox{Outbox: box, discard: discard}

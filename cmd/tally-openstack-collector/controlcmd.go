@@ -1,0 +1,170 @@
+package main
+
+// The commands that talk to a running daemon over its HTTP server: mappers
+// (status, promote, abort) and deadletter (list, show, replay).
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
+)
+
+const mappersUsage = `Usage: tally-openstack-collector mappers [promote NAME | abort NAME]
+
+Without arguments: every event type pattern of the running daemon, its module,
+version and migration state, and the last reload. promote and abort end the
+shadow migration of the module NAME. The daemon is reached on HTTP_ADDR; the
+control commands send CONTROL_TOKEN.
+
+Flags:
+`
+
+const deadletterUsage = `Usage: tally-openstack-collector deadletter list [--after SEQ] [--limit N]
+       tally-openstack-collector deadletter show SEQ
+       tally-openstack-collector deadletter replay [SEQ...]
+
+Notifications a mapper failed on, kept in the running daemon's outbox. replay
+maps them again through the current modules (all of them without SEQ) and
+commits the events. The daemon is reached on HTTP_ADDR; replay sends
+CONTROL_TOKEN.
+
+Flags:
+`
+
+func controlFlags(name string) *pflag.FlagSet {
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	fs.SortFlags = false
+	addSettingFlags(fs)
+	for _, s := range settings {
+		if s.key != "http_addr" && s.key != "control_token" {
+			_ = fs.MarkHidden(s.flag())
+		}
+	}
+	return fs
+}
+
+// controlClient reads HTTP_ADDR and CONTROL_TOKEN; an unspecified listen host
+// (0.0.0.0, ::) is reached on loopback.
+func controlClient(fs *pflag.FlagSet, environ []string) (*catalog.Client, error) {
+	cfg, err := loadConfig(fs, environ, modeOffline)
+	if err != nil {
+		return nil, err
+	}
+	host, port, err := net.SplitHostPort(cfg.HTTPAddr)
+	if err != nil {
+		return nil, fmt.Errorf("HTTP_ADDR %q: %w", cfg.HTTPAddr, err)
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return &catalog.Client{BaseURL: "http://" + net.JoinHostPort(host, port), Token: cfg.ControlToken}, nil
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func runMappers(args, environ []string, stdout, stderr io.Writer) int {
+	fs := controlFlags("mappers")
+	if err := parseFlags(fs, mappersUsage, args, stdout, stderr); err != nil {
+		if errors.Is(err, errUsage) {
+			return 0
+		}
+		return 2
+	}
+	cl, err := controlClient(fs, environ)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	switch {
+	case fs.NArg() == 0:
+		st, err := cl.Status(ctx)
+		if err != nil {
+			fmt.Fprintf(stderr, "mappers: %v\n", err)
+			return 1
+		}
+		if err := st.WriteText(stdout); err != nil {
+			return 1
+		}
+		return 0
+	case fs.NArg() == 2 && (fs.Arg(0) == "promote" || fs.Arg(0) == "abort"):
+		var out catalog.MigrationOutcome
+		if fs.Arg(0) == "promote" {
+			out, err = cl.Promote(ctx, fs.Arg(1))
+		} else {
+			out, err = cl.Abort(ctx, fs.Arg(1))
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "mappers %s: %v\n", fs.Arg(0), err)
+			return 1
+		}
+		_ = printJSON(stdout, out)
+		return 0
+	}
+	fmt.Fprint(stderr, mappersUsage)
+	return 2
+}
+
+func runDeadletter(args, environ []string, stdout, stderr io.Writer) int {
+	fs := controlFlags("deadletter")
+	after := fs.Uint64("after", 0, "list dead letters after this sequence number")
+	limit := fs.Int("limit", 100, "list at most this many")
+	if err := parseFlags(fs, deadletterUsage, args, stdout, stderr); err != nil {
+		if errors.Is(err, errUsage) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprint(stderr, deadletterUsage)
+		return 2
+	}
+	cl, err := controlClient(fs, environ)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var seqs []uint64
+	for _, a := range fs.Args()[1:] {
+		n, err := strconv.ParseUint(a, 10, 64)
+		if err != nil {
+			fmt.Fprintf(stderr, "deadletter: %q is not a sequence number\n", a)
+			return 2
+		}
+		seqs = append(seqs, n)
+	}
+	var out any
+	switch {
+	case fs.Arg(0) == "list" && len(seqs) == 0:
+		out, err = cl.ListDeadLetters(ctx, *after, *limit)
+	case fs.Arg(0) == "show" && len(seqs) == 1:
+		out, err = cl.ShowDeadLetter(ctx, seqs[0])
+	case fs.Arg(0) == "replay":
+		out, err = cl.Replay(ctx, catalog.ReplayOptions{Seqs: seqs})
+	default:
+		fmt.Fprint(stderr, deadletterUsage)
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "deadletter %s: %v\n", fs.Arg(0), err)
+		return 1
+	}
+	_ = printJSON(stdout, out)
+	return 0
+}
