@@ -401,13 +401,25 @@ func (o *Outbox) Append(ctx context.Context, events [][]byte) error {
 		return nil
 	}
 	committed := o.lastSeq
+	maxCount, maxBytes := o.db.MaxBatchCount(), o.db.MaxBatchSize()
+	var pending, txnBytes int64
 	for i, ev := range events {
 		val := make([]byte, timePrefixLen+len(ev))
 		copy(val, now)
 		copy(val[timePrefixLen:], ev)
 		k := seqKey(prefixEvent, seq+1)
-		err := txn.Set(k, val)
+		// Split before Badger's transaction limits (leaving room for the
+		// sequence key commit adds), not only when Set refuses.
+		var err error
+		pending++
+		txnBytes += int64(len(k) + len(val) + txnEntryOverhead)
+		if i > 0 && (pending+2 >= maxCount || txnBytes+txnEntryOverhead*2 >= maxBytes) {
+			err = badger.ErrTxnTooBig
+		} else {
+			err = txn.Set(k, val)
+		}
 		if errors.Is(err, badger.ErrTxnTooBig) && i > 0 {
+			pending, txnBytes = 1, int64(len(k)+len(val)+txnEntryOverhead)
 			// Split an oversized batch: each part is durable on its own;
 			// a caller that sees an error later resends the whole batch,
 			// which the Reporting API counts as duplicates.
@@ -434,6 +446,10 @@ func (o *Outbox) Append(ctx context.Context, events [][]byte) error {
 	o.setHealth(nil)
 	return nil
 }
+
+// txnEntryOverhead approximates what Badger counts per entry beyond its key and
+// value when it sizes a transaction.
+const txnEntryOverhead = 64
 
 func (o *Outbox) refuse(err error) error {
 	if errors.Is(err, badger.ErrDBClosed) || o.closed.Load() {

@@ -480,3 +480,33 @@ func TestClosedAndMetrics(t *testing.T) {
 		t.Errorf("list after close: %v", err)
 	}
 }
+
+// A batch larger than one Badger transaction can hold is split into several
+// synced transactions, never refused: a consumer would otherwise requeue it
+// forever.
+func TestAppendSplitsBatchesPastTheTransactionLimit(t *testing.T) {
+	o, err := outbox.Open(outbox.Options{Dir: t.TempDir(), Logger: zerolog.Nop(), MinFreeBytes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	ev := bytes.Repeat([]byte("x"), 400)
+	events := make([][]byte, 20000)
+	for i := range events {
+		events[i] = ev
+	}
+	if err := o.Append(context.Background(), events); err != nil {
+		t.Fatalf("append of %d events: %v", len(events), err)
+	}
+	big := bytes.Repeat([]byte("y"), 60<<10)
+	large := make([][]byte, 100)
+	for i := range large {
+		large[i] = big
+	}
+	if err := o.Append(context.Background(), large); err != nil {
+		t.Fatalf("append of 100 events of 60 KiB: %v", err)
+	}
+	if got := o.Depth(); got != 20100 {
+		t.Fatalf("depth %d, want 20100", got)
+	}
+}

@@ -192,7 +192,8 @@ var (
 	}
 	tallyImports = map[string]struct{ params, results []api.ValueType }{
 		"log":   {[]api.ValueType{i32, i32, i32}, nil},
-		"field": {[]api.ValueType{i32, i32}, []api.ValueType{i64}},
+		"field":  {[]api.ValueType{i32, i32}, []api.ValueType{i64}},
+		"fields": {[]api.ValueType{i32, i32, i32}, []api.ValueType{i32}},
 	}
 )
 

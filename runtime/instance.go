@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -401,6 +402,10 @@ func instantiateHost(ctx context.Context, rt wazero.Runtime) error {
 		WithGoModuleFunction(api.GoModuleFunc(hostField), []api.ValueType{i32, i32}, []api.ValueType{i64}).
 		WithParameterNames("path_ptr", "path_len").
 		Export("field").
+		NewFunctionBuilder().
+		WithGoModuleFunction(api.GoModuleFunc(hostFields), []api.ValueType{i32, i32, i32}, []api.ValueType{i32}).
+		WithParameterNames("paths_ptr", "count", "out_ptr").
+		Export("fields").
 		Instantiate(ctx)
 	return err
 }
@@ -443,4 +448,42 @@ func hostField(ctx context.Context, mod api.Module, stack []uint64) {
 		return
 	}
 	stack[0] = uint64(k)<<56 | uint64(s)<<28 | uint64(e-s)
+}
+
+// maxFields is the most paths one tally.fields call may ask for.
+const maxFields = 1 << 16
+
+// hostFields answers tally.fields: count (ptr, len) path pairs at paths_ptr,
+// each looked up as by tally.field, the packed results stored as
+// little-endian i64s at out_ptr. It returns count, or -1 (nothing written)
+// when either table lies outside guest memory or count is out of range. A
+// path outside guest memory answers missing, as with tally.field.
+func hostFields(ctx context.Context, mod api.Module, stack []uint64) {
+	ptr, count, outPtr := uint32(stack[0]), int32(uint32(stack[1])), uint32(stack[2])
+	stack[0] = uint64(uint32(0xFFFFFFFF)) // -1
+	cc, ok := ctx.(*callCtx)
+	if !ok || count < 0 || count > maxFields {
+		return
+	}
+	cc.abortIfExpired()
+	mem := mod.Memory()
+	table, ok1 := mem.Read(ptr, uint32(count)*8)
+	out, ok2 := mem.Read(outPtr, uint32(count)*8)
+	if !ok1 || !ok2 {
+		return
+	}
+	in := cc.inst.in
+	for i := 0; i < int(count); i++ {
+		var r uint64
+		if in != nil {
+			p, n := binary.LittleEndian.Uint32(table[8*i:]), binary.LittleEndian.Uint32(table[8*i+4:])
+			if path, ok := mem.Read(p, n); ok {
+				if k, s, e := in.LookupBytes(path); k != jsonindex.Missing && s <= maxSpan && e-s <= maxSpan {
+					r = uint64(k)<<56 | uint64(s)<<28 | uint64(e-s)
+				}
+			}
+		}
+		binary.LittleEndian.PutUint64(out[8*i:], r)
+	}
+	stack[0] = uint64(uint32(count))
 }

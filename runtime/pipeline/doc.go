@@ -27,7 +27,9 @@
 //     body (SHA-256), so a resent message carries the same id.
 //
 // Every outcome is counted (tally_collector_mapped_total, _skipped_total{reason},
-// _unparseable_total, _mapper_failures_total{reason}). Nothing is logged by
+// _unparseable_total, _mapper_failures_total{reason}); warnings are sampled (a
+// burst of 20 a second) so a flood of bad input cannot flood the log, while the
+// counters stay exact. Nothing is logged by
 // content: an unparseable body is logged by size, exchange and routing key.
 //
 // # Concurrency

@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -115,6 +117,7 @@ type Options struct {
 type Pipeline struct {
 	opts    Options
 	log     zerolog.Logger
+	warn    zerolog.Logger // sampled: a flood of bad input must not flood the log
 	metrics *metrics
 	scratch sync.Pool
 }
@@ -135,6 +138,7 @@ func New(opts Options) *Pipeline {
 	p := &Pipeline{
 		opts:    opts,
 		log:     opts.Logger,
+		warn:    opts.Logger.Sample(&zerolog.BurstSampler{Burst: 20, Period: time.Second}),
 		metrics: newMetrics(opts.Registerer),
 	}
 	p.scratch.New = func() any { return new(scratch) }
@@ -238,7 +242,7 @@ func (p *Pipeline) mapWith(ctx context.Context, msg Message, m Mapper, in *jsoni
 	events = kept
 	if oversize > 0 {
 		p.metrics.skipped.WithLabelValues(ReasonEventTooLarge).Add(float64(oversize))
-		p.log.Warn().Str("exchange", msg.Exchange).Str("routing_key", msg.RoutingKey).
+		p.warn.Warn().Str("exchange", msg.Exchange).Str("routing_key", msg.RoutingKey).
 			Str("event_type", eventType).Str("module", m.ID()).Int("events", oversize).
 			Msg("mapped event over the size bound, skipped")
 		if len(events) == 0 {
@@ -282,10 +286,14 @@ func (p *Pipeline) passThrough(msg Message, in *jsonindex.Index, eventType strin
 	if err := json.Unmarshal(in.Bytes(), &obj); err != nil {
 		return Result{Outcome: Unparseable, Reason: ReasonNotJSON}
 	}
-	src, _ := json.Marshal(map[string]string{
+	obj["source"], _ = json.Marshal(map[string]string{
 		"exchange": msg.Exchange, "routing_key": msg.RoutingKey, "mapper": "canonical",
 	})
-	obj["source"] = src
+	if msg.DeriveID {
+		if k, s, e := in.Lookup("event_id"); k != jsonindex.String || s == e {
+			obj["event_id"], _ = json.Marshal(derivedID(msg.Body, 0))
+		}
+	}
 	ev, err := json.Marshal(obj)
 	if err != nil {
 		return Result{Outcome: Unparseable, Reason: ReasonNotJSON}
@@ -294,15 +302,22 @@ func (p *Pipeline) passThrough(msg Message, in *jsonindex.Index, eventType strin
 		p.metrics.skipped.WithLabelValues(ReasonEventTooLarge).Inc()
 		return Result{Outcome: Skipped, Reason: ReasonEventTooLarge, EventType: eventType}
 	}
-	if msg.DeriveID {
-		ev = deriveID(ev, msg.Body, 0)
-	}
 	return Result{Outcome: Mapped, EventType: eventType, Module: "canonical", Events: [][]byte{ev}}
 }
 
-// deriveID sets event_id on an event that has none (or an empty one): the hex
-// SHA-256 of the body, suffixed with the event's position when a message yields
-// several, so a resent message yields the same ids.
+// derivedID is the id of the i-th event of a message that carries none: the hex
+// SHA-256 of the body (first 16 bytes), suffixed with the position when a
+// message yields several, so a resent message yields the same ids.
+func derivedID(body []byte, i int) string {
+	sum := sha256.Sum256(body)
+	id := hex.EncodeToString(sum[:16])
+	if i > 0 {
+		id += "-" + strconv.Itoa(i)
+	}
+	return id
+}
+
+// deriveID sets event_id on a mapped event that has none (or an empty one).
 func deriveID(ev, body []byte, i int) []byte {
 	var idx jsonindex.Index
 	if err := idx.Parse(ev); err != nil {
@@ -315,30 +330,12 @@ func deriveID(ev, body []byte, i int) []byte {
 	if err := json.Unmarshal(ev, &obj); err != nil {
 		return ev
 	}
-	sum := sha256.Sum256(body)
-	id := hex.EncodeToString(sum[:16])
-	if i > 0 {
-		id += "-" + itoa(i)
-	}
-	obj["event_id"], _ = json.Marshal(id)
+	obj["event_id"], _ = json.Marshal(derivedID(body, i))
 	out, err := json.Marshal(obj)
 	if err != nil {
 		return ev
 	}
 	return out
-}
-
-func itoa(i int) string {
-	var b [20]byte
-	n := len(b)
-	for {
-		n--
-		b[n] = byte('0' + i%10)
-		i /= 10
-		if i == 0 {
-			return string(b[n:])
-		}
-	}
 }
 
 func (p *Pipeline) count(msg Message, r *Result) {
@@ -351,12 +348,12 @@ func (p *Pipeline) count(msg Message, r *Result) {
 		}
 	case Unparseable:
 		p.metrics.unparseable.Inc()
-		p.log.Warn().Int("size", len(msg.Body)).Str("exchange", msg.Exchange).
+		p.warn.Warn().Int("size", len(msg.Body)).Str("exchange", msg.Exchange).
 			Str("routing_key", msg.RoutingKey).Str("reason", r.Reason).
 			Msg("unparseable message, skipped")
 	case Failed:
 		p.metrics.failures.WithLabelValues(r.Reason).Inc()
-		p.log.Warn().Str("exchange", msg.Exchange).Str("routing_key", msg.RoutingKey).
+		p.warn.Warn().Str("exchange", msg.Exchange).Str("routing_key", msg.RoutingKey).
 			Str("event_type", r.EventType).Str("module", r.Module).Str("reason", r.Reason).
 			Err(r.Err).Msg("mapper failed")
 	}
