@@ -191,7 +191,7 @@ var (
 		{"tally_map", []api.ValueType{i32, i32}, []api.ValueType{i64}},
 	}
 	tallyImports = map[string]struct{ params, results []api.ValueType }{
-		"log":   {[]api.ValueType{i32, i32, i32}, nil},
+		"log":    {[]api.ValueType{i32, i32, i32}, nil},
 		"field":  {[]api.ValueType{i32, i32}, []api.ValueType{i64}},
 		"fields": {[]api.ValueType{i32, i32, i32}, []api.ValueType{i32}},
 	}

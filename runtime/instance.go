@@ -63,6 +63,7 @@ type instance struct {
 	lastDur  time.Duration
 
 	in       *jsonindex.Index // input of the call in progress (tally.field)
+	cursor   jsonindex.Cursor // answers the lookups of the call in progress
 	out      jsonindex.Index  // output parser, reused
 	children []jsonindex.Child
 	members  []jsonindex.Child
@@ -175,6 +176,10 @@ func (inst *instance) call(in *jsonindex.Index, src Source, timeout time.Duratio
 		return Result{}, ReasonTimeout, errors.New("deadline passed before the call")
 	}
 	inst.in = in
+	// Lookups of this call (tally.field and tally.fields) go through one
+	// cursor: a path with the same parent as the one before ("payload.b"
+	// after "payload.a") resumes from that parent.
+	inst.cursor.Reset(in)
 	e := inst.m.e
 	start := e.clock()
 	d := start + int64(timeout)
@@ -183,6 +188,7 @@ func (inst *instance) call(in *jsonindex.Index, src Source, timeout time.Duratio
 	fired := !inst.deadline.CompareAndSwap(d, 0)
 	inst.lastDur = time.Duration(e.clock() - start)
 	inst.in = nil
+	inst.cursor.Reset(nil)
 	if err == nil && fired {
 		// Finished right at the deadline: the guest may have been stopped or
 		// its context closed; do not reuse the instance.
@@ -443,7 +449,7 @@ func hostField(ctx context.Context, mod api.Module, stack []uint64) {
 	if !ok {
 		return
 	}
-	k, s, e := cc.inst.in.LookupBytes(path)
+	k, s, e := cc.inst.cursor.LookupBytes(path)
 	if k == jsonindex.Missing || s > maxSpan || e-s > maxSpan {
 		return
 	}
@@ -473,12 +479,13 @@ func hostFields(ctx context.Context, mod api.Module, stack []uint64) {
 		return
 	}
 	in := cc.inst.in
+	cur := &cc.inst.cursor // bound to in for the whole tally_map call
 	for i := 0; i < int(count); i++ {
 		var r uint64
 		if in != nil {
 			p, n := binary.LittleEndian.Uint32(table[8*i:]), binary.LittleEndian.Uint32(table[8*i+4:])
 			if path, ok := mem.Read(p, n); ok {
-				if k, s, e := in.LookupBytes(path); k != jsonindex.Missing && s <= maxSpan && e-s <= maxSpan {
+				if k, s, e := cur.LookupBytes(path); k != jsonindex.Missing && s <= maxSpan && e-s <= maxSpan {
 					r = uint64(k)<<56 | uint64(s)<<28 | uint64(e-s)
 				}
 			}

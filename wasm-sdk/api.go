@@ -41,8 +41,9 @@ type Value struct {
 
 // Message is the notification being mapped.
 type Message struct {
-	raw  []byte   // the input; field offsets point into it
-	host abi.Host // answers lookups (the host import, or a native index)
+	raw    []byte   // the input; field offsets point into it
+	host   abi.Host // answers lookups (the host import, or a native index)
+	packed []uint64 // GetMany's results as the host packs them, reused
 }
 
 // Output collects the events of one call. Events are written with an
@@ -81,6 +82,7 @@ const (
 //	func Register(m Manifest, f MapFunc)            // call once from the mapper's init()
 //	func Log(level Level, msg string)
 //	func (m *Message) Get(path string) Value         // ABI path syntax (docs/abi.md)
+//	func (m *Message) GetMany(paths []string, out []Value) // Get for each path, one host call
 //	func (m *Message) Raw() []byte                   // the whole input as it arrived
 //	func (v Value) Kind() Kind
 //	func (v Value) Exists() bool                     // present and not null

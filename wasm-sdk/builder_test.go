@@ -229,3 +229,31 @@ func TestMapJSONNil(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestGetMany: GetMany answers for each path what Get does, in order,
+// escapes, arrays, missing members and a trailing dot included.
+func TestGetMany(t *testing.T) {
+	paths := []string{"s", "esc", "obj.a\\.b.c.1.d", "obj.a.b", "arr.1", "null", "nope", "", "obj.", "n", "obj.a\\.b.c.0"}
+	mapDoc(t, func(m *sdk.Message, out *sdk.Output) {
+		got := make([]sdk.Value, len(paths)+1)
+		m.GetMany(paths, got)
+		for i, p := range paths {
+			want := m.Get(p)
+			if got[i].Kind() != want.Kind() || string(got[i].Raw()) != string(want.Raw()) {
+				t.Errorf("GetMany %q = %v %q, Get %v %q", p, got[i].Kind(), got[i].Raw(), want.Kind(), want.Raw())
+			}
+		}
+		if got[len(paths)].Kind() != sdk.Missing {
+			t.Error("GetMany wrote past len(paths)")
+		}
+		m.GetMany(nil, nil)
+	})
+	f := func(m *sdk.Message, out *sdk.Output) {
+		var v [3]sdk.Value
+		m.GetMany(paths[:3], v[:])
+	}
+	in := []byte(doc)
+	if a := testing.AllocsPerRun(100, func() { _, _ = sdk.MapJSON(f, in) }); a > 1 {
+		t.Fatalf("MapJSON with GetMany allocates %v times, want 1 (the copy of the output)", a)
+	}
+}

@@ -5,7 +5,7 @@
 // A mapper author writes a manifest and one function; the SDK implements the
 // whole of ABI v1 (docs/abi.md): it exports tally_abi_version_1, tally_alloc,
 // tally_manifest and tally_map, and is the only code that touches the host
-// imports (tally.field, tally.log, in internal/abi).
+// imports (tally.field, tally.fields, tally.log, in internal/abi).
 //
 // # A complete mapper
 //
@@ -59,7 +59,9 @@
 // The host writes the notification into the buffer tally_alloc handed out,
 // parses it once natively, and calls tally_map. Message.Get sends the path to
 // the host (tally.field) and receives a kind and a span of the guest's own
-// copy of the input: nothing is copied, nothing is parsed in the guest. The
+// copy of the input: nothing is copied, nothing is parsed in the guest.
+// Message.GetMany does the same for a list of paths with one crossing into
+// the host (tally.fields); a mapper that reads many members should use it. The
 // Event builder appends escaped members straight into one output buffer;
 // Value spans are copied as they arrived (strings are already JSON-escaped).
 // tally_map returns that buffer as (ptr << 32) | len. The host fills each

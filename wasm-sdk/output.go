@@ -62,16 +62,27 @@ func (e *Event) key(k string) bool {
 	if o.depth == 0 {
 		return false
 	}
+	if plainString(k) { // keys are literals: the usual case
+		// One capacity check and one copy: `,"key":`.
+		n := len(o.buf)
+		b := grow(o.buf, len(k)+4)
+		if !o.first {
+			b[n] = ','
+			n++
+		}
+		b[n] = '"'
+		copy(b[n+1:], k)
+		n += 1 + len(k)
+		b[n] = '"'
+		b[n+1] = ':'
+		o.buf = b[:n+2]
+		o.first = false
+		return true
+	}
 	if !o.first {
 		o.buf = append(o.buf, ',')
 	}
 	o.first = false
-	if plainString(k) { // keys are literals: the usual case
-		o.buf = append(o.buf, '"')
-		o.buf = append(o.buf, k...)
-		o.buf = append(o.buf, '"', ':')
-		return true
-	}
 	o.buf = appendQuoted(o.buf, k)
 	o.buf = append(o.buf, ':')
 	return true
@@ -97,14 +108,20 @@ func (e *Event) StrValue(key string, v Value) bool {
 		return false
 	}
 	o := e.out
-	o.buf = append(o.buf, '"')
-	switch {
-	case v.kind != String || cleanRaw(v.raw):
-		o.buf = append(o.buf, v.raw...)
-	default: // control bytes or invalid UTF-8 in the input: decode and re-escape
-		o.scratch = appendUnescaped(o.scratch[:0], v.raw)
-		o.buf = appendEscapedBytes(o.buf, o.scratch)
+	if v.kind != String || cleanRaw(v.raw) {
+		// Copied as it arrived: one capacity check and one copy.
+		n := len(o.buf)
+		b := grow(o.buf, len(v.raw)+2)
+		b[n] = '"'
+		copy(b[n+1:], v.raw)
+		b[n+1+len(v.raw)] = '"'
+		o.buf = b[:n+2+len(v.raw)]
+		return true
 	}
+	// Control bytes or invalid UTF-8 in the input: decode and re-escape.
+	o.buf = append(o.buf, '"')
+	o.scratch = appendUnescaped(o.scratch[:0], v.raw)
+	o.buf = appendEscapedBytes(o.buf, o.scratch)
 	o.buf = append(o.buf, '"')
 	return true
 }
@@ -181,4 +198,16 @@ func (e *Event) End() {
 	o.buf = append(o.buf, '}')
 	o.depth--
 	o.first = false
+}
+
+// grow returns b with room for n more bytes, extended to its capacity: the
+// caller writes into b[len(b):] and reslices. It allocates only when the
+// output buffer has to grow (doubling, as append does).
+func grow(b []byte, n int) []byte {
+	if cap(b)-len(b) < n {
+		nb := make([]byte, len(b), max(2*cap(b), len(b)+n, 1024))
+		copy(nb, b)
+		b = nb
+	}
+	return b[:cap(b)]
 }

@@ -15,6 +15,9 @@ const maxFractionDigits = 9
 //
 // The result is 2024-05-01T12:00:00[.f]Z with the fraction's digits as given.
 func appendTimestamp(dst, s []byte) ([]byte, bool) {
+	if len(s) < 19 { // "" above all: a member not set yet
+		return dst, false
+	}
 	if t, ok := appendNaive(dst, s); ok {
 		return t, true
 	}

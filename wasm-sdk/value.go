@@ -14,7 +14,40 @@ import (
 // input, so nothing is copied and nothing is allocated. A path that is absent,
 // or any path when the input is not JSON, yields a Value of kind Missing.
 func (m *Message) Get(path string) Value {
-	kind, start, n := abi.Unpack(m.host.Field(path))
+	return m.value(m.host.Field(path))
+}
+
+// GetMany looks every path up at once and stores in out[i] what Get(paths[i])
+// would return; out must be at least as long as paths. In a guest it is one
+// crossing into the host (the tally.fields import) instead of one per path,
+// so a mapper that needs many members should ask for them together:
+//
+//	var paths = []string{"message_id", "timestamp", "payload.instance_id"}
+//
+//	func mapIt(msg *sdk.Message, out *sdk.Output) {
+//		var v [3]sdk.Value
+//		msg.GetMany(paths, v[:])
+//		...
+//	}
+//
+// Neither paths nor out is retained; nothing is allocated once the SDK's
+// scratch space has grown to the longest list seen.
+func (m *Message) GetMany(paths []string, out []Value) {
+	out = out[:len(paths)]
+	if cap(m.packed) < len(paths) {
+		m.packed = make([]uint64, len(paths))
+	}
+	packed := m.packed[:len(paths)]
+	m.host.Fields(paths, packed)
+	for i, p := range packed {
+		out[i] = m.value(p)
+	}
+}
+
+// value turns a packed lookup result into a Value, bounds-checked against
+// the input: a span outside it reads as missing.
+func (m *Message) value(p uint64) Value {
+	kind, start, n := abi.Unpack(p)
 	if kind == abi.KindMissing || kind > abi.KindArray || start+n > len(m.raw) {
 		return Value{}
 	}

@@ -10,6 +10,7 @@ package sdk_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -75,6 +76,8 @@ func newMiniHost(t testing.TB, wasm []byte) *miniHost {
 	_, err := h.rt.NewHostModuleBuilder("tally").
 		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(h.field),
 		[]api.ValueType{api.ValueTypeI32, api.ValueTypeI32}, []api.ValueType{api.ValueTypeI64}).Export("field").
+		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(h.fields),
+		[]api.ValueType{api.ValueTypeI32, api.ValueTypeI32, api.ValueTypeI32}, []api.ValueType{api.ValueTypeI32}).Export("fields").
 		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(h.log),
 		[]api.ValueType{api.ValueTypeI32, api.ValueTypeI32, api.ValueTypeI32}, nil).Export("log").
 		Instantiate(ctx)
@@ -111,6 +114,23 @@ func (h *miniHost) field(_ context.Context, m api.Module, stack []uint64) {
 		return
 	}
 	stack[0] = uint64(k)<<56 | uint64(start)<<28 | uint64(end-start)
+}
+
+// fields answers tally.fields as docs/abi.md describes it, by calling field
+// for each (ptr, len) pair.
+func (h *miniHost) fields(ctx context.Context, m api.Module, stack []uint64) {
+	table, ok1 := m.Memory().Read(uint32(stack[0]), uint32(stack[1])*8)
+	out, ok2 := m.Memory().Read(uint32(stack[2]), uint32(stack[1])*8)
+	if !ok1 || !ok2 {
+		panic("fields: table out of range")
+	}
+	n := uint32(stack[1])
+	for i := uint32(0); i < n; i++ {
+		pair := []uint64{uint64(binary.LittleEndian.Uint32(table[8*i:])), uint64(binary.LittleEndian.Uint32(table[8*i+4:]))}
+		h.field(ctx, m, pair)
+		binary.LittleEndian.PutUint64(out[8*i:], pair[0])
+	}
+	stack[0] = uint64(n)
 }
 
 func (h *miniHost) log(_ context.Context, m api.Module, stack []uint64) {

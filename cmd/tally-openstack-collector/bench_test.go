@@ -23,6 +23,7 @@ import (
 // TALLY_BENCH_N sets the number of notifications (default 50 000).
 func BenchmarkEndToEnd(b *testing.B) {
 	needBroker(b)
+	holdBrokerShared(b)
 	n := 50000
 	if v, err := strconv.Atoi(os.Getenv("TALLY_BENCH_N")); err == nil && v > 0 {
 		n = v

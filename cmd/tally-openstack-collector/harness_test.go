@@ -56,6 +56,31 @@ func missing(tb testing.TB, why string) {
 	tb.Skip(why)
 }
 
+// brokerLockPath is a lock the project's tests share on this machine: a test
+// that stops or restarts the shared RabbitMQ takes it exclusively, the
+// end-to-end tests, which count every message, hold it shared. A restart
+// deletes the non-durable service exchanges oslo declares, and what is
+// published before they are bound again is routed nowhere, as on a real
+// cloud; a test that counts exactly cannot run across one.
+func brokerLockPath() string { return filepath.Join(os.TempDir(), "tally-osc-broker.lock") }
+
+// holdBrokerShared takes the broker lock shared until the test ends.
+func holdBrokerShared(tb testing.TB) {
+	tb.Helper()
+	f, err := os.OpenFile(brokerLockPath(), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		tb.Fatalf("broker lock: %v", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH); err != nil {
+		f.Close()
+		tb.Fatalf("broker lock: %v", err)
+	}
+	tb.Cleanup(func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	})
+}
+
 func needOslo(tb testing.TB) {
 	tb.Helper()
 	if err := exec.Command("/usr/bin/python3", "-c", "import oslo_messaging").Run(); err != nil {

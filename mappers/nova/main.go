@@ -32,37 +32,104 @@ func main() {}
 
 const prefix = "compute.instance."
 
+// paths are the members mapNova reads, looked up together with one host call
+// (the fallbacks of first are asked for only when needed).
+var paths = []string{
+	`payload.nova_object\.data`,
+	"event_type",
+	"message_id",
+	"timestamp",
+	"payload.instance_id",
+	"payload.tenant_id",
+	"payload.user_id",
+	"payload.instance_type",
+	"payload.instance_flavor_id",
+	"payload.vcpus",
+	"payload.memory_mb",
+	"payload.root_gb",
+	"payload.ephemeral_gb",
+	"payload.disk_gb",
+	"payload.state",
+	"payload.image_ref",
+	"payload.availability_zone",
+	"payload.host",
+	"payload.launched_at",
+	"payload.terminated_at",
+	"payload.deleted_at",
+}
+
+// Indexes into paths.
+const (
+	pVersioned = iota
+	pEventType
+	pMessageID
+	pTimestamp
+	pInstanceID
+	pTenantID
+	pUserID
+	pInstanceType
+	pFlavorID
+	pVCPUs
+	pMemoryMB
+	pRootGB
+	pEphemeralGB
+	pDiskGB
+	pState
+	pImageRef
+	pAvailabilityZone
+	pHost
+	pLaunchedAt
+	pTerminatedAt
+	pDeletedAt
+	nPaths
+)
+
 func mapNova(m *sdk.Message, out *sdk.Output) {
-	if m.Get(`payload.nova_object\.data`).Exists() {
+	var v [nPaths]sdk.Value
+	m.GetMany(paths, v[:])
+	if v[pVersioned].Exists() {
 		sdk.Log(sdk.LevelDebug, "versioned nova payload under an unversioned event type: no event")
 		return
 	}
-	et, ok := eventType(m)
-	if !ok {
-		return
+	et := v[pEventType]
+	if et.Kind() != sdk.String || len(et.Raw()) == 0 {
+		return // see eventType
 	}
 	e := out.Event()
-	header(m, e, et, "nova", "instance", -1)
-	str(e, "resource_id", first(m, "payload.instance_id", "payload.instance_uuid"))
-	writeProject(m, e, first(m, "payload.tenant_id", "payload.project_id", "payload.tenant"))
-	writeUser(m, e, m.Get("payload.user_id"))
+	writeHeader(e, v[pMessageID], v[pTimestamp], et, "nova", "instance", -1)
+	str(e, "resource_id", or(m, v[pInstanceID], "payload.instance_uuid"))
+	project := v[pTenantID]
+	if !usable(project) {
+		project = first(m, "payload.project_id", "payload.tenant")
+	}
+	writeProject(m, e, project)
+	writeUser(m, e, v[pUserID])
 	writeAction(e, et, prefix)
 
 	a := e.Object("attributes")
-	str(a, "flavor_name", m.Get("payload.instance_type"))
-	str(a, "flavor_id", m.Get("payload.instance_flavor_id"))
-	a.NumValue("vcpus", m.Get("payload.vcpus"))
-	a.NumValue("memory_mb", m.Get("payload.memory_mb"))
-	a.NumValue("root_gb", m.Get("payload.root_gb"))
-	a.NumValue("ephemeral_gb", m.Get("payload.ephemeral_gb"))
-	a.NumValue("disk_gb", m.Get("payload.disk_gb"))
-	str(a, "state", m.Get("payload.state"))
-	str(a, "image_ref", first(m, "payload.image_ref", "payload.image_meta.base_image_ref"))
-	str(a, "availability_zone", m.Get("payload.availability_zone"))
-	str(a, "host", m.Get("payload.host"))
-	a.Timestamp("launched_at", m.Get("payload.launched_at"))
-	a.Timestamp("terminated_at", m.Get("payload.terminated_at"))
-	a.Timestamp("deleted_at", m.Get("payload.deleted_at"))
+	str(a, "flavor_name", v[pInstanceType])
+	str(a, "flavor_id", v[pFlavorID])
+	a.NumValue("vcpus", v[pVCPUs])
+	a.NumValue("memory_mb", v[pMemoryMB])
+	a.NumValue("root_gb", v[pRootGB])
+	a.NumValue("ephemeral_gb", v[pEphemeralGB])
+	a.NumValue("disk_gb", v[pDiskGB])
+	str(a, "state", v[pState])
+	str(a, "image_ref", or(m, v[pImageRef], "payload.image_meta.base_image_ref"))
+	str(a, "availability_zone", v[pAvailabilityZone])
+	str(a, "host", v[pHost])
+	a.Timestamp("launched_at", v[pLaunchedAt])
+	a.Timestamp("terminated_at", v[pTerminatedAt])
+	a.Timestamp("deleted_at", v[pDeletedAt])
 	a.End()
 	e.End()
+}
+
+// or returns v when it is usable, else the value at the fallback path (what
+// first does for the pair).
+func or(m *sdk.Message, v sdk.Value, fallback string) sdk.Value {
+	if usable(v) {
+		return v
+	}
+	return first(m, fallback)
 }

@@ -99,7 +99,12 @@ func eventType(m *sdk.Message) (et sdk.Value, ok bool) {
 // (a bulk payload): its event_id is then "<message_id>:<suffix>" so that each
 // stays distinct.
 func header(m *sdk.Message, e *sdk.Event, et sdk.Value, service, resourceType string, suffix int) {
-	id := m.Get("message_id")
+	writeHeader(e, m.Get("message_id"), m.Get("timestamp"), et, service, resourceType, suffix)
+}
+
+// writeHeader is header with the message_id and timestamp already looked up
+// (by a mapper that fetches its members together with Message.GetMany).
+func writeHeader(e *sdk.Event, id, ts, et sdk.Value, service, resourceType string, suffix int) {
 	switch {
 	case suffix < 0:
 		str(e, "event_id", id)
@@ -110,7 +115,7 @@ func header(m *sdk.Message, e *sdk.Event, et sdk.Value, service, resourceType st
 		buf = strconv.AppendInt(buf, int64(suffix), 10)
 		e.Str("event_id", view(buf))
 	}
-	e.Timestamp("timestamp", m.Get("timestamp"))
+	e.Timestamp("timestamp", ts)
 	str(e, "event_type", et)
 	e.Str("service", service)
 	e.Str("resource_type", resourceType)

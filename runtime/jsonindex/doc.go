@@ -29,6 +29,10 @@
 // and the empty path is the whole document. Member names in the input may be
 // JSON-escaped; they are compared after unescaping.
 //
+// A Cursor answers a series of lookups, starting each from the container its
+// parent path resolved to last time when the parent is the same ("payload.a",
+// then "payload.b"): the host uses one for a guest's batch of lookups.
+//
 // AppendChildren lists the members or elements of a container (the host uses it
 // to rewrite each event a mapper returns); AppendUnquote decodes an escaped
 // string span.

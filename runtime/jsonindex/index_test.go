@@ -344,3 +344,67 @@ func TestAppendChildren(t *testing.T) {
 		t.Errorf("children of a missing path: %+v", got)
 	}
 }
+
+// TestCursor: a Cursor answers every path exactly as Lookup does, in every
+// order (so with and without a remembered parent), escapes and trailing dots
+// included.
+func TestCursor(t *testing.T) {
+	doc := `{"a":1,"b":[true,"x",{"c":null,"d.e":2}],"oslo.message":{"x":"y"},"e\u0073c":{"q":3},"":{"":false,"x":{"y":1}},
+	"payload":{"fixed_ips":[{"address":"10.0.0.1"},{"address":"10.0.0.2"}],"n":-1.5e3,"o":{},"l":[],"":7,"a\\b":{"c":8}}}`
+	var x Index
+	mustParse(t, &x, doc)
+	paths := []string{"", "a", "b", "b.0", "b.1", "b.2.c", "b.2.d\\.e", "b.2.d.e", "b.3", "b.x", "a.b", "oslo\\.message.x",
+		"oslo.message.x", "esc.q", "e\\sc.q", ".", "..", ".x.y", "x.", "payload.fixed_ips.1.address", "payload.fixed_ips.0.address",
+		"payload.fixed_ips.2.address", "payload.n", "payload.o", "payload.l.0", "payload.", "payload.a\\\\b.c", "payload.a\\b.c",
+		"nope.x", "nope.y", "payload.nope", "payload\\.n", "b.2.c.d", "payload.fixed_ips.1.address\\"}
+	var c Cursor
+	check := func(order []string) {
+		c.Reset(&x)
+		for _, p := range order {
+			k, s, e := x.Lookup(p)
+			k2, s2, e2 := c.LookupBytes([]byte(p))
+			if k != k2 || s != s2 || e != e2 {
+				t.Errorf("Cursor.LookupBytes(%q) = %v [%d,%d), Lookup %v [%d,%d)", p, k2, s2, e2, k, s, e)
+			}
+		}
+	}
+	check(paths)
+	for i := range paths {
+		// Each path after every other one.
+		for j := range paths {
+			check([]string{paths[j], paths[i]})
+		}
+	}
+	// A Cursor reset on another document forgets the parent.
+	var y Index
+	mustParse(t, &y, `{"payload":{"n":1}}`)
+	c.Reset(&x)
+	c.LookupBytes([]byte("payload.n"))
+	c.Reset(&y)
+	if k, s, e := c.LookupBytes([]byte("payload.n")); k != Number || string(y.Bytes()[s:e]) != "1" {
+		t.Fatalf("after Reset: %v %q", k, y.Bytes()[s:e])
+	}
+	var z Cursor
+	if k, _, _ := z.LookupBytes([]byte("a")); k != Missing {
+		t.Fatal("zero Cursor answered")
+	}
+}
+
+func BenchmarkCursorNova(b *testing.B) {
+	src := readNova(b)
+	var x Index
+	if err := x.Parse(src); err != nil {
+		b.Fatal(err)
+	}
+	paths := [][]byte{[]byte("event_type"), []byte("message_id"), []byte("timestamp"), []byte("publisher_id"),
+		[]byte("payload.instance_id"), []byte("payload.tenant_id"), []byte("payload.user_id"), []byte("payload.memory_mb"),
+		[]byte("payload.vcpus"), []byte("payload.ramdisk_id"), []byte("_context_project_id")}
+	var c Cursor
+	c.Reset(&x)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if k, _, _ := c.LookupBytes(paths[i%len(paths)]); k == Missing {
+			b.Fatal("missing")
+		}
+	}
+}

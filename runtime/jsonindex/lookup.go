@@ -34,8 +34,6 @@ func resolve[P string | []byte](x *Index, path P) (int32, bool) {
 	if !x.valid || len(x.nodes) == 0 {
 		return 0, false
 	}
-	nodes := x.nodes
-	src := x.src
 	cur := int32(0)
 	if len(path) > 0 {
 		p := 0
@@ -53,42 +51,8 @@ func resolve[P string | []byte](x *Index, path P) (int32, bool) {
 			if q > len(path) {
 				q = len(path)
 			}
-			seg := path[p:q]
-			nd := &nodes[cur]
-			switch nd.kind {
-			case Object:
-				found := int32(-1)
-				for c := cur + 1; c < nd.next; c = nodes[c].next {
-					ch := &nodes[c]
-					key := src[ch.key0:ch.key1]
-					if !ch.keyEsc && !esc {
-						if len(key) == len(seg) && string(key) == string(seg) {
-							found = c
-							break
-						}
-					} else if keyEqual(key, seg) {
-						found = c
-						break
-					}
-				}
-				if found < 0 {
-					return 0, false
-				}
-				cur = found
-			case Array:
-				idx, ok := parseIndex(seg)
-				if !ok {
-					return 0, false
-				}
-				c := cur + 1
-				for ; c < nd.next && idx > 0; c = nodes[c].next {
-					idx--
-				}
-				if c >= nd.next {
-					return 0, false
-				}
-				cur = c
-			default:
+			var ok bool
+			if cur, ok = child(x, cur, path[p:q], esc); !ok {
 				return 0, false
 			}
 			if q >= len(path) {
@@ -98,6 +62,103 @@ func resolve[P string | []byte](x *Index, path P) (int32, bool) {
 		}
 	}
 	return cur, true
+}
+
+// child returns the node of one path segment inside the container at cur: a
+// member name (esc: the segment holds backslash escapes) or an array index.
+func child[P string | []byte](x *Index, cur int32, seg P, esc bool) (int32, bool) {
+	nodes := x.nodes
+	nd := &nodes[cur]
+	switch nd.kind {
+	case Object:
+		src := x.src
+		n := int32(len(seg))
+		for c := cur + 1; c < nd.next; c = nodes[c].next {
+			ch := &nodes[c]
+			switch {
+			case ch.keyEsc || esc:
+				if keyEqual(src[ch.key0:ch.key1], seg) {
+					return c, true
+				}
+			case ch.key1-ch.key0 == n && string(src[ch.key0:ch.key1]) == string(seg):
+				return c, true
+			}
+		}
+		return 0, false
+	case Array:
+		idx, ok := parseIndex(seg)
+		if !ok {
+			return 0, false
+		}
+		c := cur + 1
+		for ; c < nd.next && idx > 0; c = nodes[c].next {
+			idx--
+		}
+		if c >= nd.next {
+			return 0, false
+		}
+		return c, true
+	}
+	return 0, false
+}
+
+// Cursor answers a series of lookups in one Index, remembering the container
+// the previous path's parent resolved to: a following path with the same
+// parent ("payload.a" after "payload.b") starts there instead of walking from
+// the root again. Answers are exactly those of Lookup. The zero Cursor is
+// ready; Reset it whenever the Index is parsed again. A Cursor allocates
+// nothing once its buffer has grown to the longest parent path seen.
+type Cursor struct {
+	x      *Index
+	prefix []byte // the parent path of the previous lookup
+	parent int32  // its node, or -1 when it did not resolve
+	have   bool   // prefix and parent are set
+}
+
+// Reset binds c to x and forgets the previous parent.
+func (c *Cursor) Reset(x *Index) {
+	c.x, c.prefix, c.have = x, c.prefix[:0], false
+}
+
+// LookupBytes is Index.LookupBytes, sped up for paths that share a parent.
+func (c *Cursor) LookupBytes(path []byte) (k Kind, start, end int) {
+	x := c.x
+	if x == nil || !x.valid || len(x.nodes) == 0 {
+		return Missing, 0, 0
+	}
+	// The last separator, read as resolve reads the path.
+	dot, esc := -1, false
+	for i := 0; i < len(path); i++ {
+		switch path[i] {
+		case '\\':
+			i++
+			esc = true
+		case '.':
+			dot, esc = i, false
+		}
+	}
+	if dot <= 0 {
+		// No parent ("event_type", ""), or the member "" as the first
+		// segment (".x"): the plain walk.
+		return lookup(x, path)
+	}
+	prefix := path[:dot]
+	if !c.have || string(prefix) != string(c.prefix) {
+		p, ok := resolve(x, prefix)
+		if !ok {
+			p = -1
+		}
+		c.prefix, c.parent, c.have = append(c.prefix[:0], prefix...), p, true
+	}
+	if c.parent < 0 {
+		return Missing, 0, 0
+	}
+	cur, ok := child(x, c.parent, path[dot+1:], esc)
+	if !ok {
+		return Missing, 0, 0
+	}
+	nd := &x.nodes[cur]
+	return nd.kind, int(nd.start), int(nd.end)
 }
 
 // parseIndex parses a decimal array index (digits only, no sign).

@@ -27,6 +27,14 @@ func (h Host) Field(path string) uint64 {
 	return Pack(uint8(k), start, end-start)
 }
 
+// Fields looks every path up and stores the packed results in out, which
+// must be at least as long as paths: what the fields import answers.
+func (h Host) Fields(paths []string, out []uint64) {
+	for i, p := range paths {
+		out[i] = h.Field(p)
+	}
+}
+
 var levelNames = [...]string{"debug", "info", "warn", "error"}
 
 // Log writes msg to standard error, prefixed with its level.

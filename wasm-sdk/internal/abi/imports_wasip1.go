@@ -2,12 +2,18 @@
 
 package abi
 
+import "unsafe"
+
 // The raw imports. A Go string parameter is passed as two i32 (pointer,
 // length), which is exactly the (ptr, len) pair of the ABI.
 
 //go:wasmimport tally field
 //go:noescape
 func field(path string) uint64
+
+//go:wasmimport tally fields
+//go:noescape
+func fields(table unsafe.Pointer, count int32, out unsafe.Pointer) int32
 
 //go:wasmimport tally log
 //go:noescape
@@ -21,6 +27,29 @@ type Host struct{}
 // packed result of the field import. Offsets are relative to the input
 // pointer passed to tally_map.
 func (Host) Field(path string) uint64 { return field(path) }
+
+// table holds the (ptr, len) pairs of one Fields call, reused.
+var table []uint32
+
+// Fields looks every path up with one tally.fields call and stores the
+// packed results in out, which must be at least as long as paths.
+func (Host) Fields(paths []string, out []uint64) {
+	n := len(paths)
+	if n == 0 {
+		return
+	}
+	if cap(table) < 2*n {
+		table = make([]uint32, 2*n)
+	}
+	t := table[:2*n]
+	for i, p := range paths {
+		t[2*i] = uint32(uintptr(unsafe.Pointer(unsafe.StringData(p))))
+		t[2*i+1] = uint32(len(p))
+	}
+	if fields(unsafe.Pointer(unsafe.SliceData(t)), int32(n), unsafe.Pointer(unsafe.SliceData(out[:n]))) != int32(n) {
+		clear(out[:n]) // the host refused the call: everything missing
+	}
+}
 
 // Log writes msg to the collector's log at level (0 debug .. 3 error).
 func Log(level int32, msg string) { log(level, msg) }

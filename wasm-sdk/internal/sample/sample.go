@@ -16,6 +16,15 @@ var Manifest = sdk.Manifest{
 
 const prefix = "compute.instance."
 
+// paths are the payload members Map reads, looked up with one host call.
+var paths = []string{
+	"payload.instance_id", "payload.tenant_id", "payload.project_id", "payload.user_id",
+	"payload.instance_type", "payload.instance_flavor_id", "payload.instance_type_id",
+	"payload.vcpus", "payload.memory_mb", "payload.root_gb", "payload.ephemeral_gb", "payload.disk_gb",
+	"payload.state", "payload.image_ref", "payload.availability_zone", "payload.host",
+	"payload.launched_at", "payload.terminated_at", "payload.deleted_at",
+}
+
 // Map turns one compute.instance.* notification into one instance event.
 func Map(msg *sdk.Message, out *sdk.Output) {
 	et := msg.Get("event_type")
@@ -23,34 +32,34 @@ func Map(msg *sdk.Message, out *sdk.Output) {
 		out.Error("not a compute.instance notification")
 		return
 	}
+	var p [19]sdk.Value // in the order of paths
+	msg.GetMany(paths, p[:])
 	e := out.Event()
 	e.StrValue("event_id", msg.Get("message_id"))
 	e.Timestamp("timestamp", msg.Get("timestamp"))
 	e.StrValue("event_type", et)
 	e.Str("service", "nova")
 	e.Str("resource_type", "instance")
-	e.StrValue("resource_id", msg.Get("payload.instance_id"))
-	e.StrValue("project_id", msg.Get("payload.tenant_id").
-		Or(msg.Get("payload.project_id")).
-		Or(msg.Get("_context_project_id")))
-	e.StrValue("user_id", msg.Get("payload.user_id").Or(msg.Get("_context_user_id")))
+	e.StrValue("resource_id", p[0])
+	e.StrValue("project_id", p[1].Or(p[2]).Or(msg.Get("_context_project_id")))
+	e.StrValue("user_id", p[3].Or(msg.Get("_context_user_id")))
 	e.Str("action", action(et.Raw()[len(prefix):]))
 
 	a := e.Object("attributes")
-	a.StrValue("flavor_name", msg.Get("payload.instance_type"))
-	a.StrValue("flavor_id", msg.Get("payload.instance_flavor_id").Or(msg.Get("payload.instance_type_id")))
-	a.NumValue("vcpus", msg.Get("payload.vcpus"))
-	a.NumValue("memory_mb", msg.Get("payload.memory_mb"))
-	a.NumValue("root_gb", msg.Get("payload.root_gb"))
-	a.NumValue("ephemeral_gb", msg.Get("payload.ephemeral_gb"))
-	a.NumValue("disk_gb", msg.Get("payload.disk_gb"))
-	a.StrValue("state", msg.Get("payload.state"))
-	a.StrValue("image_ref", msg.Get("payload.image_ref"))
-	a.StrValue("availability_zone", msg.Get("payload.availability_zone"))
-	a.StrValue("host", msg.Get("payload.host"))
-	a.Timestamp("launched_at", msg.Get("payload.launched_at"))
-	a.Timestamp("terminated_at", msg.Get("payload.terminated_at"))
-	a.Timestamp("deleted_at", msg.Get("payload.deleted_at"))
+	a.StrValue("flavor_name", p[4])
+	a.StrValue("flavor_id", p[5].Or(p[6]))
+	a.NumValue("vcpus", p[7])
+	a.NumValue("memory_mb", p[8])
+	a.NumValue("root_gb", p[9])
+	a.NumValue("ephemeral_gb", p[10])
+	a.NumValue("disk_gb", p[11])
+	a.StrValue("state", p[12])
+	a.StrValue("image_ref", p[13])
+	a.StrValue("availability_zone", p[14])
+	a.StrValue("host", p[15])
+	a.Timestamp("launched_at", p[16])
+	a.Timestamp("terminated_at", p[17])
+	a.Timestamp("deleted_at", p[18])
 	a.End()
 	e.End()
 }
