@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,16 +44,13 @@ type mapperSet struct {
 	engine   *runtime.Engine
 	catalog  *catalog.Catalog
 	pipeline *pipeline.Pipeline
-	chains   map[string]*runtime.Module // by manifest name
+	chains   map[string]pipeline.Mapper // plog chains' modules, by manifest name
 }
 
-// Close frees the chain modules and the catalogue (each module waits for its
-// in-flight calls), then the engine.
+// Close frees the catalogue (each module waits for its in-flight calls), then
+// the engine.
 func (m *mapperSet) Close(ctx context.Context) error {
 	var errs []error
-	for _, mod := range m.chains {
-		errs = append(errs, mod.Close(ctx))
-	}
 	if m.catalog != nil {
 		errs = append(errs, m.catalog.Close(ctx))
 	}
@@ -88,19 +84,24 @@ func loadMappers(ctx context.Context, cfg *Config, base zerolog.Logger, reg prom
 	if err != nil {
 		return nil, fmt.Errorf("start the mapper engine: %w", err)
 	}
-	ms := &mapperSet{engine: eng, chains: map[string]*runtime.Module{}}
+	ms := &mapperSet{engine: eng, chains: map[string]pipeline.Mapper{}}
 	builtin, err := mappers.Builtin()
 	if err != nil {
 		_ = ms.Close(ctx)
 		return nil, err
 	}
 	cat, err := catalog.New(ctx, catalog.Options{
-		Engine:     eng,
-		Builtin:    builtin,
-		Dir:        cfg.MappersDir,
-		Promote:    cfg.MappersPromote,
-		Logger:     component(base, "catalog"),
-		Registerer: reg,
+		Engine:  eng,
+		Builtin: builtin,
+		Dir:     cfg.MappersDir,
+		Promote: cfg.MappersPromote,
+		// Built-in modules ship with the binary and pass their fixtures at
+		// build time: they run guarded until they have earned trust, then
+		// without termination checks (about 5x faster; docs/abi.md, "Runaway
+		// guests"). Drop-in modules keep the runtime's default, always guarded.
+		BuiltinOptions: []runtime.ModuleOption{runtime.WithGuard(runtime.GuardUntrusted)},
+		Logger:         component(base, "catalog"),
+		Registerer:     reg,
 	})
 	if err != nil {
 		_ = ms.Close(ctx)
@@ -112,35 +113,23 @@ func loadMappers(ctx context.Context, cfg *Config, base zerolog.Logger, reg prom
 		Logger:     component(base, "pipeline"),
 		Registerer: reg,
 	})
-	// Modules named by plog listener chains are loaded once more, apart from
-	// the catalogue: <name>.wasm of the drop-in directory, else the built-in.
+	// A plog listener's chain names modules; each name stands for whichever
+	// version the catalogue has active at the moment of a call, so chains
+	// follow hot reloads and promotions.
 	for _, l := range cfg.Plog {
 		for _, name := range l.Mappers {
 			if _, ok := ms.chains[name]; ok {
 				continue
 			}
-			mod, err := loadByName(ctx, eng, cfg.MappersDir, builtin, name)
-			if err != nil {
+			mod, ok := cat.Named(name)
+			if !ok {
 				_ = ms.Close(ctx)
-				return nil, fmt.Errorf("plog listener %s: %w", l.Address, err)
+				return nil, fmt.Errorf("plog listener %s: no mapper module named %q (built-in or in the drop-in directory)", l.Address, name)
 			}
 			ms.chains[name] = mod
 		}
 	}
 	return ms, nil
-}
-
-func loadByName(ctx context.Context, eng *runtime.Engine, dir string, builtin map[string][]byte, name string) (*runtime.Module, error) {
-	if dir != "" {
-		p := filepath.Join(dir, name+".wasm")
-		if b, err := os.ReadFile(p); err == nil {
-			return eng.Load(ctx, p, b)
-		}
-	}
-	if b, ok := builtin[name+".wasm"]; ok {
-		return eng.Load(ctx, "builtin:"+name+".wasm", b)
-	}
-	return nil, fmt.Errorf("no module %s.wasm in the drop-in directory or among the built-in ones", name)
 }
 
 func newSender(cfg *Config, log zerolog.Logger, reg prometheus.Registerer, ob outboxHandle) (senderPart, error) {

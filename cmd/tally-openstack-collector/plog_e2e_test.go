@@ -1,0 +1,72 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+)
+
+// TestEndToEndPlog sends notifications through the plog-compatible listeners of
+// the running daemon (an unboxed UDP datagram and a TCP line), each listener's
+// chain naming the built-in nova module, and checks they reach the Reporting
+// API through the same outbox and sender as the AMQP input.
+func TestEndToEndPlog(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test")
+	}
+	needBroker(t)
+	holdBrokerShared(t)
+	b := buildBinaries(t)
+	v := newVhost(t)
+	v.declareExchanges(t, "nova")
+	a := startAPI(t, b)
+
+	udpAddr, tcpAddr := freeAddr(t), freeAddr(t)
+	cfg := filepath.Join(t.TempDir(), "collector.yaml")
+	yaml := fmt.Sprintf("plog:\n  listeners:\n    - address: udp://%s\n      mappers: [nova]\n    - address: tcp://%s\n      mappers: [nova]\n", udpAddr, tcpAddr)
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := newCollector(t, b, v, a.url(), a.token, "TALLY_OSC_EXCHANGES=nova",
+		"TALLY_OSC_PLOG_LISTENERS=udp://"+udpAddr+",tcp://"+tcpAddr)
+	c.runs++
+	c.p = startProc(t, "collector", c.bin, []string{"--config", cfg}, c.env)
+	c.waitReady(t)
+
+	note := func(id string) string {
+		return `{"message_id":"` + id + `","event_type":"compute.instance.exists","timestamp":"2024-05-01 12:00:00.5",` +
+			`"publisher_id":"compute.host1","payload":{"instance_id":"i-` + id + `","tenant_id":"p1","vcpus":2,"memory_mb":2048}}`
+	}
+	uc, err := net.Dial("udp", udpAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uc.Close()
+	tc, err := net.Dial("tcp", tcpAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	if _, err := tc.Write([]byte(note("plog-tcp-1") + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	// UDP is fire and forget: resend until it arrives (the id dedupes).
+	waitFor(t, 60*time.Second, "both plog events at the Reporting API", func() bool {
+		_, _ = uc.Write([]byte(note("plog-udp-1")))
+		return a.stats(t).Accepted >= 2
+	})
+	events, _ := a.events(t)
+	var got []string
+	for _, ev := range events {
+		got = append(got, ev.EventID+" "+ev.Source.Exchange+" "+ev.Source.Mapper[:len("nova@")])
+	}
+	sort.Strings(got)
+	want := []string{"plog-tcp-1 plog nova@", "plog-udp-1 plog nova@"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("events at the API: %q, want %q", got, want)
+	}
+}
