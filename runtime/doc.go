@@ -20,9 +20,10 @@
 //
 // The caller parses each message once into a jsonindex.Index and passes it to
 // Map. The guest receives the raw bytes and may look members up through the
-// tally.field import (one path) or tally.fields (many paths in one call, the
-// lookups sharing a parent container through a jsonindex.Cursor), both of
-// which answer from that Index: the guest never needs to parse JSON itself.
+// tally.field import (one path) or tally.fields (many paths in one call), both
+// of which answer from that Index through one jsonindex.Cursor per call (a
+// path with the same parent as the previous one resumes from that parent):
+// the guest never needs to parse JSON itself.
 //
 // # Limits
 //

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -51,9 +51,11 @@ type Consumer struct {
 	tagSeq  atomic.Uint64
 	running atomic.Bool
 
-	// afterCommit, when set (tests), runs after a batch is committed and
-	// before it is acknowledged.
+	// Test hooks, nil in production. afterCommit runs on the session
+	// goroutine after a batch is committed and before it is acknowledged;
+	// beforeAck runs right before each basic.ack with its delivery tag.
 	afterCommit func()
+	beforeAck   func(tag uint64)
 }
 
 type readyState struct{ err error }
@@ -224,16 +226,21 @@ type sess struct {
 	blocked    chan amqp.Blocking
 
 	tag        string
-	deliveries <-chan amqp.Delivery
+	deliveries <-chan amqp.Delivery // nil while the consumer is cancelled
 
-	// the batch: deliveries taken and not yet settled
-	events  [][]byte
-	letters []outbox.DeadLetter
-	lastTag uint64
-	held    int
+	// The delivery flow (flow.go). Only the session goroutine touches
+	// these fields; mapping workers and the committer talk to it through
+	// jobs/kick and commitReq/commitDone.
+	jobs       chan *item
+	kick       chan struct{} // a worker finished an item (cap 1, never blocks)
+	commitReq  chan *batch
+	commitDone chan error
+	pending    []*item // taken, not yet handed to the committer, in tag order
+	inflight   *batch  // being committed; nil while the committer is idle
+	maxTag     uint64  // highest delivery tag taken and not yet settled
+	held       int     // deliveries taken and not yet settled
+	wg         sync.WaitGroup
 
-	lingerT  *time.Timer
-	lingerC  <-chan time.Time
 	probeT   *time.Timer
 	probeC   <-chan time.Time
 	resumeC  <-chan time.Time // pause at the bound ends
@@ -360,243 +367,4 @@ func (s *sess) probeDue() error {
 	s.c.m.missingExchanges.Set(float64(len(s.missing)))
 	s.armProbe()
 	return nil
-}
-
-func (s *sess) consume() error {
-	s.tag = fmt.Sprintf("tally-openstack-collector-%d-%d", os.Getpid(), s.c.tagSeq.Add(1))
-	d, err := s.ch.Consume(s.c.opts.Queue, s.tag, false, false, false, false, nil)
-	if err != nil {
-		return fmt.Errorf("consume %q: %w", s.c.opts.Queue, err)
-	}
-	s.deliveries = d
-	return nil
-}
-
-func (s *sess) loop(ctx context.Context) error {
-	s.lingerT = time.NewTimer(time.Hour)
-	s.lingerT.Stop()
-	defer s.lingerT.Stop()
-	s.armProbe()
-	defer func() {
-		if s.probeT != nil {
-			s.probeT.Stop()
-		}
-	}()
-	s.pauseBo = backoff{min: s.c.opts.PauseMin, max: s.c.opts.PauseMax}
-	for {
-		var dch <-chan amqp.Delivery
-		if s.refuseC == nil {
-			dch = s.deliveries
-		}
-		select {
-		case <-ctx.Done():
-			s.shutdown()
-			return ctx.Err()
-		case e := <-s.connClosed:
-			return fmt.Errorf("%w: connection closed: %v", errSessionLost, e)
-		case e := <-s.chClosed:
-			return fmt.Errorf("%w: channel closed: %v", errSessionLost, e)
-		case b := <-s.blocked:
-			s.noteBlocked(b)
-		case d, ok := <-dch:
-			if !ok {
-				return fmt.Errorf("%w: the broker cancelled the consumer", errSessionLost)
-			}
-			s.take(d)
-			if s.held >= s.c.opts.BatchMax {
-				if err := s.commit(ctx); err != nil {
-					return err
-				}
-			} else if s.held == 1 {
-				s.lingerT.Reset(s.c.opts.BatchLinger)
-				s.lingerC = s.lingerT.C
-			}
-		case <-s.lingerC:
-			s.lingerC = nil
-			if err := s.commit(ctx); err != nil {
-				return err
-			}
-		case <-s.probeC:
-			s.probeC = nil
-			if err := s.probeDue(); err != nil {
-				return err
-			}
-		case <-s.refuseC:
-			s.refuseC = nil
-		case <-s.resumeC:
-			s.resumeC = nil
-			if err := s.consume(); err != nil {
-				return err
-			}
-			s.c.m.paused.Set(0)
-			s.log.Info().Msg("resuming consumption")
-		}
-	}
-}
-
-// take maps one delivery into the batch.
-func (s *sess) take(d amqp.Delivery) {
-	m := s.c.m
-	m.consumed.Inc()
-	s.held++
-	s.lastTag = d.DeliveryTag
-	size := len(d.Body)
-	// The mapping gets a context that shutdown does not cancel: an interrupted
-	// call would otherwise read as a mapper failure. The runtime bounds each call.
-	res := s.c.proc.Process(context.WithoutCancel(context.Background()), pipeline.Message{
-		Body: d.Body, Exchange: d.Exchange, RoutingKey: d.RoutingKey,
-	})
-	switch res.Outcome {
-	case pipeline.Mapped:
-		s.events = append(s.events, res.Events...)
-	case pipeline.Skipped:
-		ev := s.log.Debug()
-		if res.Reason == "event_too_large" {
-			ev = s.log.Warn()
-		}
-		ev.Str("reason", res.Reason).Str("event_type", res.EventType).Int("size", size).
-			Str("exchange", d.Exchange).Str("routing_key", d.RoutingKey).Msg("notification skipped")
-	case pipeline.Unparseable:
-		// The pipeline counts and logs it (size, exchange, routing key; never
-		// the content); it is acknowledged with the batch.
-	case pipeline.Failed:
-		// Never lost: the body goes to the dead-letter area with the batch and
-		// is acknowledged only once that is committed. The pipeline logs it.
-		dl := outbox.DeadLetter{
-			Body: d.Body, Exchange: d.Exchange, RoutingKey: d.RoutingKey,
-			EventType: res.EventType, Module: res.Module, Reason: res.Reason, At: time.Now().UTC(),
-		}
-		if res.Err != nil {
-			dl.Detail = res.Err.Error()
-		}
-		s.letters = append(s.letters, dl)
-	}
-}
-
-func (s *sess) resetBatch() {
-	s.events = s.events[:0]
-	clear(s.letters)
-	s.letters = s.letters[:0]
-	s.held = 0
-	s.lastTag = 0
-	s.lingerT.Stop()
-	s.lingerC = nil
-}
-
-// commit writes the batch to the outbox and then acknowledges every delivery
-// of it with one multiple ack on the channel that delivered them. On a full
-// outbox it requeues what is held and pauses; on a refused insert it requeues
-// and waits RefusedRetry before taking deliveries again.
-func (s *sess) commit(ctx context.Context) error {
-	if s.held == 0 {
-		return nil
-	}
-	err := s.write(ctx)
-	if err == nil {
-		if s.c.afterCommit != nil {
-			s.c.afterCommit()
-		}
-		if err := s.ch.Ack(s.lastTag, true); err != nil {
-			return fmt.Errorf("%w: ack: %w", errSessionLost, err)
-		}
-		s.c.m.acked.Add(float64(s.held))
-		s.pauseBo.reset()
-		s.resetBatch()
-		return nil
-	}
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	if errors.Is(err, outbox.ErrFull) {
-		return s.pause()
-	}
-	// Refused (disk full, I/O error) or anything else: requeue and wait.
-	s.log.Error().Err(err).Int("deliveries", s.held).Dur("retry_in", s.c.opts.RefusedRetry).
-		Msg("outbox refused the batch; requeued")
-	if err := s.nack(s.lastTag, s.held); err != nil {
-		return err
-	}
-	s.resetBatch()
-	t := time.NewTimer(s.c.opts.RefusedRetry)
-	s.refuseC = t.C
-	return nil
-}
-
-func (s *sess) write(ctx context.Context) error {
-	cctx, cancel := context.WithTimeout(ctx, s.c.opts.CommitTimeout)
-	defer cancel()
-	start := time.Now()
-	defer func() { s.c.m.commitSeconds.Observe(time.Since(start).Seconds()) }()
-	// Events first: at the bound nothing is written and the whole batch is
-	// requeued. Dead letters do not count against the bound.
-	if len(s.events) > 0 {
-		if err := s.c.box.Append(cctx, s.events); err != nil {
-			return err
-		}
-	}
-	if len(s.letters) > 0 {
-		if err := s.c.box.AppendDeadLetters(cctx, s.letters); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (s *sess) nack(tag uint64, n int) error {
-	if tag == 0 {
-		return nil
-	}
-	if err := s.ch.Nack(tag, true, true); err != nil {
-		return fmt.Errorf("%w: nack: %w", errSessionLost, err)
-	}
-	s.lastNack = time.Now()
-	s.c.m.nacked.Add(float64(n))
-	return nil
-}
-
-// pause stops taking deliveries at the outbox bound: the consumer is
-// cancelled, every delivery held is requeued with one nack, and consumption
-// resumes after a pause that doubles while the bound persists. Nothing stays
-// unacknowledged during a pause, so consumer_timeout cannot fire.
-func (s *sess) pause() error {
-	maxTag, n := s.lastTag, s.held
-	if err := s.ch.Cancel(s.tag, false); err != nil {
-		return fmt.Errorf("%w: cancel: %w", errSessionLost, err)
-	}
-	for d := range s.deliveries {
-		maxTag = max(maxTag, d.DeliveryTag)
-		n++
-	}
-	s.deliveries = nil
-	if err := s.nack(maxTag, n); err != nil {
-		return err
-	}
-	s.resetBatch()
-	d := s.pauseBo.next()
-	s.c.m.paused.Set(1)
-	s.log.Warn().Int("requeued", n).Dur("pause", d).Msg("outbox at its bound; consumption paused")
-	t := time.NewTimer(d)
-	s.resumeC = t.C
-	return nil
-}
-
-// shutdown commits what is held (with a short deadline of its own) and lets
-// the deferred close return anything else to the queue.
-func (s *sess) shutdown() {
-	if s.held == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := s.write(ctx); err != nil {
-		_ = s.nack(s.lastTag, s.held)
-		return
-	}
-	if s.c.afterCommit != nil {
-		s.c.afterCommit()
-	}
-	if err := s.ch.Ack(s.lastTag, true); err == nil {
-		s.c.m.acked.Add(float64(s.held))
-	}
-	s.resetBatch()
 }

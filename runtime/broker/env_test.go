@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -280,6 +281,54 @@ func (v *vhost) queueState(t testing.TB, queue string) (ready int, exists bool) 
 	return q.Messages, true
 }
 
+// queueCounts answers the unacknowledged deliveries and the consumers of a
+// queue, as the broker reports them.
+func (v *vhost) queueCounts(t testing.TB, queue string) (unacked, consumers int, ok bool) {
+	t.Helper()
+	out := rabbitmqctl(t, "list_queues", "-q", "--no-table-headers", "-p", v.name,
+		"name", "messages_unacknowledged", "consumers")
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 3 && f[0] == queue {
+			u, err1 := strconv.Atoi(f[1])
+			c, err2 := strconv.Atoi(f[2])
+			return u, c, err1 == nil && err2 == nil
+		}
+	}
+	return 0, 0, false
+}
+
+// queuedIDs reads the message_ids of every message ready in the queue
+// without removing any: they are fetched unacknowledged and go back to the
+// queue when the channel closes.
+func (v *vhost) queuedIDs(t testing.TB, queue string) map[string]bool {
+	t.Helper()
+	c, err := amqp.Dial(v.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ch, err := c.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	for {
+		m, ok, err := ch.Get(queue, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		ids[messageID(t, m.Body)] = true
+	}
+	if err := ch.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
 // bindings lists "exchange routing_key" of every binding to queue.
 func (v *vhost) bindings(t testing.TB, queue string) []string {
 	t.Helper()
@@ -362,7 +411,6 @@ func testOptions(v *vhost, logs *syncBuf, exchanges ...string) Options {
 		Exchanges:    exchanges,
 		QueueType:    QueueClassic,
 		Prefetch:     20,
-		BatchLinger:  10 * time.Millisecond,
 		ReconnectMin: 100 * time.Millisecond,
 		ReconnectMax: 400 * time.Millisecond,
 		ProbeMin:     200 * time.Millisecond,

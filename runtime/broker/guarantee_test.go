@@ -26,8 +26,9 @@ const (
 )
 
 // childMain is the collector process of TestKillBetweenCommitAndAck: it
-// consumes, and kills itself with SIGKILL right after its first commit,
-// before the acknowledgement.
+// drains a backlog with the pipelined consumer (several mapping workers, a
+// commit in flight while the next deliveries are mapped) and kills itself
+// with SIGKILL right after its third commit, before acknowledging it.
 func childMain() int {
 	v := vhostByName(os.Getenv(childVhostEnv))
 	ob, err := openChildOutbox(os.Getenv(childDirEnv))
@@ -37,24 +38,47 @@ func childMain() int {
 	}
 	opts := testOptions(v, nil, "nova")
 	opts.Logger = zerolog.New(os.Stderr)
-	opts.BatchMax = 3
-	opts.BatchLinger = 5 * time.Second
-	c, err := New(newTestProcessor(nil), ob, opts)
+	opts.Workers = 4
+	c, err := New(slowProcessor{newTestProcessor(nil), time.Millisecond}, ob, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 2
 	}
-	c.afterCommit = func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) }
+	commits := 0
+	c.afterCommit = func() {
+		if commits++; commits == 3 {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+	}
 	_ = c.Run(context.Background())
 	return 3
 }
 
-// The collector dies between the commit and the ack: the broker redelivers,
-// the event is committed again with the same event_id (a duplicate the
-// Reporting API counts), and nothing is lost.
+// The collector dies between a commit and its ack while it drains a backlog
+// through the pipeline: every delivery the broker no longer holds was
+// committed before the kill (an ack never preceded its commit), the batch
+// committed but not acknowledged is redelivered and committed again with the
+// same event_ids (duplicates the Reporting API counts), and nothing is lost.
 func TestKillBetweenCommitAndAck(t *testing.T) {
 	v := newVhost(t)
 	v.declareExchanges(t, false, "nova")
+	ch, err := v.conn(t).Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(DefaultQueue, true, false, false, false, queueArgs(QueueClassic)); err != nil {
+		t.Fatal(err)
+	}
+	const n = 300
+	var ids []string
+	var bodies [][]byte
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("kill-%03d", i)
+		ids = append(ids, id)
+		bodies = append(bodies, note(t, id, "compute.instance.exists"))
+	}
+	v.publish(t, "", DefaultQueue, bodies...)
+
 	dir := t.TempDir()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"=1", childVhostEnv+"="+v.name, childDirEnv+"="+dir)
@@ -63,49 +87,53 @@ func TestKillBetweenCommitAndAck(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "child consuming", func() bool {
-		c, err := amqp.Dial(v.url)
-		if err != nil {
-			return false
-		}
-		defer c.Close()
-		ch, err := c.Channel()
-		if err != nil {
-			return false
-		}
-		q, err := ch.QueueDeclarePassive(DefaultQueue, true, false, false, false, nil)
-		return err == nil && q.Consumers == 1
-	})
-	ids := []string{"kill-1", "kill-2", "kill-3"}
-	for _, id := range ids {
-		v.publish(t, "nova", "notifications.info", note(t, id, "compute.instance.exists"))
-	}
-	err := cmd.Wait()
+	guard := time.AfterFunc(60*time.Second, func() { _ = cmd.Process.Kill() })
+	err = cmd.Wait()
+	guard.Stop()
 	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	if err == nil || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		t.Fatalf("child did not die by SIGKILL: %v\n%s", err, stderr.String())
 	}
-	waitFor(t, 10*time.Second, "unacknowledged deliveries back in the queue", func() bool {
-		n, _ := v.queueState(t, DefaultQueue)
-		return n == len(ids)
+	waitFor(t, 30*time.Second, "the dead collector's deliveries back in the queue", func() bool {
+		unacked, consumers, ok := v.queueCounts(t, DefaultQueue)
+		return ok && unacked == 0 && consumers == 0
 	})
-	ob := openOutbox(t, dir, 100)
+	queued := v.queuedIDs(t, DefaultQueue)
+	ob := openOutbox(t, dir, 1000)
 	got := outboxIDs(t, ob)
+	var acked, committedNotAcked int
 	for _, id := range ids {
-		if got[id] != 1 {
-			t.Fatalf("after the kill: %v", got)
+		switch {
+		case !queued[id] && got[id] == 0:
+			t.Errorf("%s acknowledged but not in the outbox", id)
+		case !queued[id]:
+			acked++
+		case got[id] > 0:
+			committedNotAcked++
 		}
 	}
+	if acked == 0 || committedNotAcked == 0 || acked+len(queued) != n {
+		t.Fatalf("after the kill: %d acknowledged, %d committed and not acknowledged, %d queued of %d",
+			acked, committedNotAcked, len(queued), n)
+	}
+	t.Logf("after the kill: %d acknowledged, %d committed and not acknowledged, %d back in the queue", acked, committedNotAcked, len(queued))
+
 	c, err := New(newTestProcessor(t), ob, testOptions(v, &syncBuf{}, "nova"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	startConsumer(t, c)
-	waitFor(t, 15*time.Second, "redeliveries acknowledged", func() bool { return testutil.ToFloat64(c.m.acked) == 3 })
-	got = outboxIDs(t, ob)
+	waitFor(t, 30*time.Second, "redeliveries acknowledged", func() bool {
+		return testutil.ToFloat64(c.m.acked) == float64(len(queued))
+	})
+	after := outboxIDs(t, ob)
 	for _, id := range ids {
-		if got[id] != 2 {
-			t.Errorf("%s in the outbox %d times, want 2 (a duplicate with the same event_id)", id, got[id])
+		want := 1
+		if queued[id] && got[id] > 0 {
+			want = 2 // committed, killed before the ack, redelivered
+		}
+		if after[id] != want {
+			t.Errorf("%s in the outbox %d times, want %d", id, after[id], want)
 		}
 	}
 	if n, _ := v.queueState(t, DefaultQueue); n != 0 {

@@ -3,6 +3,7 @@ package broker
 import (
 	"crypto/tls"
 	"fmt"
+	"runtime"
 	"strings"
 	"time"
 
@@ -24,7 +25,6 @@ var Priorities = []string{"audit", "debug", "info", "warn", "error", "critical",
 const (
 	DefaultQueue         = "tally-notifications"
 	DefaultPrefetch      = 100
-	DefaultBatchLinger   = 20 * time.Millisecond
 	DefaultCommitTimeout = 2 * time.Minute
 	DefaultReconnectMin  = 1 * time.Second
 	DefaultReconnectMax  = 30 * time.Second
@@ -54,11 +54,15 @@ type Options struct {
 	RequireExchanges bool     // any missing exchange stops consumption
 	Prefetch         int      // unacknowledged deliveries held; default 100
 
-	// BatchMax is the number of deliveries committed in one outbox append and
-	// acknowledged with one ack; default Prefetch/2 (at least 1, at most Prefetch).
+	// Workers is the number of goroutines mapping deliveries; default
+	// GOMAXPROCS. The Processor must be safe for concurrent use.
+	Workers int
+	// BatchMax caps the deliveries committed in one outbox append and
+	// acknowledged with one ack; default Prefetch/2 (at least 1, at most
+	// Prefetch), so that at least two commits' worth of deliveries fit in
+	// the prefetch window. A commit starts as soon as the previous one is
+	// done and something is mapped (group commit): there is no linger.
 	BatchMax int
-	// BatchLinger is how long a partial batch waits for more deliveries; default 20ms.
-	BatchLinger time.Duration
 	// CommitTimeout bounds one outbox append; on expiry the batch is requeued.
 	// It stays far below RabbitMQ's consumer_timeout (30 min by default).
 	CommitTimeout time.Duration
@@ -95,7 +99,10 @@ func (o *Options) setDefaults() {
 	if o.Prefetch == 0 {
 		o.Prefetch = DefaultPrefetch
 	}
-	if o.BatchMax == 0 {
+	if o.Workers <= 0 {
+		o.Workers = runtime.GOMAXPROCS(0)
+	}
+	if o.BatchMax <= 0 {
 		o.BatchMax = max(1, o.Prefetch/2)
 	}
 	if o.BatchMax > o.Prefetch && o.Prefetch > 0 {
@@ -106,7 +113,6 @@ func (o *Options) setDefaults() {
 			*d = v
 		}
 	}
-	def(&o.BatchLinger, DefaultBatchLinger)
 	def(&o.CommitTimeout, DefaultCommitTimeout)
 	def(&o.ReconnectMin, DefaultReconnectMin)
 	def(&o.ReconnectMax, DefaultReconnectMax)

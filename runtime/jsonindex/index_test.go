@@ -408,3 +408,39 @@ func BenchmarkCursorNova(b *testing.B) {
 		}
 	}
 }
+
+// mapperPaths are the lookups of a nova mapper, in its order: mostly
+// members of payload, a few at the top level in between.
+var mapperPaths = [][]byte{[]byte(`payload.nova_object\.data`), []byte("event_type"), []byte("message_id"),
+	[]byte("timestamp"), []byte("payload.instance_id"), []byte("payload.tenant_id"), []byte("payload.user_id"),
+	[]byte("payload.instance_type"), []byte("payload.instance_flavor_id"), []byte("payload.vcpus"),
+	[]byte("payload.memory_mb"), []byte("payload.root_gb"), []byte("payload.ephemeral_gb"), []byte("payload.disk_gb"),
+	[]byte("payload.state"), []byte("payload.image_ref"), []byte("payload.image_meta.base_image_ref"),
+	[]byte("payload.availability_zone"), []byte("payload.host"), []byte("payload.launched_at"),
+	[]byte("payload.terminated_at"), []byte("payload.deleted_at")}
+
+// BenchmarkMapperPaths: one mapper's lookups, plain and through a Cursor
+// (what the host's tally.fields does), per set of 22.
+func BenchmarkMapperPaths(b *testing.B) {
+	src := readNova(b)
+	var x Index
+	if err := x.Parse(src); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("plain", func(b *testing.B) {
+		for b.Loop() {
+			for _, p := range mapperPaths {
+				x.LookupBytes(p)
+			}
+		}
+	})
+	b.Run("cursor", func(b *testing.B) {
+		var c Cursor
+		for b.Loop() {
+			c.Reset(&x)
+			for _, p := range mapperPaths {
+				c.LookupBytes(p)
+			}
+		}
+	})
+}

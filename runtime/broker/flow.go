@@ -1,0 +1,418 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/tally-billing/tally-openstack-collector/outbox"
+	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
+)
+
+// item is one delivery on its way from the channel to its acknowledgement.
+// The session goroutine fills the delivery fields before handing it to a
+// worker; the worker writes res and letter and then sets done. The session
+// goroutine reads res and letter only after it has seen done.
+type item struct {
+	tag        uint64
+	body       []byte
+	exchange   string
+	routingKey string
+
+	res    pipeline.Result
+	letter *outbox.DeadLetter
+	done   atomic.Bool
+}
+
+// batch is what one commit writes: the events and dead letters of a run of
+// consecutive deliveries, acknowledged together up to lastTag.
+type batch struct {
+	events  [][]byte
+	letters []outbox.DeadLetter
+	lastTag uint64
+	n       int
+}
+
+// shutdownBudget bounds the graceful stop of a session: waiting for the
+// commit in flight, mapping what is held, committing it.
+const shutdownBudget = 10 * time.Second
+
+func (s *sess) consume() error {
+	s.tag = fmt.Sprintf("tally-openstack-collector-%d-%d", os.Getpid(), s.c.tagSeq.Add(1))
+	d, err := s.ch.Consume(s.c.opts.Queue, s.tag, false, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("consume %q: %w", s.c.opts.Queue, err)
+	}
+	s.deliveries = d
+	return nil
+}
+
+// startFlow starts the mapping workers and the committer of the session.
+func (s *sess) startFlow() {
+	s.jobs = make(chan *item, s.c.opts.Prefetch)
+	s.kick = make(chan struct{}, 1)
+	s.commitReq = make(chan *batch, 1)
+	s.commitDone = make(chan error, 1)
+	for range s.c.opts.Workers {
+		s.wg.Add(1)
+		go s.worker()
+	}
+	s.wg.Add(1)
+	go s.committer()
+}
+
+// stopFlow ends the workers and the committer and waits for them: a commit
+// in flight finishes (bounded by CommitTimeout) before the session returns,
+// so two sessions never commit at once.
+func (s *sess) stopFlow() {
+	close(s.jobs)
+	close(s.commitReq)
+	s.wg.Wait()
+}
+
+// worker maps items. Mapping gets a context that the end of the session does
+// not cancel: an interrupted call would read as a mapper failure. The runtime
+// bounds each call.
+func (s *sess) worker() {
+	defer s.wg.Done()
+	ctx := context.WithoutCancel(context.Background())
+	for it := range s.jobs {
+		s.mapItem(ctx, it)
+		it.done.Store(true)
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (s *sess) mapItem(ctx context.Context, it *item) {
+	res := s.c.proc.Process(ctx, pipeline.Message{Body: it.body, Exchange: it.exchange, RoutingKey: it.routingKey})
+	switch res.Outcome {
+	case pipeline.Skipped:
+		ev := s.log.Debug()
+		if res.Reason == "event_too_large" {
+			ev = s.log.Warn()
+		}
+		ev.Str("reason", res.Reason).Str("event_type", res.EventType).Int("size", len(it.body)).
+			Str("exchange", it.exchange).Str("routing_key", it.routingKey).Msg("notification skipped")
+	case pipeline.Unparseable:
+		// The pipeline counts and logs it (size, exchange, routing key; never
+		// the content); it is acknowledged with its batch.
+	case pipeline.Failed:
+		// Never lost: the body goes to the dead-letter area with its batch
+		// and is acknowledged only once that is committed. The pipeline logs it.
+		dl := &outbox.DeadLetter{
+			Body: it.body, Exchange: it.exchange, RoutingKey: it.routingKey,
+			EventType: res.EventType, Module: res.Module, Reason: res.Reason, At: time.Now().UTC(),
+		}
+		if res.Err != nil {
+			dl.Detail = res.Err.Error()
+		}
+		it.letter = dl
+	}
+	it.res = res
+}
+
+// committer writes the batches it is handed, one at a time, in the order
+// they come, and answers each on commitDone.
+func (s *sess) committer() {
+	defer s.wg.Done()
+	for b := range s.commitReq {
+		s.commitDone <- s.write(b)
+	}
+}
+
+func (s *sess) loop(ctx context.Context) error {
+	s.armProbe()
+	defer func() {
+		if s.probeT != nil {
+			s.probeT.Stop()
+		}
+	}()
+	s.pauseBo = backoff{min: s.c.opts.PauseMin, max: s.c.opts.PauseMax}
+	s.startFlow()
+	defer s.stopFlow()
+	for {
+		var dch <-chan amqp.Delivery
+		if s.refuseC == nil {
+			dch = s.deliveries
+		}
+		select {
+		case <-ctx.Done():
+			s.shutdown()
+			return ctx.Err()
+		case e := <-s.connClosed:
+			return fmt.Errorf("%w: connection closed: %v", errSessionLost, e)
+		case e := <-s.chClosed:
+			return fmt.Errorf("%w: channel closed: %v", errSessionLost, e)
+		case b := <-s.blocked:
+			s.noteBlocked(b)
+		case d, ok := <-dch:
+			if !ok {
+				return fmt.Errorf("%w: the broker cancelled the consumer", errSessionLost)
+			}
+			s.take(d)
+		case <-s.kick:
+			// mapping progressed; dispatch below
+		case err := <-s.commitDone:
+			if err := s.committed(err); err != nil {
+				return err
+			}
+		case <-s.probeC:
+			s.probeC = nil
+			if err := s.probeDue(); err != nil {
+				return err
+			}
+		case <-s.refuseC:
+			s.refuseC = nil
+		case <-s.resumeC:
+			s.resumeC = nil
+			if err := s.consume(); err != nil {
+				return err
+			}
+			s.c.m.paused.Set(0)
+			s.log.Info().Msg("resuming consumption")
+		}
+		if err := s.dispatch(); err != nil {
+			return err
+		}
+	}
+}
+
+// take holds one delivery and hands it to the mapping workers.
+func (s *sess) take(d amqp.Delivery) {
+	s.c.m.consumed.Inc()
+	it := &item{tag: d.DeliveryTag, body: d.Body, exchange: d.Exchange, routingKey: d.RoutingKey}
+	s.pending = append(s.pending, it)
+	s.held++
+	s.maxTag = max(s.maxTag, d.DeliveryTag)
+	// Never blocks for long: the workers do not wait on this goroutine.
+	s.jobs <- it
+}
+
+// nextBatch takes the longest mapped prefix of pending, at most BatchMax
+// deliveries. Delivery order is kept: an item mapped early waits for the
+// items before it.
+func (s *sess) nextBatch(limit int) *batch {
+	var b *batch
+	n := 0
+	for n < len(s.pending) && n < limit && s.pending[n].done.Load() {
+		it := s.pending[n]
+		if b == nil {
+			b = &batch{}
+		}
+		switch {
+		case it.res.Outcome == pipeline.Mapped:
+			b.events = append(b.events, it.res.Events...)
+		case it.letter != nil:
+			b.letters = append(b.letters, *it.letter)
+		}
+		b.lastTag = it.tag
+		b.n++
+		n++
+	}
+	if n > 0 {
+		clear(s.pending[:n])
+		s.pending = s.pending[n:]
+		if len(s.pending) == 0 {
+			s.pending = nil
+		}
+	}
+	return b
+}
+
+// dispatch is the group commit: whenever the committer is idle and the head
+// of pending is mapped, that run of deliveries is committed, while the
+// deliveries behind it go on being mapped. A run with nothing to write
+// (unparseable, skipped) is acknowledged at once: the committer being idle
+// means every earlier delivery is already settled.
+func (s *sess) dispatch() error {
+	for s.inflight == nil {
+		b := s.nextBatch(s.c.opts.BatchMax)
+		if b == nil {
+			return nil
+		}
+		if len(b.events) > 0 || len(b.letters) > 0 {
+			s.inflight = b
+			s.commitReq <- b
+			return nil
+		}
+		if err := s.ack(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// committed settles the batch in flight once its commit answered: an
+// acknowledgement up to its last tag, or, on a failed commit, a requeue of
+// everything held.
+func (s *sess) committed(err error) error {
+	b := s.inflight
+	s.inflight = nil
+	if err == nil {
+		if s.c.afterCommit != nil {
+			s.c.afterCommit()
+		}
+		return s.ack(b)
+	}
+	if errors.Is(err, outbox.ErrFull) {
+		return s.pause()
+	}
+	// Refused (disk full, I/O error) or anything else: requeue and wait.
+	s.log.Error().Err(err).Int("deliveries", s.held).Dur("retry_in", s.c.opts.RefusedRetry).
+		Msg("outbox refused the batch; requeued")
+	if err := s.nackHeld(s.held); err != nil {
+		return err
+	}
+	s.refuseC = time.After(s.c.opts.RefusedRetry)
+	return nil
+}
+
+// ack acknowledges every delivery up to b.lastTag with one multiple ack on the
+// channel that delivered them. Batches are cut from the head of pending and
+// committed one at a time in order, so every delivery up to b.lastTag is in b
+// or in a batch already committed and acknowledged (or requeued).
+func (s *sess) ack(b *batch) error {
+	if s.c.beforeAck != nil {
+		s.c.beforeAck(b.lastTag)
+	}
+	if err := s.ch.Ack(b.lastTag, true); err != nil {
+		return fmt.Errorf("%w: ack: %w", errSessionLost, err)
+	}
+	s.held -= b.n
+	if s.held == 0 {
+		s.maxTag = 0
+	}
+	s.c.m.acked.Add(float64(b.n))
+	s.pauseBo.reset()
+	return nil
+}
+
+func (s *sess) write(b *batch) error {
+	// Not cancelled by the end of the session: a commit that started is
+	// allowed to finish, and its deliveries are acknowledged only if the
+	// session still can.
+	ctx, cancel := context.WithTimeout(context.Background(), s.c.opts.CommitTimeout)
+	defer cancel()
+	start := time.Now()
+	defer func() { s.c.m.commitSeconds.Observe(time.Since(start).Seconds()) }()
+	// Events first: at the bound nothing is written and everything held is
+	// requeued. Dead letters do not count against the bound.
+	if len(b.events) > 0 {
+		if err := s.c.box.Append(ctx, b.events); err != nil {
+			return err
+		}
+	}
+	if len(b.letters) > 0 {
+		if err := s.c.box.AppendDeadLetters(ctx, b.letters); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nackHeld returns every delivery held (up to maxTag, n of them) to the queue
+// with one multiple nack and forgets them. Items still being mapped finish
+// and are dropped.
+func (s *sess) nackHeld(n int) error {
+	tag := s.maxTag
+	s.pending = nil
+	s.held = 0
+	s.maxTag = 0
+	if tag == 0 {
+		return nil
+	}
+	if err := s.ch.Nack(tag, true, true); err != nil {
+		return fmt.Errorf("%w: nack: %w", errSessionLost, err)
+	}
+	s.lastNack = time.Now()
+	s.c.m.nacked.Add(float64(n))
+	return nil
+}
+
+// pause stops taking deliveries at the outbox bound: the consumer is
+// cancelled, every delivery held (mapped, being mapped, or still in the
+// client's buffer) is requeued with one nack, and consumption resumes after
+// a pause that doubles while the bound persists. Nothing stays
+// unacknowledged during a pause, so consumer_timeout cannot fire.
+func (s *sess) pause() error {
+	n := s.held
+	if s.deliveries != nil {
+		if err := s.ch.Cancel(s.tag, false); err != nil {
+			return fmt.Errorf("%w: cancel: %w", errSessionLost, err)
+		}
+		for d := range s.deliveries {
+			s.maxTag = max(s.maxTag, d.DeliveryTag)
+			n++
+		}
+		s.deliveries = nil
+	}
+	if err := s.nackHeld(n); err != nil {
+		return err
+	}
+	d := s.pauseBo.next()
+	s.c.m.paused.Set(1)
+	s.log.Warn().Int("requeued", n).Dur("pause", d).Msg("outbox at its bound; consumption paused")
+	s.resumeC = time.After(d)
+	return nil
+}
+
+// shutdown is the graceful stop: basic.cancel first, so the broker sends
+// nothing more; then the deliveries already received are finished, in order:
+// the commit in flight is awaited and acknowledged, everything else held is
+// mapped, committed and acknowledged. Whatever cannot be finished within
+// shutdownBudget is requeued (or returned by the closing connection).
+func (s *sess) shutdown() {
+	deadline := time.NewTimer(shutdownBudget)
+	defer deadline.Stop()
+	if s.deliveries != nil {
+		if err := s.ch.Cancel(s.tag, false); err != nil {
+			return // the connection is gone; the broker requeues what is held
+		}
+		for d := range s.deliveries {
+			s.take(d)
+		}
+		s.deliveries = nil
+	}
+	for s.held > 0 {
+		if err := s.dispatch(); err != nil {
+			return
+		}
+		if s.held == 0 {
+			return
+		}
+		select {
+		case <-s.kick:
+		case err := <-s.commitDone:
+			if err != nil {
+				s.log.Warn().Err(err).Int("deliveries", s.held).Msg("commit failed while stopping; requeued")
+				_ = s.nackHeld(s.held)
+				return
+			}
+			if err := s.committed(nil); err != nil {
+				return
+			}
+		case <-s.connClosed:
+			return
+		case <-s.chClosed:
+			return
+		case b := <-s.blocked:
+			s.noteBlocked(b)
+		case <-deadline.C:
+			if s.inflight != nil {
+				// The commit may still land; the deliveries are requeued and
+				// come back as duplicates at worst.
+				s.log.Warn().Int("deliveries", s.held).Msg("stop budget spent with a commit in flight; requeued")
+			}
+			_ = s.nackHeld(s.held)
+			return
+		}
+	}
+}
