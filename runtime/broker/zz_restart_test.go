@@ -3,7 +3,11 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -32,12 +36,17 @@ func TestBrokerStopStart(t *testing.T) {
 	}
 	waitFor(t, 15*time.Second, "consumed before the stop", func() bool { return testutil.ToFloat64(c.m.acked) == 5 })
 
+	// Other packages' tests run in parallel on the same broker and a restart
+	// deletes their non-durable exchanges: hold the broker lock exclusively
+	// (their tests hold it shared) until the broker is back.
+	unlock := lockBrokerExclusive(t)
 	started := false
 	restart := func() {
 		if !started {
 			started = true
 			_ = exec.Command("rabbitmqctl", "start_app").Run()
 			_ = exec.Command("rabbitmqctl", "await_startup").Run()
+			unlock()
 		}
 	}
 	defer restart()
@@ -61,5 +70,27 @@ func TestBrokerStopStart(t *testing.T) {
 	}
 	if testutil.ToFloat64(c.m.reconnects) < 1 {
 		t.Error("no reconnect counted")
+	}
+}
+
+// lockBrokerExclusive takes the lock file the tests that need a stable broker
+// hold shared (cmd/tally-openstack-collector's end-to-end tests), and returns
+// its release.
+func lockBrokerExclusive(t testing.TB) (unlock func()) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), "tally-osc-broker.lock"), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		t.Fatalf("broker lock: %v", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		t.Fatalf("broker lock: %v", err)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+			f.Close()
+		})
 	}
 }

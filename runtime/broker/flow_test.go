@@ -1,0 +1,199 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/tally-billing/tally-openstack-collector/outbox"
+	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
+)
+
+// recordingOutbox is the real outbox with a slower Append (a sleep before it
+// delegates, standing in for a slow disk) that records what each call
+// committed, once it returned nil.
+type recordingOutbox struct {
+	*outbox.Outbox
+	delay time.Duration
+
+	appending atomic.Int32 // Append and AppendDeadLetters calls in progress
+
+	mu        sync.Mutex
+	committed map[string]bool // event_ids and dead letters' message_ids
+	order     []string        // event_ids in the order they were committed
+	commits   int
+}
+
+var _ Outbox = (*recordingOutbox)(nil)
+
+func (r *recordingOutbox) Append(ctx context.Context, events [][]byte) error {
+	r.appending.Add(1)
+	defer r.appending.Add(-1)
+	time.Sleep(r.delay)
+	if err := r.Outbox.Append(ctx, events); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.commits++
+	for _, e := range events {
+		var ev struct {
+			EventID string `json:"event_id"`
+		}
+		_ = json.Unmarshal(e, &ev)
+		r.committed[ev.EventID] = true
+		r.order = append(r.order, ev.EventID)
+	}
+	return nil
+}
+
+func (r *recordingOutbox) AppendDeadLetters(ctx context.Context, letters []outbox.DeadLetter) error {
+	r.appending.Add(1)
+	defer r.appending.Add(-1)
+	if err := r.Outbox.AppendDeadLetters(ctx, letters); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, l := range letters {
+		var env struct {
+			Msg string `json:"oslo.message"`
+		}
+		var inner struct {
+			ID string `json:"message_id"`
+		}
+		_ = json.Unmarshal(l.Body, &env)
+		_ = json.Unmarshal([]byte(env.Msg), &inner)
+		r.committed[inner.ID] = true
+	}
+	return nil
+}
+
+func (r *recordingOutbox) isCommitted(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.committed[id]
+}
+
+// shuffleProcessor maps after a random pause, so that the workers finish out
+// of delivery order, and counts the mappings that ran while a commit was in
+// progress.
+type shuffleProcessor struct {
+	Processor
+	box     *recordingOutbox
+	overlap *atomic.Int64
+}
+
+func (p shuffleProcessor) Process(ctx context.Context, msg pipeline.Message) pipeline.Result {
+	time.Sleep(time.Duration(rand.Int64N(int64(2 * time.Millisecond))))
+	if p.box.appending.Load() > 0 {
+		p.overlap.Add(1)
+	}
+	return p.Processor.Process(ctx, msg)
+}
+
+// Under concurrency (four mapping workers finishing out of order, a commit
+// in flight while later deliveries are mapped) no delivery is acknowledged
+// before its event or dead letter is committed, events are committed in
+// delivery order, and acknowledgements only move forward. Delivery tags are
+// checked against commits: one consumer drains a pre-filled queue once, so
+// delivery tag k is the k-th message published.
+func TestAckNeverPrecedesCommit(t *testing.T) {
+	v := newVhost(t)
+	v.declareExchanges(t, false, "nova")
+	ch, err := v.conn(t).Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(DefaultQueue, true, false, false, false, queueArgs(QueueClassic)); err != nil {
+		t.Fatal(err)
+	}
+	const n = 400
+	// byTag[k] is the id to find committed before tag k is acknowledged
+	// ("" for a delivery with nothing to commit).
+	byTag := make([]string, n+1)
+	var wantOrder []string
+	var bodies [][]byte
+	for i := 1; i <= n; i++ {
+		id := fmt.Sprintf("ord-%04d", i)
+		switch {
+		case i%37 == 0: // unparseable: acknowledged with its batch, nothing written
+			bodies = append(bodies, []byte("not json"))
+		case i%25 == 0: // a failing mapper: a dead letter
+			bodies = append(bodies, note(t, id, "test.fail"))
+			byTag[i] = id
+		default:
+			bodies = append(bodies, note(t, id, "compute.instance.exists"))
+			byTag[i] = id
+			wantOrder = append(wantOrder, id)
+		}
+	}
+	v.publish(t, "", DefaultQueue, bodies...)
+
+	rec := &recordingOutbox{Outbox: openOutbox(t, t.TempDir(), 1<<20), delay: 3 * time.Millisecond, committed: map[string]bool{}}
+	var overlap atomic.Int64
+	opts := testOptions(v, &syncBuf{}, "nova")
+	opts.Prefetch = 50
+	opts.Workers = 4
+	c, err := New(shuffleProcessor{newTestProcessor(t), rec, &overlap}, rec, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var violations []string
+	var acks []uint64
+	c.beforeAck = func(tag uint64) {
+		mu.Lock()
+		defer mu.Unlock()
+		from := uint64(1)
+		if len(acks) > 0 {
+			from = acks[len(acks)-1] + 1
+		}
+		if tag < from || tag > n {
+			violations = append(violations, fmt.Sprintf("ack of tag %d after an ack of tag %d", tag, from-1))
+		}
+		for k := from; k <= tag && k <= n; k++ {
+			if id := byTag[k]; id != "" && !rec.isCommitted(id) {
+				violations = append(violations, fmt.Sprintf("tag %d (%s) acknowledged before its commit", k, id))
+			}
+		}
+		acks = append(acks, tag)
+	}
+	startConsumer(t, c)
+	waitFor(t, 60*time.Second, "all acknowledged", func() bool { return testutil.ToFloat64(c.m.acked) == n })
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, v := range violations {
+		t.Error(v)
+	}
+	if len(acks) < 2 || acks[len(acks)-1] != n {
+		t.Errorf("acks %v", acks)
+	}
+	rec.mu.Lock()
+	order, commits := slices.Clone(rec.order), rec.commits
+	rec.mu.Unlock()
+	if !slices.Equal(order, wantOrder) {
+		t.Errorf("events committed out of delivery order:\n got %v\nwant %v", order, wantOrder)
+	}
+	if d := rec.Outbox.DeadLetterCount(); d != int64(n/25-n/(25*37)) {
+		t.Errorf("dead letters %d", d)
+	}
+	// The pipeline at work: deliveries were mapped while a commit was in
+	// progress, and commits covered several deliveries each.
+	if overlap.Load() == 0 {
+		t.Error("no delivery was mapped while a commit was in flight")
+	}
+	if commits >= len(wantOrder) {
+		t.Errorf("%d commits for %d events: no batching", commits, len(wantOrder))
+	}
+	t.Logf("%d acks, %d event commits, %d mappings during a commit", len(acks), commits, overlap.Load())
+}
