@@ -40,37 +40,66 @@
 //  6. Consume with basic.qos Prefetch, watching connection close, channel
 //     close and connection.blocked.
 //
-// # Batching, commit, then ack
+// # Map concurrently, commit in order, then ack
 //
-// One goroutine per session takes deliveries, maps each with the Processor at
-// once, and gathers a batch of up to BatchMax deliveries (or what arrived
-// within BatchLinger). The batch's events go to the outbox in one Append,
-// the notifications whose mapper failed go to the dead-letter area in one
-// AppendDeadLetters, and only then is the batch acknowledged with one
-// basic.ack multiple=true for its highest delivery tag. Deliveries that yield
-// nothing to commit (unparseable, body over 1 MiB, skipped, versioned,
-// unclaimed, event over 64 KiB) ride in the same batch and are acknowledged
-// with it, so a multiple ack never covers a delivery that was not committed.
+// The session goroutine owns the channel: it takes deliveries, appends each
+// to a FIFO of held deliveries (delivery-tag order) and hands it to one of
+// Options.Workers mapping goroutines (default GOMAXPROCS; the Processor is
+// safe for concurrent use). Workers finish out of order; the FIFO does not
+// move until its head is mapped.
+//
+// One committer goroutine writes batches, one at a time. Whenever it is idle
+// and the head of the FIFO is mapped, the session cuts the longest mapped
+// run from the head (at most BatchMax deliveries, default Prefetch/2) and
+// hands it over: group commit, no linger. The batch's events go to the
+// outbox in one synced Append, its dead letters (notifications whose mapper
+// failed) in one AppendDeadLetters, and when both returned nil the session
+// acknowledges the batch with one basic.ack multiple=true for its highest
+// delivery tag. Meanwhile the deliveries behind it are being received and
+// mapped, so at the default prefetch of 100 about two commits' worth of
+// deliveries are in flight: one being committed, one being mapped. A run
+// with nothing to write (unparseable, body over 1 MiB, skipped, versioned,
+// unclaimed, event over 64 KiB) is acknowledged at once when the committer
+// is idle.
 //
 // Invariants:
-//   - nothing is acknowledged before its commit returned nil;
-//   - every delivery tag held belongs to the session's one consuming channel,
-//     and the batch dies with the session: after a reconnect nothing of the
-//     old channel is acknowledged, the broker redelivers it, and the outbox
-//     receives a duplicate with the same event_id (the Reporting API counts
-//     duplicates);
-//   - a delivery is held at most BatchLinger plus one commit (bounded by
-//     CommitTimeout), far below RabbitMQ's consumer_timeout (30 min).
+//   - nothing is acknowledged before its commit returned nil: batches are
+//     cut from the head of the FIFO and committed one at a time, so when a
+//     batch is acknowledged up to its highest tag, every delivery with a
+//     lower tag is in that batch or in an earlier one that was committed
+//     and acknowledged, or was requeued;
+//   - events reach the outbox in delivery order;
+//   - every delivery tag held belongs to the session's one consuming
+//     channel, and only the session goroutine acknowledges, rejects or
+//     cancels on it. Workers and committer end with the session (a commit in
+//     flight is awaited first); after a reconnect nothing of the old channel
+//     is acknowledged, the broker redelivers it, and the outbox receives a
+//     duplicate with the same event_id (the Reporting API counts duplicates);
+//   - a delivery is held for at most its mapping, the commit before it and
+//     its own (each bounded by CommitTimeout), far below RabbitMQ's
+//     consumer_timeout (30 min).
+//
+// # Graceful stop
+//
+// When Run's context ends the session first cancels its consumer
+// (basic.cancel), so the broker sends nothing more, and takes what the
+// client library had already received. It then finishes what it holds, in
+// order: the commit in flight is awaited and acknowledged, the rest is
+// mapped, committed and acknowledged. What cannot be finished within 10 s is
+// requeued. Only then does the connection close.
 //
 // # Back-pressure
 //
 // Append answering outbox.ErrFull (the BUFFER_MAX_EVENTS bound): the consumer
-// is cancelled, every delivery held (the batch and what was in flight) is
-// returned with one basic.nack requeue=true, and consumption resumes after
-// PauseMin, doubling to PauseMax while the bound persists. Nothing stays
-// unacknowledged during a pause. Any other Append error (outbox.ErrRefused: a
-// full disk, an I/O error) requeues the batch and takes no delivery for
-// RefusedRetry (1 s), so the broker sees at most one nack per second. A nack
+// is cancelled, every delivery held (the failed batch, the deliveries behind
+// it, mapped or not, and what the client library had buffered) is returned
+// with one basic.nack multiple=true requeue=true, and consumption resumes
+// after PauseMin, doubling to PauseMax while the bound persists. Nothing
+// stays unacknowledged during a pause. Any other Append error
+// (outbox.ErrRefused: a full disk, an I/O error) requeues everything held the
+// same way and takes no delivery for RefusedRetry (1 s), so the broker sees
+// at most one nack per second. Mappings still running when their delivery is
+// requeued finish and are dropped. A nack
 // does not count against a quorum queue's delivery limit; a closed session
 // would.
 //
@@ -99,5 +128,8 @@
 // # Concurrency
 //
 // New and Dump may be called from any goroutine. Run may be called once per
-// Consumer; Ready is safe for concurrent use with it.
+// Consumer; Ready is safe for concurrent use with it. Within a session, the
+// session goroutine is the only one to touch the AMQP channel and the FIFO;
+// workers publish a result by setting the item's done flag (an atomic) after
+// writing it, and the committer receives and answers batches over channels.
 package broker
