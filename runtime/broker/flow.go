@@ -158,6 +158,11 @@ func (s *sess) loop(ctx context.Context) error {
 				return fmt.Errorf("%w: the broker cancelled the consumer", errSessionLost)
 			}
 			s.take(d)
+			// Take what else the client library has received, so that the
+			// commit below is not cut short of deliveries already here.
+			if err := s.takeWaiting(dch); err != nil {
+				return err
+			}
 		case <-s.kick:
 			// mapping progressed; dispatch below
 		case err := <-s.commitDone:
@@ -196,13 +201,41 @@ func (s *sess) take(d amqp.Delivery) {
 	s.jobs <- it
 }
 
+// takeWaiting takes the deliveries that are ready to be received without
+// waiting (at most Prefetch).
+func (s *sess) takeWaiting(dch <-chan amqp.Delivery) error {
+	for range s.c.opts.Prefetch {
+		select {
+		case d, ok := <-dch:
+			if !ok {
+				return fmt.Errorf("%w: the broker cancelled the consumer", errSessionLost)
+			}
+			s.take(d)
+		default:
+			return nil
+		}
+	}
+	return nil
+}
+
 // nextBatch takes the longest mapped prefix of pending, at most BatchMax
 // deliveries. Delivery order is kept: an item mapped early waits for the
 // items before it.
 func (s *sess) nextBatch(limit int) *batch {
+	r := 0
+	for r < len(s.pending) && r < limit && s.pending[r].done.Load() {
+		r++
+	}
+	// A shorter run waits for the deliveries behind it to be mapped, unless
+	// it is all that is held: every fsync costs, so a commit carries BatchMax
+	// deliveries while traffic keeps the prefetch window full, and whatever
+	// is there as soon as nothing more is arriving.
+	if r == 0 || (r < limit && r < len(s.pending)) {
+		return nil
+	}
 	var b *batch
 	n := 0
-	for n < len(s.pending) && n < limit && s.pending[n].done.Load() {
+	for n < r {
 		it := s.pending[n]
 		if b == nil {
 			b = &batch{}
@@ -228,10 +261,12 @@ func (s *sess) nextBatch(limit int) *batch {
 }
 
 // dispatch is the group commit: whenever the committer is idle and the head
-// of pending is mapped, that run of deliveries is committed, while the
-// deliveries behind it go on being mapped. A run with nothing to write
-// (unparseable, skipped) is acknowledged at once: the committer being idle
-// means every earlier delivery is already settled.
+// of pending holds BatchMax mapped deliveries, or every delivery held is
+// mapped (nothing else has arrived), that run is committed while the
+// deliveries behind it go on being received and mapped. It is called after
+// takeWaiting, so "nothing else has arrived" holds at that moment. A run
+// with nothing to write (unparseable, skipped) is acknowledged at once: the
+// committer being idle means every earlier delivery is already settled.
 func (s *sess) dispatch() error {
 	for s.inflight == nil {
 		b := s.nextBatch(s.c.opts.BatchMax)

@@ -1,0 +1,151 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// BenchmarkDrain drains one pre-filled queue twice, as the end-to-end
+// benchmark does but without WebAssembly, sender or Reporting API: first with
+// a bare consumer that only acknowledges (multiple=true every 100), then with
+// the consumer (the real pipeline with a Go mapper, the real outbox with its
+// synced commits, the acknowledgements), both at PREFETCH=100. It reports
+// both rates, their ratio and the mean deliveries per commit. It does its work
+// once, whatever b.N: run it with -benchtime 1x. TALLY_BENCH_N sets the
+// number of notifications (default 20 000).
+func BenchmarkDrain(b *testing.B) {
+	n := 20000
+	if v, err := strconv.Atoi(os.Getenv("TALLY_BENCH_N")); err == nil && v > 0 {
+		n = v
+	}
+	const prefetch = 100
+	v := newVhost(b)
+	v.declareExchanges(b, false, "nova")
+	ch, err := v.conn(b).Channel()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(DefaultQueue, true, false, false, false, queueArgs(QueueClassic)); err != nil {
+		b.Fatal(err)
+	}
+	body := readTestdata(b, "wire/v2_nova_001.body")
+
+	fill(b, v, body, n)
+	b.ResetTimer()
+	bare := bareDrainRate(b, v, n, prefetch)
+
+	fill(b, v, body, n)
+	ob := openOutbox(b, b.TempDir(), 1<<40)
+	opts := testOptions(v, &syncBuf{}, "nova")
+	opts.Prefetch = prefetch
+	c, err := New(newTestProcessor(b), ob, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := startConsumer(b, c)
+	var t0 time.Time
+	waitForTight(b, time.Minute, func() bool { return testutil.ToFloat64(c.m.acked) > 0 }, &t0)
+	acked0 := testutil.ToFloat64(c.m.acked)
+	var t1 time.Time
+	waitForTight(b, 10*time.Minute, func() bool { return testutil.ToFloat64(c.m.acked) >= float64(n) }, &t1)
+	b.StopTimer()
+	r.stop()
+	rate := (float64(n) - acked0) / t1.Sub(t0).Seconds()
+	var m dto.Metric
+	if err := c.m.commitSeconds.Write(&m); err != nil {
+		b.Fatal(err)
+	}
+	commits := m.GetHistogram().GetSampleCount()
+	meanCommit := m.GetHistogram().GetSampleSum() / float64(commits)
+	fmt.Printf("\ndrain of %d notifications, PREFETCH=%d: bare %.0f msg/s, consumer %.0f msg/s, ratio %.2f, "+
+		"%.1f deliveries per commit, commit %.2f ms mean\n",
+		n, prefetch, bare, rate, rate/bare, float64(n)/float64(commits), meanCommit*1000)
+	b.ReportMetric(bare, "bare_msg/s")
+	b.ReportMetric(rate, "consumer_msg/s")
+	b.ReportMetric(rate/bare, "ratio")
+	b.ReportMetric(float64(n)/float64(commits), "deliveries/commit")
+}
+
+// fill publishes n copies of body straight to the queue and waits for the
+// broker's confirmations.
+func fill(b *testing.B, v *vhost, body []byte, n int) {
+	b.Helper()
+	ch, err := v.conn(b).Channel()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ch.Close()
+	if err := ch.Confirm(false); err != nil {
+		b.Fatal(err)
+	}
+	var last *amqp.DeferredConfirmation
+	for i := 0; i < n; i++ {
+		last, err = ch.PublishWithDeferredConfirm("", DefaultQueue, false, false,
+			amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: body})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	if ok, err := last.WaitContext(context.Background()); !ok || err != nil {
+		b.Fatalf("publish not confirmed: %v", err)
+	}
+	waitFor(b, time.Minute, "queue filled", func() bool {
+		ready, _ := v.queueState(b, DefaultQueue)
+		return ready >= n
+	})
+}
+
+func bareDrainRate(b *testing.B, v *vhost, n, prefetch int) float64 {
+	b.Helper()
+	ch, err := v.conn(b).Channel()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ch.Close()
+	if err := ch.Qos(prefetch, 0, false); err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	ds, err := ch.Consume(DefaultQueue, "bench-bare", false, false, false, false, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	count := 0
+	for d := range ds {
+		count++
+		if count%100 == 0 || count == n {
+			if err := d.Ack(true); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if count == n {
+			break
+		}
+	}
+	rate := float64(n) / time.Since(start).Seconds()
+	if err := ch.Cancel("bench-bare", false); err != nil {
+		b.Fatal(err)
+	}
+	return rate
+}
+
+// waitForTight polls every millisecond and records when cond became true.
+func waitForTight(b *testing.B, d time.Duration, cond func() bool, at *time.Time) {
+	b.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			b.Fatal("timed out")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	*at = time.Now()
+}
