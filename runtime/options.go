@@ -73,7 +73,7 @@ const (
 
 // TrustAfter is the number of well-behaved calls after which a GuardUntrusted
 // module runs unguarded.
-const TrustAfter = 10000
+const TrustAfter = 1000
 
 func (g Guard) String() string {
 	switch g {
