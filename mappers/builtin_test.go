@@ -54,24 +54,6 @@ func TestBuiltin(t *testing.T) {
 	}
 }
 
-// TestCommonCopiesIdentical keeps the helper file every mapper carries the
-// same everywhere: a fix to one copy must reach all.
-func TestCommonCopiesIdentical(t *testing.T) {
-	want, err := os.ReadFile(filepath.Join(services[0], "common.go"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range services[1:] {
-		got, err := os.ReadFile(filepath.Join(s, "common.go"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Errorf("%s/common.go differs from %s/common.go", s, services[0])
-		}
-	}
-}
-
 func skipUnlessCI(t testing.TB, why string) {
 	t.Helper()
 	if os.Getenv("CI") == "true" {

@@ -13,10 +13,11 @@
 //
 // # Layout below mappers/
 //
-//	<service>/main.go       the mapper (package main, guest side, SDK only)
-//	<service>/common.go     helpers every mapper carries (identical copies)
+//	<service>/main.go       the mapper (package main, guest side, SDK only; the
+//	                        helpers all five share are the SDK's wasm-sdk/openstack)
+//	<service>/golden_test.go a few lines handing the mapper to fixture.Golden
 //	<service>/testdata/     fixture pairs <case>.in.json -> <case>.out.json and PROVENANCE.tsv
-//	fixture/                fixture walking and comparison (host side)
+//	fixture/                fixture walking, comparison and the shared golden test (host side)
 //	testdata/envelope/      AMQP bodies and the events the pipeline must make of them
 //	testdata/unclaimed/     real samples of types no built-in mapper claims
 //	testdata/worked-example/ the example of docs/writing-mappers.md

@@ -94,4 +94,13 @@
 // Files built without wasip1 replace the host imports with the collector's
 // own indexer (runtime/jsonindex), so a lookup answers under go test exactly
 // what it answers in the runtime, and Log writes to standard error.
+//
+// # Subpackages
+//
+// wasm-sdk/openstack holds what OpenStack mappers share on top of this
+// package: the members every event begins with, the project and user
+// fallbacks to the request context, the action derived from the event type,
+// and paths built at run time. It follows the same invariants (no allocation
+// per call) and, like this package, is compiled into the mapper; the host
+// imports neither.
 package sdk

@@ -11,6 +11,7 @@ package main
 
 import (
 	sdk "github.com/tally-billing/tally-openstack-collector/wasm-sdk"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/openstack"
 )
 
 var manifest = sdk.Manifest{
@@ -25,37 +26,37 @@ func init() { sdk.Register(manifest, mapCinder) }
 func main() {}
 
 func mapCinder(m *sdk.Message, out *sdk.Output) {
-	et, ok := eventType(m)
+	et, ok := openstack.EventType(m)
 	if !ok {
 		return
 	}
 	e := out.Event()
 	if et.HasPrefix("snapshot.") {
-		header(m, e, et, "cinder", "snapshot", -1)
-		str(e, "resource_id", first(m, "payload.snapshot_id", "payload.id"))
+		openstack.WriteHeader(m, e, et, "cinder", "snapshot", -1)
+		openstack.WriteStr(e, "resource_id", openstack.First(m, "payload.snapshot_id", "payload.id"))
 		common(m, e, et, "snapshot.")
 		a := e.Object("attributes")
 		a.NumValue("size_gb", m.Get("payload.volume_size"))
-		str(a, "volume_id", m.Get("payload.volume_id"))
-		str(a, "status", m.Get("payload.status"))
+		openstack.WriteStr(a, "volume_id", m.Get("payload.volume_id"))
+		openstack.WriteStr(a, "status", m.Get("payload.status"))
 		a.End()
 		e.End()
 		return
 	}
-	header(m, e, et, "cinder", "volume", -1)
-	str(e, "resource_id", first(m, "payload.volume_id", "payload.id"))
+	openstack.WriteHeader(m, e, et, "cinder", "volume", -1)
+	openstack.WriteStr(e, "resource_id", openstack.First(m, "payload.volume_id", "payload.id"))
 	common(m, e, et, "volume.")
 	a := e.Object("attributes")
 	a.NumValue("size_gb", m.Get("payload.size"))
-	str(a, "volume_type", first(m, "payload.volume_type", "payload.volume_type_id"))
-	str(a, "status", m.Get("payload.status"))
-	str(a, "availability_zone", m.Get("payload.availability_zone"))
+	openstack.WriteStr(a, "volume_type", openstack.First(m, "payload.volume_type", "payload.volume_type_id"))
+	openstack.WriteStr(a, "status", m.Get("payload.status"))
+	openstack.WriteStr(a, "availability_zone", m.Get("payload.availability_zone"))
 	if et.HasPrefix("volume.attach.") || et.HasPrefix("volume.detach.") {
 		// Newer releases list the attachments in volume_attachment (the
 		// server as server_id, earlier as instance_uuid); older ones name the
 		// server in payload.instance_uuid. Of several attachments the first
 		// is taken.
-		str(a, "instance_id", first(m,
+		openstack.WriteStr(a, "instance_id", openstack.First(m,
 			"payload.volume_attachment.0.server_id",
 			"payload.volume_attachment.0.instance_uuid",
 			"payload.instance_uuid"))
@@ -66,7 +67,7 @@ func mapCinder(m *sdk.Message, out *sdk.Output) {
 
 // common writes the project, user and action of either resource type.
 func common(m *sdk.Message, e *sdk.Event, et sdk.Value, prefix string) {
-	writeProject(m, e, first(m, "payload.tenant_id", "payload.project_id"))
-	writeUser(m, e, m.Get("payload.user_id"))
-	writeAction(e, et, prefix)
+	openstack.WriteProject(m, e, openstack.First(m, "payload.tenant_id", "payload.project_id"))
+	openstack.WriteUser(m, e, m.Get("payload.user_id"))
+	openstack.WriteAction(e, et, prefix)
 }

@@ -11,6 +11,7 @@ package main
 
 import (
 	sdk "github.com/tally-billing/tally-openstack-collector/wasm-sdk"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/openstack"
 )
 
 var manifest = sdk.Manifest{
@@ -29,33 +30,33 @@ func init() { sdk.Register(manifest, mapGlance) }
 func main() {}
 
 func mapGlance(m *sdk.Message, out *sdk.Output) {
-	et, ok := eventType(m)
+	et, ok := openstack.EventType(m)
 	if !ok {
 		return
 	}
 	e := out.Event()
-	header(m, e, et, "glance", "image", -1)
-	str(e, "resource_id", first(m, "payload.id", "payload.image_id"))
+	openstack.WriteHeader(m, e, et, "glance", "image", -1)
+	openstack.WriteStr(e, "resource_id", openstack.First(m, "payload.id", "payload.image_id"))
 	if et.Equal("image.send") {
-		writeProject(m, e, m.Get("payload.receiver_tenant_id"))
-		writeUser(m, e, m.Get("payload.receiver_user_id"))
-		writeAction(e, et, "image.")
+		openstack.WriteProject(m, e, m.Get("payload.receiver_tenant_id"))
+		openstack.WriteUser(m, e, m.Get("payload.receiver_user_id"))
+		openstack.WriteAction(e, et, "image.")
 		a := e.Object("attributes")
 		a.NumValue("bytes_sent", m.Get("payload.bytes_sent"))
 		a.End()
 		e.End()
 		return
 	}
-	writeProject(m, e, first(m, "payload.owner", "payload.tenant_id", "payload.project_id", "payload.tenant"))
-	writeUser(m, e, m.Get("payload.user_id"))
-	writeAction(e, et, "image.")
+	openstack.WriteProject(m, e, openstack.First(m, "payload.owner", "payload.tenant_id", "payload.project_id", "payload.tenant"))
+	openstack.WriteUser(m, e, m.Get("payload.user_id"))
+	openstack.WriteAction(e, et, "image.")
 	a := e.Object("attributes")
 	a.NumValue("size_bytes", m.Get("payload.size"))
-	str(a, "disk_format", m.Get("payload.disk_format"))
-	str(a, "container_format", m.Get("payload.container_format"))
-	str(a, "status", m.Get("payload.status"))
+	openstack.WriteStr(a, "disk_format", m.Get("payload.disk_format"))
+	openstack.WriteStr(a, "container_format", m.Get("payload.container_format"))
+	openstack.WriteStr(a, "status", m.Get("payload.status"))
 	// Images API v2 says "visibility"; v1 had the boolean is_public.
-	if !str(a, "visibility", m.Get("payload.visibility")) {
+	if !openstack.WriteStr(a, "visibility", m.Get("payload.visibility")) {
 		switch m.Get("payload.is_public").Kind() {
 		case sdk.True:
 			a.Str("visibility", "public")

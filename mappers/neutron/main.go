@@ -14,6 +14,7 @@ package main
 
 import (
 	sdk "github.com/tally-billing/tally-openstack-collector/wasm-sdk"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/openstack"
 )
 
 var manifest = sdk.Manifest{
@@ -48,7 +49,7 @@ var resources = [...]resource{
 const maxBulk = 1000
 
 func mapNeutron(m *sdk.Message, out *sdk.Output) {
-	et, ok := eventType(m)
+	et, ok := openstack.EventType(m)
 	if !ok {
 		return
 	}
@@ -59,51 +60,51 @@ func mapNeutron(m *sdk.Message, out *sdk.Output) {
 			break
 		}
 	}
-	var p pathBuf
+	var p openstack.PathBuf
 	if m.Get(r.one).Kind() != sdk.Object && m.Get(r.bulk).Kind() == sdk.Array {
 		for i := 0; i < maxBulk; i++ {
-			p.setBase(r.bulk, i)
-			if m.Get(p.base()).Kind() == sdk.Missing {
+			p.SetBase(r.bulk, i)
+			if m.Get(p.Base()).Kind() == sdk.Missing {
 				return
 			}
 			event(m, out, et, r, &p, i)
 		}
 		return
 	}
-	p.setBase(r.one, -1)
+	p.SetBase(r.one, -1)
 	event(m, out, et, r, &p, -1)
 }
 
 // event writes one event for the resource whose members are below p's base.
-func event(m *sdk.Message, out *sdk.Output, et sdk.Value, r *resource, p *pathBuf, index int) {
+func event(m *sdk.Message, out *sdk.Output, et sdk.Value, r *resource, p *openstack.PathBuf, index int) {
 	e := out.Event()
-	header(m, e, et, "neutron", r.name, index)
-	id := m.Get(p.at("id"))
-	if !usable(id) && index < 0 {
-		id = first(m, r.id, "payload.id")
+	openstack.WriteHeader(m, e, et, "neutron", r.name, index)
+	id := m.Get(p.At("id"))
+	if !openstack.Usable(id) && index < 0 {
+		id = openstack.First(m, r.id, "payload.id")
 	}
-	str(e, "resource_id", id)
+	openstack.WriteStr(e, "resource_id", id)
 	// p.at reuses one buffer: one lookup at a time.
-	project := m.Get(p.at("project_id"))
-	if !usable(project) {
-		project = m.Get(p.at("tenant_id"))
+	project := m.Get(p.At("project_id"))
+	if !openstack.Usable(project) {
+		project = m.Get(p.At("tenant_id"))
 	}
-	writeProject(m, e, project)
-	writeUser(m, e, sdk.Value{})
-	writeAction(e, et, r.prefix)
+	openstack.WriteProject(m, e, project)
+	openstack.WriteUser(m, e, sdk.Value{})
+	openstack.WriteAction(e, et, r.prefix)
 
 	a := e.Object("attributes")
 	if r.name == "floatingip" {
-		str(a, "floating_ip_address", m.Get(p.at("floating_ip_address")))
-		str(a, "floating_network_id", m.Get(p.at("floating_network_id")))
-		str(a, "port_id", m.Get(p.at("port_id")))
-		str(a, "status", m.Get(p.at("status")))
+		openstack.WriteStr(a, "floating_ip_address", m.Get(p.At("floating_ip_address")))
+		openstack.WriteStr(a, "floating_network_id", m.Get(p.At("floating_network_id")))
+		openstack.WriteStr(a, "port_id", m.Get(p.At("port_id")))
+		openstack.WriteStr(a, "status", m.Get(p.At("status")))
 	} else {
-		str(a, "name", m.Get(p.at("name")))
-		str(a, "status", m.Get(p.at("status")))
+		openstack.WriteStr(a, "name", m.Get(p.At("name")))
+		openstack.WriteStr(a, "status", m.Get(p.At("status")))
 		if r.name == "port" {
-			str(a, "network_id", m.Get(p.at("network_id")))
-			str(a, "device_owner", m.Get(p.at("device_owner")))
+			openstack.WriteStr(a, "network_id", m.Get(p.At("network_id")))
+			openstack.WriteStr(a, "device_owner", m.Get(p.At("device_owner")))
 		}
 	}
 	a.End()

@@ -12,6 +12,7 @@ package main
 
 import (
 	sdk "github.com/tally-billing/tally-openstack-collector/wasm-sdk"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/openstack"
 )
 
 var manifest = sdk.Manifest{
@@ -33,7 +34,7 @@ func main() {}
 const prefix = "compute.instance."
 
 // paths are the members mapNova reads, looked up together with one host call
-// (the fallbacks of first are asked for only when needed).
+// (the fallbacks of openstack.First are asked for only when needed).
 var paths = []string{
 	`payload.nova_object\.data`,
 	"event_type",
@@ -93,31 +94,31 @@ func mapNova(m *sdk.Message, out *sdk.Output) {
 	}
 	et := v[pEventType]
 	if et.Kind() != sdk.String || len(et.Raw()) == 0 {
-		return // see eventType
+		return // see openstack.EventType
 	}
 	e := out.Event()
-	writeHeader(e, v[pMessageID], v[pTimestamp], et, "nova", "instance", -1)
-	str(e, "resource_id", or(m, v[pInstanceID], "payload.instance_uuid"))
+	openstack.WriteHeaderValues(e, v[pMessageID], v[pTimestamp], et, "nova", "instance", -1)
+	openstack.WriteStr(e, "resource_id", or(m, v[pInstanceID], "payload.instance_uuid"))
 	project := v[pTenantID]
-	if !usable(project) {
-		project = first(m, "payload.project_id", "payload.tenant")
+	if !openstack.Usable(project) {
+		project = openstack.First(m, "payload.project_id", "payload.tenant")
 	}
-	writeProject(m, e, project)
-	writeUser(m, e, v[pUserID])
-	writeAction(e, et, prefix)
+	openstack.WriteProject(m, e, project)
+	openstack.WriteUser(m, e, v[pUserID])
+	openstack.WriteAction(e, et, prefix)
 
 	a := e.Object("attributes")
-	str(a, "flavor_name", v[pInstanceType])
-	str(a, "flavor_id", v[pFlavorID])
+	openstack.WriteStr(a, "flavor_name", v[pInstanceType])
+	openstack.WriteStr(a, "flavor_id", v[pFlavorID])
 	a.NumValue("vcpus", v[pVCPUs])
 	a.NumValue("memory_mb", v[pMemoryMB])
 	a.NumValue("root_gb", v[pRootGB])
 	a.NumValue("ephemeral_gb", v[pEphemeralGB])
 	a.NumValue("disk_gb", v[pDiskGB])
-	str(a, "state", v[pState])
-	str(a, "image_ref", or(m, v[pImageRef], "payload.image_meta.base_image_ref"))
-	str(a, "availability_zone", v[pAvailabilityZone])
-	str(a, "host", v[pHost])
+	openstack.WriteStr(a, "state", v[pState])
+	openstack.WriteStr(a, "image_ref", or(m, v[pImageRef], "payload.image_meta.base_image_ref"))
+	openstack.WriteStr(a, "availability_zone", v[pAvailabilityZone])
+	openstack.WriteStr(a, "host", v[pHost])
 	a.Timestamp("launched_at", v[pLaunchedAt])
 	a.Timestamp("terminated_at", v[pTerminatedAt])
 	a.Timestamp("deleted_at", v[pDeletedAt])
@@ -126,10 +127,10 @@ func mapNova(m *sdk.Message, out *sdk.Output) {
 }
 
 // or returns v when it is usable, else the value at the fallback path (what
-// first does for the pair).
+// openstack.First does for the pair).
 func or(m *sdk.Message, v sdk.Value, fallback string) sdk.Value {
-	if usable(v) {
+	if openstack.Usable(v) {
 		return v
 	}
-	return first(m, fallback)
+	return openstack.First(m, fallback)
 }

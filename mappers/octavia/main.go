@@ -10,6 +10,7 @@ package main
 
 import (
 	sdk "github.com/tally-billing/tally-openstack-collector/wasm-sdk"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/openstack"
 )
 
 var manifest = sdk.Manifest{
@@ -24,22 +25,22 @@ func init() { sdk.Register(manifest, mapOctavia) }
 func main() {}
 
 func mapOctavia(m *sdk.Message, out *sdk.Output) {
-	et, ok := eventType(m)
+	et, ok := openstack.EventType(m)
 	if !ok {
 		return
 	}
 	e := out.Event()
-	header(m, e, et, "octavia", "loadbalancer", -1)
-	str(e, "resource_id", first(m, "payload.id", "payload.loadbalancer_id"))
-	writeProject(m, e, first(m, "payload.project_id", "payload.tenant_id"))
-	writeUser(m, e, sdk.Value{})
-	writeAction(e, et, "octavia.loadbalancer.")
+	openstack.WriteHeader(m, e, et, "octavia", "loadbalancer", -1)
+	openstack.WriteStr(e, "resource_id", openstack.First(m, "payload.id", "payload.loadbalancer_id"))
+	openstack.WriteProject(m, e, openstack.First(m, "payload.project_id", "payload.tenant_id"))
+	openstack.WriteUser(m, e, sdk.Value{})
+	openstack.WriteAction(e, et, "octavia.loadbalancer.")
 	a := e.Object("attributes")
-	str(a, "provider", m.Get("payload.provider"))
-	str(a, "flavor_id", m.Get("payload.flavor_id"))
-	str(a, "vip_address", first(m, "payload.vip.ip_address", "payload.vip_address"))
-	str(a, "availability_zone", m.Get("payload.availability_zone"))
-	str(a, "provisioning_status", m.Get("payload.provisioning_status"))
+	openstack.WriteStr(a, "provider", m.Get("payload.provider"))
+	openstack.WriteStr(a, "flavor_id", m.Get("payload.flavor_id"))
+	openstack.WriteStr(a, "vip_address", openstack.First(m, "payload.vip.ip_address", "payload.vip_address"))
+	openstack.WriteStr(a, "availability_zone", m.Get("payload.availability_zone"))
+	openstack.WriteStr(a, "provisioning_status", m.Get("payload.provisioning_status"))
 	a.End()
 	e.End()
 }

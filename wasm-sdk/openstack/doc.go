@@ -1,0 +1,38 @@
+// Package openstack holds the helpers shared by OpenStack mappers: the
+// members every event begins with (event_id, timestamp, event_type, service,
+// resource_type), the project and user fallbacks to the request context, the
+// action derived from the event type, and lookup paths built at run time.
+//
+// It is part of the guest SDK: a mapper imports it next to package sdk and it
+// is compiled into the mapper's module. The host never imports it.
+//
+//	func mapVolume(m *sdk.Message, out *sdk.Output) {
+//		et, ok := openstack.EventType(m)
+//		if !ok {
+//			return
+//		}
+//		e := out.Event()
+//		openstack.WriteHeader(m, e, et, "cinder", "volume", -1)
+//		openstack.WriteAction(e, et, "volume.")
+//		openstack.WriteProject(m, e, m.Get("payload.tenant_id"))
+//		openstack.WriteUser(m, e, m.Get("payload.user_id"))
+//		openstack.WriteStr(e, "resource_id", m.Get("payload.volume_id"))
+//	}
+//
+// # Usable values
+//
+// A value is usable as a string member when it is a non-empty string or a
+// number. Everything else (Missing, null, "", a boolean, an object, an array)
+// is left out of the event rather than written: a mapper never fails on a
+// member of the wrong kind.
+//
+// # Cost
+//
+// The helpers are on the hot path of every mapper and allocate nothing: text
+// without escapes is handed to the event builder without a copy, and paths and
+// bulk event ids are built in fixed buffers on the stack. The builder copies
+// what it is given, so nothing returned here needs to outlive the call that
+// produced it.
+//
+// Nothing in the package keeps state; a [PathBuf] belongs to one caller.
+package openstack

@@ -1,0 +1,182 @@
+package openstack
+
+import (
+	"strconv"
+	"unsafe"
+
+	sdk "github.com/tally-billing/tally-openstack-collector/wasm-sdk"
+)
+
+// Usable reports whether v can become a string member: a non-empty string or
+// a number.
+func Usable(v sdk.Value) bool {
+	switch v.Kind() {
+	case sdk.String:
+		return len(v.Raw()) > 0
+	case sdk.Number:
+		return true
+	}
+	return false
+}
+
+// First returns the first value among paths that is usable, or a Missing one.
+func First(m *sdk.Message, paths ...string) sdk.Value {
+	for _, p := range paths {
+		if v := m.Get(p); Usable(v) {
+			return v
+		}
+	}
+	return sdk.Value{}
+}
+
+// WriteStr writes v under key when it is usable (an empty string, null, a
+// boolean, an object or an array is left out). It reports whether a member
+// was written.
+func WriteStr(e *sdk.Event, key string, v sdk.Value) bool {
+	if !Usable(v) {
+		return false
+	}
+	return e.StrValue(key, v)
+}
+
+// view returns b as a string without copying. The string is valid only while b
+// is unchanged; it is only ever handed to the builder, which copies it.
+func view(b []byte) string {
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// hasEscape reports whether raw string content holds a JSON escape.
+func hasEscape(raw []byte) bool {
+	for _, c := range raw {
+		if c == '\\' {
+			return true
+		}
+	}
+	return false
+}
+
+// Text returns the unescaped text of a string value, without allocating for
+// the usual value that holds no escape. The result may share memory with the
+// message: hand it to the event builder (which copies it), do not keep it.
+func Text(v sdk.Value) string {
+	if hasEscape(v.Raw()) {
+		return v.String()
+	}
+	return view(v.Raw())
+}
+
+// Action derives the action from an event type: what follows prefix, with
+// a final ".start" or ".end" removed. ".error" and every other segment stay:
+// "compute.instance.resize.confirm.end" with prefix "compute.instance." gives
+// "resize.confirm", "volume.create.error" with "volume." gives
+// "create.error". It returns "" when eventType does not begin with prefix.
+func Action(eventType, prefix string) string {
+	if len(eventType) <= len(prefix) || eventType[:len(prefix)] != prefix {
+		return ""
+	}
+	a := eventType[len(prefix):]
+	for _, suffix := range [...]string{".start", ".end"} {
+		if len(a) > len(suffix) && a[len(a)-len(suffix):] == suffix {
+			return a[:len(a)-len(suffix)]
+		}
+	}
+	return a
+}
+
+// EventType returns the notification's event type. ok is false when it is
+// not a non-empty string: the host refuses an event without an event_type,
+// so such an input (which routing by type never sends) yields no event.
+func EventType(m *sdk.Message) (et sdk.Value, ok bool) {
+	et = m.Get("event_type")
+	return et, et.Kind() == sdk.String && len(et.Raw()) > 0
+}
+
+// WriteHeader writes the members every event begins with: event_id,
+// timestamp, event_type (et, looked up by the caller), service and
+// resource_type. suffix >= 0 marks the event as one of several taken from one
+// notification (a bulk payload): its event_id is then "<message_id>:<suffix>"
+// so that each stays distinct.
+func WriteHeader(m *sdk.Message, e *sdk.Event, et sdk.Value, service, resourceType string, suffix int) {
+	WriteHeaderValues(e, m.Get("message_id"), m.Get("timestamp"), et, service, resourceType, suffix)
+}
+
+// WriteHeaderValues is WriteHeader with the message_id and timestamp already
+// looked up (by a mapper that fetches its members together with
+// Message.GetMany).
+func WriteHeaderValues(e *sdk.Event, id, ts, et sdk.Value, service, resourceType string, suffix int) {
+	switch {
+	case suffix < 0:
+		WriteStr(e, "event_id", id)
+	case Usable(id):
+		var b [96]byte
+		buf := append(b[:0], Text(id)...)
+		buf = append(buf, ':')
+		buf = strconv.AppendInt(buf, int64(suffix), 10)
+		e.Str("event_id", view(buf))
+	}
+	e.Timestamp("timestamp", ts)
+	WriteStr(e, "event_type", et)
+	e.Str("service", service)
+	e.Str("resource_type", resourceType)
+}
+
+// WriteAction writes the action derived from the event type et (see
+// Action).
+func WriteAction(e *sdk.Event, et sdk.Value, prefix string) {
+	if et.Kind() != sdk.String {
+		return
+	}
+	if a := Action(Text(et), prefix); a != "" {
+		e.Str("action", a)
+	}
+}
+
+// WriteProject writes project_id: v when usable, else the request context's
+// project (_context_project_id, _context_tenant_id, _context_tenant,
+// _context_project).
+func WriteProject(m *sdk.Message, e *sdk.Event, v sdk.Value) {
+	if !Usable(v) {
+		v = First(m, "_context_project_id", "_context_tenant_id", "_context_tenant", "_context_project")
+	}
+	WriteStr(e, "project_id", v)
+}
+
+// WriteUser writes user_id: v when usable, else the request context's user
+// (_context_user_id, _context_user).
+func WriteUser(m *sdk.Message, e *sdk.Event, v sdk.Value) {
+	if !Usable(v) {
+		v = First(m, "_context_user_id", "_context_user")
+	}
+	WriteStr(e, "user_id", v)
+}
+
+// PathBuf builds lookup paths below a base that is only known at run time
+// ("payload.networks.3"), without allocating. The zero value is ready to use
+// (its base is empty).
+type PathBuf struct {
+	b [128]byte
+	n int // length of the base
+}
+
+// SetBase makes base, followed by index when index >= 0, the start of every
+// path.
+func (p *PathBuf) SetBase(base string, index int) {
+	buf := append(p.b[:0], base...)
+	if index >= 0 {
+		buf = append(buf, '.')
+		buf = strconv.AppendInt(buf, int64(index), 10)
+	}
+	p.n = len(buf)
+}
+
+// At returns "<base>.<member>". The result is valid until the next call.
+func (p *PathBuf) At(member string) string {
+	buf := append(p.b[:p.n], '.')
+	buf = append(buf, member...)
+	return view(buf)
+}
+
+// Base returns the base path itself. The result is valid until the next call.
+func (p *PathBuf) Base() string {
+	return view(p.b[:p.n])
+}

@@ -1,0 +1,115 @@
+//go:build !wasip1
+
+package openstack_test
+
+import (
+	"testing"
+
+	sdk "github.com/tally-billing/tally-openstack-collector/wasm-sdk"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/openstack"
+)
+
+func TestAction(t *testing.T) {
+	for _, c := range []struct{ et, prefix, want string }{
+		{"compute.instance.create.start", "compute.instance.", "create"},
+		{"compute.instance.create.end", "compute.instance.", "create"},
+		{"compute.instance.exists", "compute.instance.", "exists"},
+		{"volume.create.error", "volume.", "create.error"},
+		{"volume.end", "volume.", "end"},       // nothing is left to remove ".end" from
+		{"volume.", "volume.", ""},             // nothing after the prefix
+		{"snapshot.create.end", "volume.", ""}, // another prefix
+		{"", "volume.", ""},
+	} {
+		if got := openstack.Action(c.et, c.prefix); got != c.want {
+			t.Errorf("Action(%q, %q) = %q, want %q", c.et, c.prefix, got, c.want)
+		}
+	}
+}
+
+func TestUsable(t *testing.T) {
+	m := func(msg *sdk.Message, out *sdk.Output) {
+		e := out.Event()
+		for _, k := range []string{"s", "empty", "n", "null", "b", "o", "a", "missing"} {
+			if openstack.Usable(msg.Get(k)) {
+				e.Str(k, "yes")
+			}
+		}
+	}
+	got, err := sdk.MapJSON(m, []byte(`{"s":"x","empty":"","n":0,"null":null,"b":true,"o":{},"a":[]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"events":[{"s":"yes","n":"yes"}]}`; string(got) != want {
+		t.Errorf("got %s, want %s", got, want)
+	}
+}
+
+// A bulk event's id is "<message_id>:<index>", the message id unescaped.
+func TestWriteHeaderSuffix(t *testing.T) {
+	m := func(msg *sdk.Message, out *sdk.Output) {
+		et, _ := openstack.EventType(msg)
+		for i := range 2 {
+			openstack.WriteHeader(msg, out.Event(), et, "neutron", "port", i)
+		}
+	}
+	got, err := sdk.MapJSON(m, []byte(`{"message_id":"m\u002d1","event_type":"port.create.end"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"events":[` +
+		`{"event_id":"m-1:0","event_type":"port.create.end","service":"neutron","resource_type":"port"},` +
+		`{"event_id":"m-1:1","event_type":"port.create.end","service":"neutron","resource_type":"port"}]}`
+	if string(got) != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+}
+
+func TestEventTypeRefusesNonString(t *testing.T) {
+	for _, in := range []string{`{}`, `{"event_type":""}`, `{"event_type":42}`, `{"event_type":null}`} {
+		var ok bool
+		if _, err := sdk.MapJSON(func(msg *sdk.Message, _ *sdk.Output) { _, ok = openstack.EventType(msg) }, []byte(in)); err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			t.Errorf("%s: EventType ok", in)
+		}
+	}
+}
+
+func TestPathBuf(t *testing.T) {
+	var p openstack.PathBuf
+	p.SetBase("payload.networks", 3)
+	if got := p.At("id"); got != "payload.networks.3.id" {
+		t.Errorf("At = %q", got)
+	}
+	if got := p.Base(); got != "payload.networks.3" {
+		t.Errorf("Base = %q", got)
+	}
+	p.SetBase("payload.network", -1)
+	if got := p.At("tenant_id"); got != "payload.network.tenant_id" {
+		t.Errorf("At = %q", got)
+	}
+	if n := testing.AllocsPerRun(100, func() { p.SetBase("payload.ports", 12); _ = p.At("id") }); n != 0 {
+		t.Errorf("PathBuf allocates %v times per use", n)
+	}
+}
+
+// The helpers write into the builder without allocating; MapJSON's own
+// allocation (the returned document) is the only one.
+func TestNoAllocations(t *testing.T) {
+	in := []byte(`{"message_id":"9d1c","event_type":"volume.create.end","timestamp":"2024-05-01 12:00:00",
+	               "_context_tenant":"p-ctx","_context_user_id":"u-ctx","payload":{"id":"v-1"}}`)
+	m := func(msg *sdk.Message, out *sdk.Output) {
+		et, _ := openstack.EventType(msg)
+		e := out.Event()
+		openstack.WriteHeader(msg, e, et, "cinder", "volume", 7)
+		openstack.WriteAction(e, et, "volume.")
+		openstack.WriteProject(msg, e, msg.Get("payload.tenant_id"))
+		openstack.WriteUser(msg, e, msg.Get("payload.user_id"))
+		openstack.WriteStr(e, "resource_id", openstack.First(msg, "payload.volume_id", "payload.id"))
+	}
+	base := testing.AllocsPerRun(100, func() { _, _ = sdk.MapJSON(func(*sdk.Message, *sdk.Output) {}, in) })
+	if n := testing.AllocsPerRun(100, func() { _, _ = sdk.MapJSON(m, in) }); n > base {
+		t.Errorf("%v allocations per call, %v without the helpers", n, base)
+	}
+}
