@@ -66,9 +66,9 @@ func (m *goMapper) Map(ctx context.Context, in *jsonindex.Index, src runtime.Sou
 // volume.*, image.* and test.* are mapped, test.fail fails, the rest is
 // unclaimed.
 func newTestProcessor(t testing.TB) Processor {
-	r, _ := pipeline.NewStaticRouter(
+	r := pipeline.Chain{
 		&goMapper{name: "testmap", types: []string{"compute.*", "volume.*", "image.*", "test.*"}},
 		&goMapper{name: "failmap", types: []string{"test.fail"}, fail: true},
-	)
+	}
 	return pipeline.New(pipeline.Options{Router: r, Logger: zerolog.Nop()})
 }

@@ -14,8 +14,7 @@ import (
 func BenchmarkProcess(b *testing.B) {
 	e := engine(b)
 	nova := module(b, e, "mappers/dist/nova.wasm")
-	router, _ := pipeline.NewStaticRouter(nova)
-	p := pipeline.New(pipeline.Options{Router: router, Logger: zerolog.Nop()})
+	p := pipeline.New(pipeline.Options{Router: pipeline.Chain{nova}, Logger: zerolog.Nop()})
 	msg := pipeline.Message{Body: body(b, "v2_nova_exists.body"), Exchange: "nova", RoutingKey: "notifications.info"}
 	ctx := context.Background()
 	if r := p.Process(ctx, msg); r.Outcome != pipeline.Mapped {

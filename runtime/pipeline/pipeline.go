@@ -116,7 +116,6 @@ type Options struct {
 // Pipeline maps messages to events. It is safe for concurrent use.
 type Pipeline struct {
 	opts    Options
-	log     zerolog.Logger
 	warn    zerolog.Logger // sampled: a flood of bad input must not flood the log
 	metrics *metrics
 	scratch sync.Pool
@@ -137,7 +136,6 @@ func New(opts Options) *Pipeline {
 	}
 	p := &Pipeline{
 		opts:    opts,
-		log:     opts.Logger,
 		warn:    opts.Logger.Sample(&zerolog.BurstSampler{Burst: 20, Period: time.Second}),
 		metrics: newMetrics(opts.Registerer),
 	}
@@ -184,7 +182,7 @@ func (p *Pipeline) process(ctx context.Context, msg Message) Result {
 
 	var m Mapper
 	if len(msg.Modules) > 0 {
-		m, ok = routeAmong(msg.Modules, eventType)
+		m, ok = Chain(msg.Modules).Route(eventType)
 	} else if p.opts.Router != nil {
 		m, ok = p.opts.Router.Route(eventType)
 	}
@@ -257,12 +255,19 @@ func (p *Pipeline) mapWith(ctx context.Context, msg Message, m Mapper, in *jsoni
 	return Result{Outcome: Mapped, EventType: eventType, Module: m.ID(), Events: events}
 }
 
-// routeAmong picks the most specific claim among a listener's chain; on a tie the
-// earlier module in the chain wins (the operator listed it first).
-func routeAmong(mods []Mapper, eventType string) (Mapper, bool) {
+// Chain is a fixed, ordered list of modules routed by their claims: the most
+// specific claim wins and, on a tie, the module listed first. A plog
+// listener's chain is one, and so is the Router of a pipeline over a fixed set
+// of modules; the daemon's Router is the catalogue.
+type Chain []Mapper
+
+var _ Router = Chain(nil)
+
+// Route returns the module of the chain for eventType.
+func (c Chain) Route(eventType string) (Mapper, bool) {
 	var best Mapper
 	bestSpec := -1
-	for _, m := range mods {
+	for _, m := range c {
 		if ok, spec := m.Manifest().Match(eventType); ok && spec > bestSpec {
 			best, bestSpec = m, spec
 		}

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -49,9 +51,17 @@ func engine(t testing.TB) *runtime.Engine {
 	return e
 }
 
+// envelopeDir holds real AMQP bodies with the events the pipeline must make of
+// them (mappers/testdata/envelope/README.md).
+var envelopeDir = filepath.Join("..", "..", "mappers", "testdata", "envelope")
+
 func body(t testing.TB, name string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", name))
+	dir := "testdata"
+	if strings.HasSuffix(name, "_001.body") {
+		dir = envelopeDir
+	}
+	b, err := os.ReadFile(filepath.Join(dir, name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,11 +81,7 @@ func newFixture(t *testing.T, opts pipeline.Options) *fixture {
 	f := &fixture{reg: prometheus.NewRegistry()}
 	f.nova = module(t, e, "mappers/dist/nova.wasm")
 	f.trap = module(t, e, "runtime/testdata/trap.wasm")
-	router, conflicts := pipeline.NewStaticRouter(f.nova)
-	if len(conflicts) > 0 {
-		t.Fatalf("conflicts: %v", conflicts)
-	}
-	opts.Router = router
+	opts.Router = pipeline.Chain{f.nova}
 	opts.Registerer = f.reg
 	opts.Logger = zerolog.Nop()
 	f.p = pipeline.New(opts)
@@ -95,8 +101,8 @@ func TestEnvelopeAndBareBodiesMapAlike(t *testing.T) {
 	f := newFixture(t, pipeline.Options{})
 	ctx := context.Background()
 	for _, tc := range []struct{ file, id string }{
-		{"v2_nova_create.body", "46988e95-ecb1-4845-a3bc-70fd35c80217"},
-		{"v1_nova_bare.body", ""},
+		{"v2_nova_001.body", "46988e95-ecb1-4845-a3bc-70fd35c80217"},
+		{"v1_bare_001.body", ""},
 		{"v2_unicode.body", ""},
 	} {
 		r := f.p.Process(ctx, pipeline.Message{Body: body(t, tc.file), Exchange: "nova", RoutingKey: "notifications.info"})
@@ -121,6 +127,56 @@ func TestEnvelopeAndBareBodiesMapAlike(t *testing.T) {
 	if got := metric(t, f.reg, "tally_collector_mapped_total", ""); got != 3 {
 		t.Errorf("mapped_total = %v, want 3", got)
 	}
+}
+
+// TestEnvelopeCases maps each AMQP body of mappers/testdata/envelope with the
+// exchange and routing key of its delivery and compares the events, source
+// included, with the expected document.
+func TestEnvelopeCases(t *testing.T) {
+	f := newFixture(t, pipeline.Options{})
+	bodies, _ := filepath.Glob(filepath.Join(envelopeDir, "*.body"))
+	if len(bodies) < 2 {
+		t.Fatalf("envelope cases missing in %s", envelopeDir)
+	}
+	for _, path := range bodies {
+		stem := strings.TrimSuffix(path, ".body")
+		var meta struct {
+			Exchange   string `json:"exchange"`
+			RoutingKey string `json:"routing_key"`
+		}
+		if err := json.Unmarshal(readAll(t, stem+".meta.json"), &meta); err != nil {
+			t.Fatal(err)
+		}
+		r := f.p.Process(context.Background(), pipeline.Message{Body: readAll(t, path), Exchange: meta.Exchange, RoutingKey: meta.RoutingKey})
+		if r.Outcome != pipeline.Mapped {
+			t.Fatalf("%s: %v %q %v", path, r.Outcome, r.Reason, r.Err)
+		}
+		var want struct{ Events []any }
+		if err := json.Unmarshal(readAll(t, stem+".events.json"), &want); err != nil {
+			t.Fatal(err)
+		}
+		var got []any
+		for _, ev := range r.Events {
+			got = append(got, decode(t, ev))
+		}
+		// The expected source names the built-in nova module's version.
+		for _, w := range want.Events {
+			w.(map[string]any)["source"].(map[string]any)["mapper"] = f.nova.ID()
+		}
+		if !reflect.DeepEqual(got, want.Events) {
+			gb, _ := json.MarshalIndent(got, "", "  ")
+			t.Errorf("%s: events differ from %s.events.json; got\n%s", path, stem, gb)
+		}
+	}
+}
+
+func readAll(t testing.TB, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 func TestUnicodeSurvivesTheEnvelope(t *testing.T) {
@@ -196,9 +252,8 @@ func TestEventOverTheBoundIsSkipped(t *testing.T) {
 
 func TestMapperFailureIsReportedForDeadLettering(t *testing.T) {
 	f := newFixture(t, pipeline.Options{})
-	router, _ := pipeline.NewStaticRouter(f.trap)
-	p := pipeline.New(pipeline.Options{Router: router, Logger: zerolog.Nop(), Registerer: f.reg})
-	r := p.Process(context.Background(), pipeline.Message{Body: body(t, "v2_nova_create.body")})
+	p := pipeline.New(pipeline.Options{Router: pipeline.Chain{f.trap}, Logger: zerolog.Nop(), Registerer: f.reg})
+	r := p.Process(context.Background(), pipeline.Message{Body: body(t, "v2_nova_001.body")})
 	if r.Outcome != pipeline.Failed || r.Reason != string(runtime.ReasonTrap) || r.Module != f.trap.ID() {
 		t.Fatalf("got %v %q module %q", r.Outcome, r.Reason, r.Module)
 	}
@@ -210,7 +265,7 @@ func TestMapperFailureIsReportedForDeadLettering(t *testing.T) {
 		t.Errorf("mapper_failures_total{trap} = %v, want 1", got)
 	}
 	// The pipeline carries on: the next message maps.
-	r = f.p.Process(context.Background(), pipeline.Message{Body: body(t, "v2_nova_create.body")})
+	r = f.p.Process(context.Background(), pipeline.Message{Body: body(t, "v2_nova_001.body")})
 	if r.Outcome != pipeline.Mapped {
 		t.Fatalf("after a failure: %v %q", r.Outcome, r.Reason)
 	}
@@ -243,7 +298,7 @@ func TestChainCanonicalAndDerivedIDs(t *testing.T) {
 		t.Errorf("canonical without the switch: %v", r.Outcome)
 	}
 	// A chain restricts routing: a nova notification on a chain without nova is unclaimed.
-	r := f.p.Process(ctx, pipeline.Message{Body: body(t, "v2_nova_create.body"), Modules: []pipeline.Mapper{f.trap}})
+	r := f.p.Process(ctx, pipeline.Message{Body: body(t, "v2_nova_001.body"), Modules: []pipeline.Mapper{f.trap}})
 	if r.Outcome != pipeline.Failed {
 		t.Errorf("chain [trap]: %v, want the trap module to be used", r.Outcome)
 	}
