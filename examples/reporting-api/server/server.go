@@ -405,46 +405,22 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 			filters[f] = v
 		}
 	}
-	out := []json.RawMessage{}
-	next, more := after, false
-	err := s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 100, Prefix: []byte{'o'}})
-		defer it.Close()
-		for it.Seek(seqKey('o', after+1)); it.Valid(); it.Next() {
-			if len(out) == limit {
-				more = true
-				break
-			}
-			v, err := it.Item().ValueCopy(nil)
-			if err != nil {
-				return err
-			}
-			next = binary.BigEndian.Uint64(it.Item().Key()[1:])
-			if len(filters) > 0 {
-				var m map[string]any
-				if json.Unmarshal(v, &m) != nil {
-					continue
-				}
-				match := true
-				for k, want := range filters {
-					if got, _ := m[k].(string); got != want {
-						match = false
-						break
-					}
-				}
-				if !match {
-					continue
-				}
-			}
-			out = append(out, v)
+	keep := func(v []byte) bool {
+		if len(filters) == 0 {
+			return true
 		}
-		return nil
-	})
-	if err != nil {
-		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
-		return
+		var m map[string]any
+		if json.Unmarshal(v, &m) != nil {
+			return false
+		}
+		for k, want := range filters {
+			if got, _ := m[k].(string); got != want {
+				return false
+			}
+		}
+		return true
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"events": out, "next": next, "more": more})
+	s.writePage(w, "events", 'o', after, limit, keep)
 }
 
 func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
@@ -452,12 +428,19 @@ func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	s.writePage(w, "dead_letters", 'r', after, limit, func([]byte) bool { return true })
+}
+
+// writePage answers one page of the records under prefix after sequence
+// number after: at most limit of those keep accepts, as {member: [...], "next":
+// the last sequence looked at, "more": whether the page was cut}.
+func (s *Server) writePage(w http.ResponseWriter, member string, prefix byte, after uint64, limit int, keep func([]byte) bool) {
 	out := []json.RawMessage{}
 	next, more := after, false
 	err := s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 100, Prefix: []byte{'r'}})
+		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 100, Prefix: []byte{prefix}})
 		defer it.Close()
-		for it.Seek(seqKey('r', after+1)); it.Valid(); it.Next() {
+		for it.Seek(seqKey(prefix, after+1)); it.Valid(); it.Next() {
 			if len(out) == limit {
 				more = true
 				break
@@ -467,7 +450,9 @@ func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 				return err
 			}
 			next = binary.BigEndian.Uint64(it.Item().Key()[1:])
-			out = append(out, v)
+			if keep(v) {
+				out = append(out, v)
+			}
 		}
 		return nil
 	})
@@ -475,7 +460,7 @@ func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"dead_letters": out, "next": next, "more": more})
+	writeJSON(w, http.StatusOK, map[string]any{member: out, "next": next, "more": more})
 }
 
 // Stats returns the counters.
