@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
+	"math/rand/v2"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -154,4 +155,62 @@ func benchDir(b *testing.B) string {
 	}
 	b.Cleanup(func() { os.RemoveAll(d) })
 	return d
+}
+
+// canonicalEvents makes n canonical events shaped like the nova mapper's
+// (random identifiers, a handful of projects, flavors and hosts), the same
+// for the same from+i: what the outbox holds in production, and how well
+// it compresses.
+func canonicalEvents(from, n int) [][]byte {
+	flavors := []string{"m1.small", "m1.medium", "m1.large", "c2.xlarge"}
+	out := make([][]byte, n)
+	for i := range out {
+		r := rand.New(rand.NewPCG(uint64(from+i), 11))
+		hex := func(k int) string {
+			const digits = "0123456789abcdef"
+			b := make([]byte, k)
+			for j := range b {
+				b[j] = digits[r.IntN(16)]
+			}
+			return string(b)
+		}
+		uuid := func() string { return hex(8) + "-" + hex(4) + "-" + hex(4) + "-" + hex(4) + "-" + hex(12) }
+		f := r.IntN(len(flavors))
+		out[i] = fmt.Appendf(nil, `{"event_id":"%s","timestamp":"2026-11-%02dT%02d:%02d:%02d.%06dZ","event_type":"compute.instance.exists","service":"nova","resource_type":"instance","resource_id":"%s","project_id":"%s","user_id":"%s","action":"exists","attributes":{"flavor_name":"%s","flavor_id":"%d","vcpus":%d,"memory_mb":%d,"root_gb":%d,"ephemeral_gb":0,"disk_gb":%d,"state":"active","image_ref":"%s","availability_zone":"nova","host":"compute-%02d","launched_at":"2026-10-01T08:00:00Z"},"source":{"exchange":"nova","routing_key":"notifications.info","publisher_id":"nova-compute:compute-%02d","mapper":"nova@1.0.0"}}`,
+			uuid(), 1+r.IntN(28), r.IntN(24), r.IntN(60), r.IntN(60), r.IntN(1000000), uuid(),
+			hex(8)+strings.Repeat("0", 24)[:24-r.IntN(3)], hex(32), flavors[f], f+1, 1<<f, 2048<<f, 20<<f, 20<<f, uuid(), r.IntN(40), r.IntN(40))
+	}
+	return out
+}
+
+// BenchmarkFootprint appends 100,000 canonical events in commits of 50 (the
+// consumer's at PREFETCH=100) and reports what they take on disk once the
+// store has flushed, against their own size.
+func BenchmarkFootprint(b *testing.B) {
+	const n, batch = 100_000, 50
+	for b.Loop() {
+		dir := benchDir(b)
+		o := open(b, dir, func(op *outbox.Options) { op.MaxEvents = n })
+		ctx := context.Background()
+		var raw int64
+		for i := 0; i < n; i += batch {
+			evs := canonicalEvents(i, batch)
+			for _, e := range evs {
+				raw += int64(len(e))
+			}
+			if err := o.Append(ctx, evs); err != nil {
+				b.Fatal(err)
+			}
+		}
+		o.Close() // flushes the memory tables
+		o = open(b, dir)
+		if o.Depth() != n || o.Bytes() != raw {
+			b.Fatalf("reopened with depth %d bytes %d, want %d and %d", o.Depth(), o.Bytes(), n, raw)
+		}
+		disk := o.DiskBytes()
+		o.Close()
+		b.ReportMetric(float64(raw)/n, "event-bytes")
+		b.ReportMetric(float64(disk)/n, "disk-bytes/event")
+		b.ReportMetric(float64(disk)/(1<<20), "disk-MiB")
+	}
 }

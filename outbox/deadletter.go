@@ -24,6 +24,11 @@ type DeadLetter struct {
 	At         time.Time `json:"at"`
 }
 
+// ReasonDamagedSegment is the reason of a dead letter holding an outbox
+// segment that could not be read back (its stored bytes, compressed, as the
+// body).
+const ReasonDamagedSegment = "damaged_segment"
+
 // StoredDeadLetter is a dead letter with the sequence number it is stored
 // under (increasing, never reused).
 type StoredDeadLetter struct {

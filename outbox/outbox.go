@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -45,8 +46,9 @@ type Options struct {
 	// compacting. Default 64 MiB; negative disables the check.
 	MinFreeBytes int64
 
-	// ReclaimAfterBytes is how many bytes of delivered events trigger a
-	// disk reclaim once the outbox is empty. Default 4 MiB.
+	// ReclaimAfterBytes is how many bytes of delivered events, as stored
+	// (compressed), trigger a disk reclaim once the outbox is empty.
+	// Default 4 MiB.
 	ReclaimAfterBytes int64
 
 	// Badger sizing; the defaults suit a daemon buffering up to a few
@@ -71,12 +73,16 @@ type Outbox struct {
 	// order (the drain cursor never skips a later-committed lower key).
 	appendMu sync.Mutex
 	lastSeq  uint64 // guarded by appendMu
+	scratch  []byte // guarded by appendMu: the raw events of the segment being encoded
+	segBuf   []byte // guarded by appendMu: the encoded segments of the append in progress
 
 	deadMu   sync.Mutex
 	lastDead uint64 // guarded by deadMu
 
-	readMu sync.Mutex
-	head   atomic.Uint64 // first sequence not yet deleted (the cursor)
+	readMu  sync.Mutex
+	head    atomic.Uint64 // first sequence not yet deleted (the cursor)
+	headSeg atomic.Uint64 // first sequence of the first live segment, or head when none; written under readMu
+	lens    []int         // guarded by readMu: scratch for segment headers
 
 	depth        atomic.Int64
 	bytes        atomic.Int64
@@ -93,17 +99,16 @@ type Outbox struct {
 
 	refusedFull    prometheus.Counter
 	refusedIO      prometheus.Counter
+	damaged        prometheus.Counter
 	reclaims       prometheus.Counter
 	reclaimSeconds prometheus.Histogram
 }
 
 // Key layout (see doc.go).
 const (
-	prefixEvent = 'e'
+	prefixEvent = 's' // a segment of events, under the sequence of its first
 	prefixDead  = 'd'
 	prefixMeta  = 'm'
-
-	timePrefixLen = 8 // value = uint64 BE unix nanoseconds of the append + event
 )
 
 var (
@@ -261,25 +266,64 @@ func (o *Outbox) load() error {
 			head = 1
 		}
 		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefixEvent}})
-		first := true
 		var depth, size int64
-		for it.Seek(seqKey(prefixEvent, head)); it.Valid(); it.Next() {
-			seq := binary.BigEndian.Uint64(it.Item().Key()[1:])
-			if first {
-				head = seq
-				first = false
+		headSeg := uint64(0)
+		var lens []int
+		// A segment whose header cannot be read is counted up to the next
+		// segment (or the last sequence assigned); Peek sets it aside.
+		unreadable := uint64(0)
+		countUnreadable := func(end uint64) { // end: first sequence after it
+			if unreadable != 0 && end > max(head, unreadable) {
+				depth += int64(end - max(head, unreadable))
 			}
-			if seq > o.lastSeq { // defensive: the meta is written in the same transaction
-				o.lastSeq = seq
+			unreadable = 0
+		}
+		for it.Seek(seqKey(prefixEvent, 1)); it.Valid(); it.Next() {
+			item := it.Item()
+			first := binary.BigEndian.Uint64(item.Key()[1:])
+			countUnreadable(first)
+			var seg segment
+			err := item.Value(func(v []byte) error {
+				var err error
+				seg, err = parseSegment(first, v, lens)
+				lens = seg.lens
+				return err
+			})
+			if errors.Is(err, errSegment) {
+				o.log.Error().Err(err).Msg("an outbox segment header cannot be read; it will be set aside when the sender reaches it")
+				unreadable = first
+				if headSeg == 0 {
+					headSeg = first
+					head = max(head, first)
+				}
+				continue
 			}
-			depth++
-			size += it.Item().ValueSize() - timePrefixLen
+			if err != nil {
+				it.Close()
+				return err
+			}
+			last := seg.last()
+			if last > o.lastSeq { // defensive: the meta is written in the same transaction
+				o.lastSeq = last
+			}
+			if last < head {
+				continue // delivered; deleted with the cursor's move, so not expected
+			}
+			if headSeg == 0 {
+				headSeg = first
+				head = max(head, first)
+			}
+			depth += int64(last - max(head, first) + 1)
+			size += seg.bytesFrom(head)
 		}
 		it.Close()
-		if first { // empty: the cursor starts after the last sequence ever used
-			head = o.lastSeq + 1
+		countUnreadable(o.lastSeq + 1)
+		if headSeg == 0 { // empty: the cursor starts after the last sequence ever used
+			head = max(head, o.lastSeq+1)
+			headSeg = head
 		}
 		o.head.Store(head)
+		o.headSeg.Store(headSeg)
 		o.depth.Store(depth)
 		o.bytes.Store(size)
 
@@ -307,6 +351,10 @@ func (o *Outbox) register(r prometheus.Registerer) error {
 		Name: "tally_collector_outbox_refused_total",
 		Help: "Appends refused because the write could not be made durable (disk full, I/O error).",
 	})
+	o.damaged = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tally_collector_outbox_damaged_events_total",
+		Help: "Events lost to an outbox segment that could not be read (its bytes are kept as a dead letter).",
+	})
 	o.reclaims = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "tally_collector_outbox_reclaims_total",
 		Help: "Disk reclaims run after delivered events were deleted.",
@@ -320,7 +368,7 @@ func (o *Outbox) register(r prometheus.Registerer) error {
 		return nil
 	}
 	cs := []prometheus.Collector{
-		o.refusedFull, o.refusedIO, o.reclaims, o.reclaimSeconds,
+		o.refusedFull, o.refusedIO, o.damaged, o.reclaims, o.reclaimSeconds,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tally_collector_outbox_depth",
 			Help: "Events buffered in the outbox, not yet delivered.",
@@ -385,9 +433,11 @@ func (o *Outbox) Append(ctx context.Context, events [][]byte) error {
 	if o.closed.Load() {
 		return ErrClosed
 	}
-	now := u64(uint64(time.Now().UnixNano()))
-	seq := o.lastSeq
-	var size int64
+	now := time.Now().UnixNano()
+	o.segBuf = o.segBuf[:0]
+	seq := o.lastSeq // the last sequence written, committed or not
+	committed := o.lastSeq
+	var size, committedSize int64
 	txn := o.db.NewTransaction(true)
 	defer func() { txn.Discard() }()
 	commit := func() error {
@@ -398,51 +448,57 @@ func (o *Outbox) Append(ctx context.Context, events [][]byte) error {
 			return err
 		}
 		o.lastSeq = seq
+		o.depth.Add(int64(seq - committed))
+		o.bytes.Add(size - committedSize)
+		committed, committedSize = seq, size
 		return nil
 	}
-	committed := o.lastSeq
 	maxCount, maxBytes := o.db.MaxBatchCount(), o.db.MaxBatchSize()
 	var pending, txnBytes int64
-	for i, ev := range events {
-		val := make([]byte, timePrefixLen+len(ev))
-		copy(val, now)
-		copy(val[timePrefixLen:], ev)
+	for rest := events; len(rest) > 0; {
+		// Cut the next segment.
+		n, raw := 0, 0
+		for n < len(rest) && n < segmentMaxEvents && (n == 0 || raw+len(rest[n]) <= segmentMaxBytes) {
+			raw += len(rest[n])
+			n++
+		}
+		// Segments are encoded one after the other into o.segBuf; the
+		// transaction holds slices of it until it commits (a growth leaves
+		// the earlier ones in the old array).
+		start := len(o.segBuf)
+		o.segBuf, o.scratch = appendSegment(o.segBuf, now, rest[:n], o.scratch)
+		val := o.segBuf[start:len(o.segBuf):len(o.segBuf)]
 		k := seqKey(prefixEvent, seq+1)
 		// Split before Badger's transaction limits (leaving room for the
-		// sequence key commit adds), not only when Set refuses.
-		var err error
-		pending++
-		txnBytes += int64(len(k) + len(val) + txnEntryOverhead)
-		if i > 0 && (pending+2 >= maxCount || txnBytes+txnEntryOverhead*2 >= maxBytes) {
-			err = badger.ErrTxnTooBig
-		} else {
-			err = txn.Set(k, val)
-		}
-		if errors.Is(err, badger.ErrTxnTooBig) && i > 0 {
-			pending, txnBytes = 1, int64(len(k)+len(val)+txnEntryOverhead)
-			// Split an oversized batch: each part is durable on its own;
-			// a caller that sees an error later resends the whole batch,
-			// which the Reporting API counts as duplicates.
-			if err = commit(); err == nil {
-				o.depth.Add(int64(seq - committed))
-				o.bytes.Add(size)
-				size = 0
-				committed = seq
-				txn = o.db.NewTransaction(true)
-				err = txn.Set(k, val)
+		// sequence key commit adds), not only when Set refuses: each part is
+		// durable on its own; a caller that sees an error later resends the
+		// whole batch, which the Reporting API counts as duplicates.
+		entry := int64(len(k) + len(val) + txnEntryOverhead)
+		if pending > 0 && (pending+2 >= int64(maxCount) || txnBytes+entry+txnEntryOverhead*2 >= maxBytes) {
+			if err := commit(); err != nil {
+				return o.refuse(err)
 			}
+			txn = o.db.NewTransaction(true)
+			pending, txnBytes = 0, 0
 		}
-		if err != nil {
+		if err := txn.Set(k, val); err != nil {
 			return o.refuse(err)
 		}
-		seq++
-		size += int64(len(ev))
+		pending++
+		txnBytes += entry
+		seq += uint64(n)
+		size += int64(raw)
+		rest = rest[n:]
 	}
 	if err := commit(); err != nil {
 		return o.refuse(err)
 	}
-	o.depth.Add(int64(seq - committed))
-	o.bytes.Add(size)
+	if cap(o.scratch) > 4*segmentMaxBytes {
+		o.scratch = nil
+	}
+	if cap(o.segBuf) > 4*segmentMaxBytes {
+		o.segBuf = nil
+	}
 	o.setHealth(nil)
 	return nil
 }
@@ -548,13 +604,13 @@ func (o *Outbox) OldestAge() time.Duration {
 	_ = o.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefixEvent}})
 		defer it.Close()
-		it.Seek(seqKey(prefixEvent, o.head.Load()))
+		it.Seek(seqKey(prefixEvent, o.headSeg.Load()))
 		if !it.Valid() {
 			return nil
 		}
 		return it.Item().Value(func(v []byte) error {
-			if len(v) >= timePrefixLen {
-				at = int64(binary.BigEndian.Uint64(v))
+			if len(v) >= 9 {
+				at = int64(binary.BigEndian.Uint64(v[1:9]))
 			}
 			return nil
 		})
@@ -581,50 +637,195 @@ func (o *Outbox) Peek(ctx context.Context, max int) (first, last uint64, events 
 	}
 	o.readMu.Lock()
 	defer o.readMu.Unlock()
+	for {
+		var bad *damage
+		first, last, events, bad, err = o.peek(max)
+		if err != nil || bad == nil || len(events) > 0 {
+			return first, last, events, err
+		}
+		// The oldest segment cannot be read: set it aside and go on.
+		if err := o.quarantine(bad); err != nil {
+			return 0, 0, nil, err
+		}
+	}
+}
+
+// damage is a segment Peek could not read.
+type damage struct {
+	key   []byte
+	val   []byte
+	seg   *segment // nil when the header itself is unreadable
+	cause error
+}
+
+// peek reads up to max events from the cursor, stopping before a segment it
+// cannot read (returned as bad). Called with readMu held.
+func (o *Outbox) peek(max int) (first, last uint64, events [][]byte, bad *damage, err error) {
 	o.writeMu.RLock()
 	defer o.writeMu.RUnlock()
 	if o.closed.Load() {
-		return 0, 0, nil, ErrClosed
+		return 0, 0, nil, nil, ErrClosed
 	}
+	head := o.head.Load()
 	err = o.db.View(func(txn *badger.Txn) error {
-		iopt := badger.IteratorOptions{PrefetchValues: true, PrefetchSize: min(max, 100), Prefix: []byte{prefixEvent}}
-		it := txn.NewIterator(iopt)
+		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefixEvent}})
 		defer it.Close()
-		for it.Seek(seqKey(prefixEvent, o.head.Load())); it.Valid() && len(events) < max; it.Next() {
+		for it.Seek(seqKey(prefixEvent, o.headSeg.Load())); it.Valid() && len(events) < max; it.Next() {
 			item := it.Item()
-			seq := binary.BigEndian.Uint64(item.Key()[1:])
-			if seq == 0 {
-				continue // the reclaim sentinel
+			segFirst := binary.BigEndian.Uint64(item.Key()[1:])
+			err := item.Value(func(v []byte) error {
+				seg, err := parseSegment(segFirst, v, o.lens)
+				o.lens = seg.lens
+				if err != nil {
+					bad = &damage{cause: err}
+					return err
+				}
+				if seg.last() < head {
+					return nil
+				}
+				from := head
+				if segFirst > from {
+					from = segFirst
+				}
+				n := len(events)
+				events, err = seg.events(from, max-n, events)
+				if err != nil {
+					bad = &damage{seg: &seg, cause: err}
+					events = events[:n]
+					return err
+				}
+				if first == 0 {
+					first = from
+				}
+				last = from + uint64(len(events)-n) - 1
+				return nil
+			})
+			if bad != nil {
+				bad.key = item.KeyCopy(nil)
+				bad.val, _ = item.ValueCopy(nil)
+				if bad.seg != nil {
+					s := *bad.seg
+					s.lens = append([]int(nil), s.lens...)
+					bad.seg = &s
+				}
+				return nil
 			}
-			v, err := item.ValueCopy(nil)
 			if err != nil {
 				return err
 			}
-			if len(v) < timePrefixLen {
-				return fmt.Errorf("event %d: value of %d bytes", seq, len(v))
-			}
-			if first == 0 {
-				first = seq
-			}
-			last = seq
-			events = append(events, v[timePrefixLen:])
 		}
 		return nil
 	})
 	if err != nil {
 		if errors.Is(err, badger.ErrDBClosed) {
-			return 0, 0, nil, ErrClosed
+			return 0, 0, nil, nil, ErrClosed
 		}
 		err = fmt.Errorf("%w: read %s: %w", ErrCorrupt, o.dir, err)
 		o.setHealth(err)
-		return 0, 0, nil, err
+		return 0, 0, nil, nil, err
 	}
-	return first, last, events, nil
+	return first, last, events, bad, nil
 }
 
-// Delete removes the delivered events first..last (inclusive) in one synced
-// transaction and moves the drain cursor past last. Sequences in the range
-// that are already gone are ignored, so a repeated Delete is harmless.
+// quarantine moves an unreadable segment to the dead-letter area (reason
+// ReasonDamagedSegment, the stored bytes as its body) and moves the cursor
+// past it, in one synced transaction, so that the events behind it are
+// delivered. Its events are counted as lost and logged. Called with readMu
+// held and writeMu not held.
+func (o *Outbox) quarantine(d *damage) error {
+	o.deadMu.Lock()
+	defer o.deadMu.Unlock()
+	o.writeMu.RLock()
+	defer o.writeMu.RUnlock()
+	if o.closed.Load() {
+		return ErrClosed
+	}
+	first := binary.BigEndian.Uint64(d.key[1:])
+	head := o.head.Load()
+	txn := o.db.NewTransaction(true)
+	defer txn.Discard()
+	// Where the segment ends: from its header when it reads, else where the
+	// next segment begins (or the last sequence ever assigned).
+	next := uint64(0)
+	it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefixEvent}})
+	it.Seek(seqKey(prefixEvent, first+1))
+	if it.Valid() {
+		next = binary.BigEndian.Uint64(it.Item().Key()[1:])
+	}
+	it.Close()
+	var segLast uint64
+	var size int64
+	switch {
+	case d.seg != nil:
+		segLast = d.seg.last()
+		size = d.seg.bytesFrom(head)
+	case next > 0:
+		segLast = next - 1
+	default:
+		item, err := txn.Get(metaLastSeq)
+		if err == nil {
+			err = item.Value(func(v []byte) error {
+				if len(v) == 8 {
+					segLast = binary.BigEndian.Uint64(v)
+				}
+				return nil
+			})
+		}
+		if err != nil || segLast < first {
+			segLast = first
+		}
+	}
+	from := max(head, first)
+	var lost int64
+	if segLast >= from {
+		lost = int64(segLast - from + 1)
+	}
+	newHead := max(head, segLast+1)
+	if next == 0 || next < newHead {
+		next = newHead
+	}
+	dl := DeadLetter{
+		Body:   d.val,
+		Reason: ReasonDamagedSegment,
+		Detail: fmt.Sprintf("events %d..%d: %v", from, segLast, d.cause),
+		At:     time.Now().UTC(),
+	}
+	v, err := json.Marshal(dl)
+	if err != nil {
+		return err
+	}
+	seq := o.lastDead + 1
+	for _, e := range []error{
+		txn.Set(seqKey(prefixDead, seq), v),
+		txn.Set(metaLastDead, u64(seq)),
+		txn.Delete(d.key),
+		txn.Set(metaHead, u64(newHead)),
+	} {
+		if e != nil {
+			return o.refuse(e)
+		}
+	}
+	if err := txn.Commit(); err != nil {
+		return o.refuse(err)
+	}
+	o.lastDead = seq
+	o.deadCount.Add(1)
+	o.head.Store(newHead)
+	o.headSeg.Store(next)
+	o.depth.Add(-lost)
+	o.bytes.Add(-size)
+	o.damaged.Add(float64(lost))
+	o.log.Error().Err(d.cause).Uint64("first", from).Uint64("last", segLast).Int64("events", lost).Uint64("dead_letter", seq).
+		Msg("an outbox segment could not be read; its bytes are kept as a dead letter and its events will not be delivered")
+	return nil
+}
+
+// Delete records the events up to last as delivered, in one synced
+// transaction: the drain cursor moves past last, and every segment whose
+// events are all delivered is removed. first..last is the range Peek
+// returned; events before first that are still buffered count as delivered
+// too. A range already delivered is ignored, so a repeated Delete is
+// harmless.
 func (o *Outbox) Delete(ctx context.Context, first, last uint64) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -642,19 +843,51 @@ func (o *Outbox) Delete(ctx context.Context, first, last uint64) error {
 	if o.closed.Load() {
 		return ErrClosed
 	}
-	var n, size int64
+	head := o.head.Load()
+	if last < head {
+		return nil // already delivered
+	}
+	newHead := last + 1
+	newSeg := newHead // the first live segment after the move, or newHead when none is left
+	var n, size, freed int64
 	txn := o.db.NewTransaction(true)
 	defer txn.Discard()
 	it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefixEvent}})
 	var keys [][]byte
-	for it.Seek(seqKey(prefixEvent, first)); it.Valid(); it.Next() {
+	for it.Seek(seqKey(prefixEvent, o.headSeg.Load())); it.Valid(); it.Next() {
 		item := it.Item()
-		if binary.BigEndian.Uint64(item.Key()[1:]) > last {
+		segFirst := binary.BigEndian.Uint64(item.Key()[1:])
+		if segFirst >= newHead {
+			newSeg = segFirst
 			break
 		}
-		keys = append(keys, item.KeyCopy(nil))
-		size += item.ValueSize() - timePrefixLen
-		n++
+		var seg segment
+		err := item.Value(func(v []byte) error {
+			var err error
+			seg, err = parseSegment(segFirst, v, o.lens)
+			o.lens = seg.lens
+			return err
+		})
+		if err != nil {
+			it.Close()
+			err = fmt.Errorf("%w: read %s: %w", ErrCorrupt, o.dir, err)
+			o.setHealth(err)
+			return err
+		}
+		from := max(head, segFirst)
+		if seg.last() < from {
+			continue // defensive: delivered before the cursor
+		}
+		upto := min(newHead, seg.last()+1) // first sequence past the delivered part
+		n += int64(upto - from)
+		size += seg.bytesBetween(from, upto)
+		if seg.last() < newHead {
+			keys = append(keys, item.KeyCopy(nil))
+			freed += item.ValueSize()
+			continue
+		}
+		newSeg = segFirst // partly delivered: it stays, and the cursor points into it
+		break
 	}
 	it.Close()
 	for _, k := range keys {
@@ -662,20 +895,17 @@ func (o *Outbox) Delete(ctx context.Context, first, last uint64) error {
 			return o.refuse(err)
 		}
 	}
-	head := o.head.Load()
-	if last+1 > head {
-		head = last + 1
-	}
-	if err := txn.Set(metaHead, u64(head)); err != nil {
+	if err := txn.Set(metaHead, u64(newHead)); err != nil {
 		return o.refuse(err)
 	}
 	if err := txn.Commit(); err != nil {
 		return o.refuse(err)
 	}
-	o.head.Store(head)
+	o.head.Store(newHead)
+	o.headSeg.Store(newSeg)
 	o.depth.Add(-n)
 	o.bytes.Add(-size)
-	if o.deletedBytes.Add(size) >= o.opts.ReclaimAfterBytes {
+	if o.deletedBytes.Add(freed) >= o.opts.ReclaimAfterBytes {
 		o.triggerReclaim()
 	}
 	return nil

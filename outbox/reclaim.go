@@ -11,12 +11,12 @@ func (o *Outbox) triggerReclaim() {
 	}
 }
 
-// reclaimLoop gives disk space back after deliveries. Events are small, so
+// reclaimLoop gives disk space back after deliveries. Segments are small, so
 // they live in the LSM tree itself and deleting them only adds tombstones;
 // neither value-log GC nor the store's own compactions shrink the files
 // once writes stop. Two measures do:
 //
-//   - when the outbox is empty, every event key is dropped with DropPrefix,
+//   - when the outbox is empty, every segment key is dropped with DropPrefix,
 //     which removes whole tables. DropPrefix ignores a prefix with no live
 //     key, so a sentinel key (sequence 0, never used by an event) is
 //     written first. Appends wait for the drop; it takes about a second
