@@ -28,6 +28,18 @@
 // the size last refused until many batches succeeded just below it. A
 // destination with a smaller body limit thus settles on a size that fits.
 //
+// # Making room for a backlogged intake
+//
+// With Options.Intake set (cmd/ passes the broker consumer), Run holds back
+// while Intake.Backlogged reports that the input is draining a backlog: it
+// starts a POST at most once per YieldInterval (1 s), asking Backlogged
+// again every 50 ms and going on at once when the backlog ends. A stretch
+// of holding back lasts at most YieldFor (30 s); after that the sender goes
+// at full speed until the backlog is seen over, so delivery is delayed by
+// at most YieldFor. Flush never holds back. tally_collector_sender_yielding
+// is 1 during a stretch and tally_collector_sender_yield_seconds_total adds
+// up the waits.
+//
 // # Safety of the token
 //
 // The URL must be https unless Insecure is set. Redirects are never

@@ -52,3 +52,45 @@ func TestBackoffGrowsWithJitterToCap(t *testing.T) {
 		t.Fatalf("%d of 20 backoffs identical: no jitter", same)
 	}
 }
+
+// The yielding rule on a clock of its own: one POST per interval while the
+// intake is backlogged, for at most limit at a stretch; a stretch ends when
+// the intake is seen not backlogged, and the next backlog starts a new one.
+func TestYieldDecide(t *testing.T) {
+	t0 := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	y := yieldState{interval: time.Second, limit: 30 * time.Second}
+	for i, c := range []struct {
+		now        time.Duration
+		backlogged bool
+		lastPost   time.Time
+		wait       time.Duration
+		ev         yieldEvent
+		lasted     time.Duration
+		holding    bool
+	}{
+		{now: 0, backlogged: false, wait: 0, ev: yieldNone},
+		{now: 0, backlogged: true, wait: 0, ev: yieldStarted, holding: true}, // nothing sent yet: go
+		{now: 100 * time.Millisecond, backlogged: true, lastPost: at(0), wait: 900 * time.Millisecond, holding: true},
+		{now: 1100 * time.Millisecond, backlogged: true, lastPost: at(0), wait: 0, holding: true},
+		{now: 1200 * time.Millisecond, backlogged: true, lastPost: at(1100 * time.Millisecond), wait: 900 * time.Millisecond, holding: true},
+		// The wait never runs past the bound of the stretch.
+		{now: 29800 * time.Millisecond, backlogged: true, lastPost: at(29500 * time.Millisecond), wait: 200 * time.Millisecond, holding: true},
+		{now: 30 * time.Second, backlogged: true, lastPost: at(29500 * time.Millisecond), wait: 0, ev: yieldExhausted},
+		// Full speed until the backlog is seen over.
+		{now: 31 * time.Second, backlogged: true, lastPost: at(31 * time.Second), wait: 0},
+		{now: 90 * time.Second, backlogged: true, lastPost: at(90 * time.Second), wait: 0},
+		{now: 100 * time.Second, backlogged: false, lastPost: at(99 * time.Second), wait: 0, ev: yieldEnded, lasted: 100 * time.Second},
+		{now: 101 * time.Second, backlogged: false, lastPost: at(101 * time.Second), wait: 0},
+		// A new backlog, a new stretch with its own bound.
+		{now: 102 * time.Second, backlogged: true, lastPost: at(101500 * time.Millisecond), wait: 500 * time.Millisecond, ev: yieldStarted, holding: true},
+		{now: 120 * time.Second, backlogged: true, lastPost: at(119900 * time.Millisecond), wait: 900 * time.Millisecond, holding: true},
+		{now: 130 * time.Second, backlogged: false, lastPost: at(129 * time.Second), wait: 0, ev: yieldEnded, lasted: 28 * time.Second},
+	} {
+		wait, ev, lasted := y.decide(at(c.now), c.backlogged, c.lastPost)
+		if wait != c.wait || ev != c.ev || lasted != c.lasted || y.holding() != c.holding {
+			t.Fatalf("step %d at %v: wait %v ev %d lasted %v holding %v; want %v %d %v %v",
+				i, c.now, wait, ev, lasted, y.holding(), c.wait, c.ev, c.lasted, c.holding)
+		}
+	}
+}

@@ -40,6 +40,8 @@ const (
 	DefaultBackoffMax        = 60 * time.Second
 	DefaultAuthRetryInterval = 30 * time.Second
 	DefaultMaxRetryAfter     = 10 * time.Minute
+	DefaultYieldFor          = 30 * time.Second
+	DefaultYieldInterval     = 1 * time.Second
 
 	// regrowAfter is how many full batches must succeed before the batch
 	// limit grows by a quarter after a 413.
@@ -65,6 +67,14 @@ type Options struct {
 	AuthRetryInterval time.Duration // retry interval while the token is refused; default 30s
 	MaxRetryAfter     time.Duration // cap on a Retry-After; default 10m
 
+	// Intake, when set, makes Run hold back while it reports a backlog: at
+	// most one batch per YieldInterval, for at most YieldFor without a
+	// break (see the package documentation). nil: the sender never holds
+	// back.
+	Intake        Intake
+	YieldFor      time.Duration // longest continuous stretch of holding back; default 30s
+	YieldInterval time.Duration // while holding back, at most one POST per interval; default 1s
+
 	Logger     zerolog.Logger
 	Registerer prometheus.Registerer // nil: no metrics are registered
 	HTTPClient *http.Client          // optional (custom TLS roots in tests); redirects are disabled on a copy
@@ -84,6 +94,9 @@ type Sender struct {
 	ceiling  int        // smallest size refused with 413 since; 0: none
 	streak   int        // consecutive full batches delivered at the current limit
 	failures int        // consecutive failures, for the backoff
+	lastPost time.Time  // when the last POST began; zero: none yet
+
+	y yieldState // Run's goroutine only
 
 	readyMu  sync.Mutex
 	readyErr error
@@ -97,6 +110,8 @@ type metrics struct {
 	batchSize                           prometheus.Histogram
 	batchLimit                          prometheus.Gauge
 	duration                            prometheus.Histogram
+	yielding                            prometheus.Gauge
+	yieldSeconds                        prometheus.Counter
 }
 
 // New validates the options and returns a Sender. It answers ErrInvalidURL
@@ -122,6 +137,8 @@ func New(store Store, opts Options) (*Sender, error) {
 	setDefault(&opts.BackoffMax, DefaultBackoffMax)
 	setDefault(&opts.AuthRetryInterval, DefaultAuthRetryInterval)
 	setDefault(&opts.MaxRetryAfter, DefaultMaxRetryAfter)
+	setDefault(&opts.YieldFor, DefaultYieldFor)
+	setDefault(&opts.YieldInterval, DefaultYieldInterval)
 
 	var client http.Client
 	if opts.HTTPClient != nil {
@@ -142,6 +159,7 @@ func New(store Store, opts Options) (*Sender, error) {
 		log:      opts.Logger,
 		token:    ts,
 		batch:    opts.BatchMax,
+		y:        yieldState{interval: opts.YieldInterval, limit: opts.YieldFor},
 	}
 	s.m = newMetrics()
 	s.m.batchLimit.Set(float64(s.batch))
@@ -208,10 +226,17 @@ func (s *Sender) setReady(err error) {
 	s.readyErr = err
 }
 
-// Run drains the store until ctx is done, then returns nil.
+// Run drains the store until ctx is done, then returns nil. With an Intake
+// it holds back while the intake is backlogged: at most one batch per
+// YieldInterval, for at most YieldFor at a stretch.
 func (s *Sender) Run(ctx context.Context) error {
 	s.log.Info().Str("endpoint", s.endpoint).Int("batch_max", s.opts.BatchMax).Msg("sender started")
+	defer s.setYielding(false)
 	for ctx.Err() == nil {
+		s.yield(ctx)
+		if ctx.Err() != nil {
+			break
+		}
 		empty, wait, wake := s.step(ctx)
 		if empty {
 			wait = s.opts.IdleInterval
@@ -223,7 +248,8 @@ func (s *Sender) Run(ctx context.Context) error {
 
 // Flush delivers what the store holds, until it is empty (nil) or ctx is
 // done (ctx's error). Failures are retried with the usual waits, bounded by
-// ctx. Meant for a graceful stop, after Run returned.
+// ctx. It never holds back for the Intake. Meant for a graceful stop, after
+// Run returned.
 func (s *Sender) Flush(ctx context.Context) error {
 	for {
 		if err := ctx.Err(); err != nil {
@@ -280,6 +306,7 @@ func (s *Sender) step(ctx context.Context) (empty bool, wait time.Duration, wake
 	if len(events) == 0 {
 		return true, 0, false
 	}
+	s.lastPost = time.Now()
 	res := s.post(ctx, events)
 	if ctx.Err() != nil && res.err != nil {
 		return false, 0, false // shutting down: the batch stays in the store
@@ -631,6 +658,14 @@ func newMetrics() metrics {
 			Help:    "Time from sending a POST to reading its answer.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 3, 9),
 		}),
+		yielding: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tally_collector_sender_yielding",
+			Help: "1 while the sender holds back to make room for a backlogged intake (at most one batch per interval), 0 otherwise.",
+		}),
+		yieldSeconds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tally_collector_sender_yield_seconds_total",
+			Help: "Time the sender waited before a batch to make room for a backlogged intake.",
+		}),
 	}
 }
 
@@ -638,7 +673,7 @@ func (m metrics) register(r prometheus.Registerer) error {
 	if r == nil {
 		return nil
 	}
-	for _, c := range []prometheus.Collector{m.sent, m.duplicates, m.rejected, m.dropped, m.requests, m.batchSize, m.batchLimit, m.duration} {
+	for _, c := range []prometheus.Collector{m.sent, m.duplicates, m.rejected, m.dropped, m.requests, m.batchSize, m.batchLimit, m.duration, m.yielding, m.yieldSeconds} {
 		if err := r.Register(c); err != nil {
 			return fmt.Errorf("sender: register metrics: %w", err)
 		}

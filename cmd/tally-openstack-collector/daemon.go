@@ -142,17 +142,9 @@ func (d *daemon) run(ctx context.Context) error {
 		}
 	}()
 
-	// 4. The sender, the broker consumer and the plog listeners.
-	snd, err := newSender(d.cfg, component(d.base, "sender"), d.reg, ob)
-	if err != nil {
-		d.shutdownHTTP()
-		d.closeMappers(ctx)
-		d.closeOutbox()
-		return fmt.Errorf("sender: %w", err)
-	}
-	d.p.sender = snd
-	d.probes.setReady("sender", snd.Ready)
-	// The broker package tags its logger itself.
+	// 4. The broker consumer, the sender and the plog listeners. The
+	// consumer is built first: the sender holds back while it drains a
+	// backlog. The broker package tags its logger itself.
 	cons, err := newConsumer(d.cfg, d.base, d.reg, ob, proc)
 	if err != nil {
 		d.shutdownHTTP()
@@ -164,6 +156,15 @@ func (d *daemon) run(ctx context.Context) error {
 	if r, ok := cons.(readyPart); ok {
 		d.probes.setReady("broker", r.Ready)
 	}
+	snd, err := newSender(d.cfg, component(d.base, "sender"), d.reg, ob, cons)
+	if err != nil {
+		d.shutdownHTTP()
+		d.closeMappers(ctx)
+		d.closeOutbox()
+		return fmt.Errorf("sender: %w", err)
+	}
+	d.p.sender = snd
+	d.probes.setReady("sender", snd.Ready)
 	inputs, err := newPlogInputs(d.cfg, component(d.base, "plog"), d.reg, ob, proc)
 	if err != nil {
 		d.shutdownHTTP()

@@ -335,3 +335,38 @@ func TestEndToEndSecondSignal(t *testing.T) {
 		t.Errorf("stop: exit %d", code)
 	}
 }
+
+// TestEndToEndSenderMakesRoomForBacklog: the daemon hands its broker
+// consumer to the sender, which holds back while the consumer drains a
+// backlog and goes back to full speed once the queue is empty.
+func TestEndToEndSenderMakesRoomForBacklog(t *testing.T) {
+	e := setupE2E(t)
+	// Stopped, the collector leaves its queue bound: what is published
+	// meanwhile waits there, a backlog for the next start.
+	if code, _ := e.c.p.stop(t, 30*time.Second); code != 0 {
+		t.Fatalf("stop: exit %d", code)
+	}
+	const n = 3000
+	publishRaw(t, e.v, e.corpus, e.prefix, 0, n)
+	e.c.start(t)
+	e.c.waitReady(t)
+	e.waitDelivered(t, n, 2*time.Minute)
+	waitFor(t, 30*time.Second, "the end of the backlog logged", func() bool {
+		return strings.Contains(e.c.p.out.String(), `"message":"intake backlog over`)
+	})
+	if out := e.c.p.out.String(); !strings.Contains(out, `"message":"intake backlogged`) {
+		t.Errorf("the sender did not log holding back:\n%s", tail(out, 4000))
+	}
+	m := e.c.metrics(t)
+	if got := sum(m, "tally_collector_sender_yield_seconds_total"); got <= 0 {
+		t.Errorf("tally_collector_sender_yield_seconds_total = %v, want > 0", got)
+	}
+	if got := sum(m, "tally_collector_sender_yielding"); got != 0 {
+		t.Errorf("tally_collector_sender_yielding = %v after the backlog, want 0", got)
+	}
+	e.checkExactSet(t, n)
+	e.checkQueueEmpty(t)
+	if code, _ := e.c.p.stop(t, 30*time.Second); code != 0 {
+		t.Errorf("stop: exit %d", code)
+	}
+}

@@ -37,6 +37,9 @@ var (
 	_ closerPart = (*mapperSet)(nil)
 )
 
+// The broker consumer is the sender's Intake (newSender).
+var _ sender.Intake = (*broker.Consumer)(nil)
+
 // mapperSet is the engine, the catalogue of modules (built-in, then the
 // drop-in directory, hot-reloaded), the pipeline routing over it, and the
 // modules named by plog listener chains.
@@ -132,8 +135,11 @@ func loadMappers(ctx context.Context, cfg *Config, base zerolog.Logger, reg prom
 	return ms, nil
 }
 
-func newSender(cfg *Config, log zerolog.Logger, reg prometheus.Registerer, ob outboxHandle) (senderPart, error) {
-	return sender.New(ob, sender.Options{
+// newSender builds the sender. When in reports backlogs (the broker
+// consumer) it becomes the sender's Intake: the sender holds back while the
+// consumer drains a backlog.
+func newSender(cfg *Config, log zerolog.Logger, reg prometheus.Registerer, ob outboxHandle, in inputPart) (senderPart, error) {
+	opts := sender.Options{
 		URL:            cfg.ReportingURL,
 		Token:          cfg.ReportingToken,
 		TokenFile:      cfg.ReportingTokenFile,
@@ -142,7 +148,11 @@ func newSender(cfg *Config, log zerolog.Logger, reg prometheus.Registerer, ob ou
 		RequestTimeout: cfg.ReportingTimeout,
 		Logger:         log,
 		Registerer:     reg,
-	})
+	}
+	if intake, ok := in.(sender.Intake); ok {
+		opts.Intake = intake
+	}
+	return sender.New(ob, opts)
 }
 
 func brokerOptions(cfg *Config, log zerolog.Logger, reg prometheus.Registerer) broker.Options {

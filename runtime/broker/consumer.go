@@ -37,8 +37,9 @@ var (
 
 // Consumer consumes the collector's queue: it maps each delivery, commits the
 // events of a batch to the outbox, and only then acknowledges the batch.
-// Run drives it; Ready reports whether a session is consuming. Run must be
-// called at most once; Ready is safe for concurrent use.
+// Run drives it; Ready reports whether a session is consuming and Backlogged
+// whether it is draining a backlog. Run must be called at most once; Ready
+// and Backlogged are safe for concurrent use.
 type Consumer struct {
 	opts Options
 	eps  []endpoint
@@ -50,6 +51,12 @@ type Consumer struct {
 	ready   atomic.Pointer[readyState]
 	tagSeq  atomic.Uint64
 	running atomic.Bool
+
+	// epoch is when New made the consumer; fullAt is the time, in
+	// nanoseconds after epoch on the monotonic clock, of the last delivery
+	// taken with the prefetch window full (0: never).
+	epoch  time.Time
+	fullAt atomic.Int64
 
 	// Test hooks, nil in production. afterCommit runs on the session
 	// goroutine after a batch is committed and before it is acknowledged;
@@ -77,6 +84,8 @@ func New(proc Processor, box Outbox, opts Options) (*Consumer, error) {
 		box:  box,
 		log:  componentLogger(opts.Logger),
 		m:    newMetrics(opts.Registerer),
+
+		epoch: time.Now(),
 	}
 	c.setReady(ErrNotConsuming)
 	return c, nil
@@ -97,6 +106,25 @@ func (c *Consumer) Ready() error {
 }
 
 func (c *Consumer) setReady(err error) { c.ready.Store(&readyState{err: err}) }
+
+// backlogWindow is how long after the last delivery taken with the prefetch
+// window full the consumer still reports a backlog.
+const backlogWindow = 500 * time.Millisecond
+
+// Backlogged reports whether the consumer is draining a backlog: within the
+// last half second it took a delivery while Prefetch deliveries were held,
+// that is, the broker kept the prefetch window full and had more for the
+// consumer than it acknowledged. It turns false half a second after the
+// window last ran full: when the queue is drained, while consumption is
+// paused at the outbox bound, and while no session consumes. It costs one
+// atomic load and a clock reading, and is safe for concurrent use.
+func (c *Consumer) Backlogged() bool {
+	at := c.fullAt.Load()
+	return at != 0 && c.sinceEpoch()-at < int64(backlogWindow)
+}
+
+// sinceEpoch is the monotonic time since New, in nanoseconds, at least 1.
+func (c *Consumer) sinceEpoch() int64 { return max(int64(time.Since(c.epoch)), 1) }
 
 // Run consumes until ctx is done, reconnecting forever with capped exponential
 // backoff and jitter. It returns nil when ctx is done.

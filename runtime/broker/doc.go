@@ -103,10 +103,15 @@
 // does not count against a quorum queue's delivery limit; a closed session
 // would.
 //
-// # Readiness and metrics
+// # Readiness, backlog and metrics
 //
 // Ready is nil only while a session is consuming (a pause at the bound
-// included: that is back-pressure, not a fault). Metrics, registered on
+// included: that is back-pressure, not a fault). Backlogged is true while
+// the consumer drains a backlog: within the last 500 ms a delivery arrived
+// with Prefetch deliveries already held, so the broker keeps the prefetch
+// window full. It is false while nothing is consumed, during a pause at the
+// bound, and once the queue is drained. cmd/ hands the consumer to the
+// sender, which holds back meanwhile. Metrics, registered on
 // Options.Registerer when it is not nil: tally_collector_consumed_total,
 // tally_collector_acked_total, tally_collector_nacked_total,
 // tally_collector_reconnects_total, tally_collector_missing_exchanges,
@@ -128,8 +133,9 @@
 // # Concurrency
 //
 // New and Dump may be called from any goroutine. Run may be called once per
-// Consumer; Ready is safe for concurrent use with it. Within a session, the
-// session goroutine is the only one to touch the AMQP channel and the FIFO;
-// workers publish a result by setting the item's done flag (an atomic) after
-// writing it, and the committer receives and answers batches over channels.
+// Consumer; Ready and Backlogged are safe for concurrent use with it. Within
+// a session, the session goroutine is the only one to touch the AMQP channel
+// and the FIFO; workers publish a result by setting the item's done flag (an
+// atomic) after writing it, and the committer receives and answers batches
+// over channels.
 package broker

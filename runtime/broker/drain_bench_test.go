@@ -76,7 +76,7 @@ func BenchmarkDrain(b *testing.B) {
 
 // fill publishes n copies of body straight to the queue and waits for the
 // broker's confirmations.
-func fill(b *testing.B, v *vhost, body []byte, n int) {
+func fill(b testing.TB, v *vhost, body []byte, n int) {
 	b.Helper()
 	ch, err := v.conn(b).Channel()
 	if err != nil {

@@ -65,7 +65,7 @@ type vhost struct {
 // The vhosts are made in one rabbitmqctl call for the whole package and
 // removed in one at its end: each rabbitmqctl call costs about a second (more
 // on a busy machine), which per-test calls would multiply.
-const vhostPoolSize = 20
+const vhostPoolSize = 24
 
 var vhostPool struct {
 	sync.Mutex

@@ -197,6 +197,11 @@ func (s *sess) take(d amqp.Delivery) {
 	s.pending = append(s.pending, it)
 	s.held++
 	s.maxTag = max(s.maxTag, d.DeliveryTag)
+	if s.held >= s.c.opts.Prefetch {
+		// The broker keeps the window full: it has more for us than we
+		// acknowledge (Backlogged).
+		s.c.fullAt.Store(s.c.sinceEpoch())
+	}
 	// Never blocks for long: the workers do not wait on this goroutine.
 	s.jobs <- it
 }
