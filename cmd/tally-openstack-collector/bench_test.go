@@ -54,7 +54,13 @@ func BenchmarkEndToEnd(b *testing.B) {
 	publishRaw(b, e.v, e.corpus, e.prefix, 0, n)
 	waitQueued(b, e.v, n)
 	b.ResetTimer()
+	brokerPid := pidOf("beam.smp")
+	bareBroker0, self0 := pidCPU(brokerPid), pidCPU(os.Getpid())
+	bareStart := time.Now()
 	bareRate := bareDrain(b, e.v, "tally-notifications", n, prefetch)
+	bareWall := time.Since(bareStart).Seconds()
+	bareBroker := (pidCPU(brokerPid) - bareBroker0) / bareWall
+	bareSelf := (pidCPU(os.Getpid()) - self0) / bareWall
 
 	// 3. The collector on the same queue, pre-filled again with other ids.
 	publishRaw(b, e.v, e.corpus, e.prefix, n, 2*n)
@@ -80,7 +86,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 	}
 	var t0, t1 time.Time
 	var acked0 float64
-	var cpu0 float64
+	var cpu0, cpuAcked, broker0, broker1, api0, api1 float64
 	// Polled every 100 ms, uncompressed, so that watching costs the collector
 	// little CPU.
 	scrape := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableCompression: true}}
@@ -93,9 +99,12 @@ func BenchmarkEndToEnd(b *testing.B) {
 			now := time.Now()
 			if t0.IsZero() && acked > 0 {
 				t0, acked0, cpu0 = now, acked, procCPU(b, pid)
+				broker0, api0 = pidCPU(brokerPid), pidCPU(e.api.p.cmd.Process.Pid)
 			}
 			if acked >= float64(n) {
 				t1 = now
+				cpuAcked = procCPU(b, pid)
+				broker1, api1 = pidCPU(brokerPid), pidCPU(e.api.p.cmd.Process.Pid)
 				break
 			}
 		}
@@ -103,6 +112,16 @@ func BenchmarkEndToEnd(b *testing.B) {
 			b.Fatalf("collector exited: %s", tail(e.c.p.out.String(), 3000))
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	// The commits of the drain, read before the sender catches up.
+	var commits, commitSecs, yieldSecs float64
+	if resp, err := scrape.Get("http://" + e.c.httpAddr + "/metrics"); err == nil {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		m := parseMetrics(string(body))
+		commits = sum(m, "tally_collector_commit_duration_seconds_count")
+		commitSecs = sum(m, "tally_collector_commit_duration_seconds_sum")
+		yieldSecs = sum(m, "tally_collector_sender_yield_seconds_total")
 	}
 	e.waitDelivered(b, n, 5*time.Minute)
 	tAPI := time.Now()
@@ -121,6 +140,14 @@ func BenchmarkEndToEnd(b *testing.B) {
 	fmt.Printf("  collector (map, outbox commit, ack):                    %8.0f msg/s\n", collRate)
 	fmt.Printf("  ratio collector / bare:                                 %8.2f\n", collRate/bareRate)
 	fmt.Printf("  collector CPU per 10 000 notifications (incl. sending): %8.2f s\n", cpuPer10k)
+	drain := t1.Sub(t0).Seconds()
+	fmt.Printf("  cores busy during the bare drain:      broker %.2f, consumer %.2f\n", bareBroker, bareSelf)
+	fmt.Printf("  cores busy during the collector drain: broker %.2f, collector %.2f, reporting API %.2f\n",
+		(broker1-broker0)/drain, (cpuAcked-cpu0)/drain, (api1-api0)/drain)
+	if commits > 0 {
+		fmt.Printf("  outbox commits during the drain: %.0f, %.1f deliveries and %.2f ms each; sender held back %.1f s\n",
+			commits, float64(n)/commits, commitSecs/commits*1000, yieldSecs)
+	}
 	fmt.Printf("  collector resident memory, idle (5 modules, empty outbox): %5.1f MiB\n", idleRSS/1024)
 	fmt.Printf("  collector resident memory, peak:                        %8.1f MiB\n", peakRSS/1024)
 	fmt.Printf("  all %d events at the Reporting API %.1f s after the drain began\n\n", n, tAPI.Sub(t0).Seconds())
@@ -188,6 +215,48 @@ func procCPU(tb testing.TB, pid int) float64 {
 	utime, _ := strconv.ParseFloat(f[11], 64)
 	stime, _ := strconv.ParseFloat(f[12], 64)
 	return (utime + stime) / 100 // USER_HZ is 100 on Linux
+}
+
+// pidOf is the pid of the oldest process whose command name is comm, or 0.
+func pidOf(comm string) int {
+	entries, _ := os.ReadDir("/proc")
+	best, bestStart := 0, -1.0
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		open, closeAt := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || closeAt < open || s[open+1:closeAt] != comm {
+			continue
+		}
+		f := strings.Fields(s[closeAt+2:])
+		start, _ := strconv.ParseFloat(f[19], 64)
+		if bestStart < 0 || start < bestStart {
+			best, bestStart = pid, start
+		}
+	}
+	return best
+}
+
+// pidCPU is procCPU without failing: 0 when pid is unknown or gone.
+func pidCPU(pid int) float64 {
+	if pid <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) / 100
 }
 
 // procStatus reads a kB field of /proc/<pid>/status.

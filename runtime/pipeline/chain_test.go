@@ -8,7 +8,7 @@ import (
 
 func TestChainMostSpecificClaimWins(t *testing.T) {
 	e := engine(t)
-	nova := module(t, e, "mappers/dist/nova.wasm")              // compute.instance.*
+	nova := module(t, e, "mappers/dist/nova.wasm")             // compute.instance.*
 	mirror := module(t, e, "runtime/testdata/mirror.wasm")     // *
 	fieldmap := module(t, e, "runtime/testdata/fieldmap.wasm") // *
 
