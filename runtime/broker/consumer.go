@@ -269,6 +269,12 @@ type sess struct {
 	held       int     // deliveries taken and not yet settled
 	wg         sync.WaitGroup
 
+	// The commit linger (see Options.CommitLinger).
+	lastTake time.Time   // when the last delivery was taken
+	lingerT  *time.Timer // armed while a short batch waits
+	lingerC  <-chan time.Time
+	stopping bool // shutting down: nothing more arrives, never linger
+
 	probeT   *time.Timer
 	probeC   <-chan time.Time
 	resumeC  <-chan time.Time // pause at the bound ends

@@ -27,6 +27,7 @@ type item struct {
 	res    pipeline.Result
 	letter *outbox.DeadLetter
 	done   atomic.Bool
+	taken  time.Time
 }
 
 // batch is what one commit writes: the events and dead letters of a run of
@@ -138,6 +139,11 @@ func (s *sess) loop(ctx context.Context) error {
 	s.pauseBo = backoff{min: s.c.opts.PauseMin, max: s.c.opts.PauseMax}
 	s.startFlow()
 	defer s.stopFlow()
+	defer func() {
+		if s.lingerT != nil {
+			s.lingerT.Stop()
+		}
+	}()
 	for {
 		var dch <-chan amqp.Delivery
 		if s.refuseC == nil {
@@ -165,6 +171,8 @@ func (s *sess) loop(ctx context.Context) error {
 			}
 		case <-s.kick:
 			// mapping progressed; dispatch below
+		case <-s.lingerC:
+			s.lingerC = nil // a short batch waited long enough; dispatch below
 		case err := <-s.commitDone:
 			if err := s.committed(err); err != nil {
 				return err
@@ -193,7 +201,8 @@ func (s *sess) loop(ctx context.Context) error {
 // take holds one delivery and hands it to the mapping workers.
 func (s *sess) take(d amqp.Delivery) {
 	s.c.m.consumed.Inc()
-	it := &item{tag: d.DeliveryTag, body: d.Body, exchange: d.Exchange, routingKey: d.RoutingKey}
+	s.lastTake = time.Now()
+	it := &item{tag: d.DeliveryTag, body: d.Body, exchange: d.Exchange, routingKey: d.RoutingKey, taken: s.lastTake}
 	s.pending = append(s.pending, it)
 	s.held++
 	s.maxTag = max(s.maxTag, d.DeliveryTag)
@@ -238,6 +247,9 @@ func (s *sess) nextBatch(limit int) *batch {
 	if r == 0 || (r < limit && r < len(s.pending)) {
 		return nil
 	}
+	if r < limit && s.linger(s.pending[0].taken) {
+		return nil
+	}
 	var b *batch
 	n := 0
 	for n < r {
@@ -263,6 +275,32 @@ func (s *sess) nextBatch(limit int) *batch {
 		}
 	}
 	return b
+}
+
+// linger reports whether a batch shorter than BatchMax should wait for more
+// deliveries, and arms the timer that dispatches it when the wait is over. It
+// waits while deliveries keep arriving (the last one less than CommitLinger
+// ago) and the prefetch window has room for more, and never beyond
+// 4 × CommitLinger after oldest, the take time of its first delivery.
+func (s *sess) linger(oldest time.Time) bool {
+	d := s.c.opts.CommitLinger
+	if d <= 0 || s.stopping || s.held >= s.c.opts.Prefetch {
+		return false
+	}
+	now := time.Now()
+	wait := min(s.lastTake.Add(d).Sub(now), oldest.Add(4*d).Sub(now))
+	if wait <= 0 {
+		return false
+	}
+	if s.lingerC == nil {
+		if s.lingerT == nil {
+			s.lingerT = time.NewTimer(wait)
+		} else {
+			s.lingerT.Reset(wait)
+		}
+		s.lingerC = s.lingerT.C
+	}
+	return true
 }
 
 // dispatch is the group commit: whenever the committer is idle and the head
@@ -410,6 +448,7 @@ func (s *sess) pause() error {
 // mapped, committed and acknowledged. Whatever cannot be finished within
 // shutdownBudget is requeued (or returned by the closing connection).
 func (s *sess) shutdown() {
+	s.stopping = true
 	deadline := time.NewTimer(shutdownBudget)
 	defer deadline.Stop()
 	if s.deliveries != nil {
