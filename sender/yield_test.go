@@ -100,11 +100,10 @@ func gauge(t testing.TB, reg *prometheus.Registry, name string) float64 {
 	return 0
 }
 
-// While the intake is backlogged the sender sends at most one batch per
-// YieldInterval; without an Intake it sends them back to back.
-func TestYieldOneBatchPerInterval(t *testing.T) {
-	const interval = 200 * time.Millisecond
-	e := newEnv(t)
+// yieldingSender is a sender of batches of 10 whose Intake reports a backlog
+// (until the test says otherwise), with its own registry and captured logs.
+func yieldingSender(t *testing.T, e *env, interval, yieldFor time.Duration) (*sender.Sender, *fakeIntake, *prometheus.Registry, *logBuf) {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	logs := &logBuf{}
 	in := &fakeIntake{}
@@ -113,10 +112,19 @@ func TestYieldOneBatchPerInterval(t *testing.T) {
 		o.BatchMax = 10
 		o.Intake = in
 		o.YieldInterval = interval
-		o.YieldFor = 10 * time.Second
+		o.YieldFor = yieldFor
 		o.Registerer = reg
 		o.Logger = zerolog.New(logs)
 	})
+	return s, in, reg, logs
+}
+
+// While the intake is backlogged the sender sends at most one batch per
+// YieldInterval; without an Intake it sends them back to back.
+func TestYieldOneBatchPerInterval(t *testing.T) {
+	const interval = 200 * time.Millisecond
+	e := newEnv(t)
+	s, _, reg, logs := yieldingSender(t, e, interval, 10*time.Second)
 	e.append(t, 0, 50, 10) // five batches
 	start := time.Now()
 	run(t, s)
@@ -170,18 +178,7 @@ func TestYieldOneBatchPerInterval(t *testing.T) {
 func TestYieldBoundedByYieldFor(t *testing.T) {
 	const yieldFor = 300 * time.Millisecond
 	e := newEnv(t)
-	reg := prometheus.NewRegistry()
-	logs := &logBuf{}
-	in := &fakeIntake{}
-	in.backlogged.Store(true)
-	s := e.sender(t, func(o *sender.Options) {
-		o.BatchMax = 10
-		o.Intake = in
-		o.YieldInterval = time.Hour
-		o.YieldFor = yieldFor
-		o.Registerer = reg
-		o.Logger = zerolog.New(logs)
-	})
+	s, in, reg, logs := yieldingSender(t, e, time.Hour, yieldFor)
 	e.append(t, 0, 50, 10)
 	start := time.Now()
 	run(t, s)
@@ -234,18 +231,7 @@ func waitLog(t testing.TB, logs *logBuf, msg string, count int) {
 func TestYieldResumesWhenBacklogEnds(t *testing.T) {
 	const interval = 10 * time.Second
 	e := newEnv(t)
-	reg := prometheus.NewRegistry()
-	logs := &logBuf{}
-	in := &fakeIntake{}
-	in.backlogged.Store(true)
-	s := e.sender(t, func(o *sender.Options) {
-		o.BatchMax = 10
-		o.Intake = in
-		o.YieldInterval = interval
-		o.YieldFor = time.Minute
-		o.Registerer = reg
-		o.Logger = zerolog.New(logs)
-	})
+	s, in, reg, logs := yieldingSender(t, e, interval, time.Minute)
 	e.append(t, 0, 50, 10)
 	start := time.Now()
 	run(t, s)
@@ -282,16 +268,7 @@ func TestYieldResumesWhenBacklogEnds(t *testing.T) {
 // promptly while it does.
 func TestFlushIgnoresYielding(t *testing.T) {
 	e := newEnv(t)
-	reg := prometheus.NewRegistry()
-	in := &fakeIntake{}
-	in.backlogged.Store(true)
-	s := e.sender(t, func(o *sender.Options) {
-		o.BatchMax = 10
-		o.Intake = in
-		o.YieldInterval = time.Hour
-		o.YieldFor = time.Hour
-		o.Registerer = reg
-	})
+	s, _, reg, _ := yieldingSender(t, e, time.Hour, time.Hour)
 	e.append(t, 0, 10, 10)
 	stop := run(t, s)
 	deadline := time.Now().Add(5 * time.Second)

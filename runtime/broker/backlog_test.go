@@ -22,15 +22,7 @@ func TestBackloggedFalseBeforeAnyDelivery(t *testing.T) {
 // consumer reports a backlog while it drains; once the queue is empty and
 // backlogWindow has passed it no longer does.
 func TestBackloggedWhileDraining(t *testing.T) {
-	v := newVhost(t)
-	v.declareExchanges(t, false, "nova")
-	ch, err := v.conn(t).Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDeclare(DefaultQueue, true, false, false, false, queueArgs(QueueClassic)); err != nil {
-		t.Fatal(err)
-	}
+	v, _ := classicQueueVhost(t)
 	const n = 2000
 	fill(t, v, note(t, "backlog-1", "compute.instance.exists"), n)
 

@@ -539,3 +539,20 @@ func eventID(t testing.TB, ev []byte) string {
 	}
 	return e.EventID
 }
+
+// classicQueueVhost is a fresh virtual host with the nova exchange and the
+// collector's queue declared classic (as the consumer declares it with
+// QueueClassic), and a channel on it for publishing.
+func classicQueueVhost(t testing.TB) (*vhost, *amqp.Channel) {
+	t.Helper()
+	v := newVhost(t)
+	v.declareExchanges(t, false, "nova")
+	ch, err := v.conn(t).Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(DefaultQueue, true, false, false, false, queueArgs(QueueClassic)); err != nil {
+		t.Fatal(err)
+	}
+	return v, ch
+}

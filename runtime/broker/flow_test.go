@@ -107,15 +107,7 @@ func (p shuffleProcessor) Process(ctx context.Context, msg pipeline.Message) pip
 // checked against commits: one consumer drains a pre-filled queue once, so
 // delivery tag k is the k-th message published.
 func TestAckNeverPrecedesCommit(t *testing.T) {
-	v := newVhost(t)
-	v.declareExchanges(t, false, "nova")
-	ch, err := v.conn(t).Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDeclare(DefaultQueue, true, false, false, false, queueArgs(QueueClassic)); err != nil {
-		t.Fatal(err)
-	}
+	v, _ := classicQueueVhost(t)
 	const n = 400
 	// byTag[k] is the id to find committed before tag k is acknowledged
 	// ("" for a delivery with nothing to commit).

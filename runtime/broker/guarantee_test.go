@@ -60,15 +60,7 @@ func childMain() int {
 // committed but not acknowledged is redelivered and committed again with the
 // same event_ids (duplicates the Reporting API counts), and nothing is lost.
 func TestKillBetweenCommitAndAck(t *testing.T) {
-	v := newVhost(t)
-	v.declareExchanges(t, false, "nova")
-	ch, err := v.conn(t).Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDeclare(DefaultQueue, true, false, false, false, queueArgs(QueueClassic)); err != nil {
-		t.Fatal(err)
-	}
+	v, _ := classicQueueVhost(t)
 	const n = 300
 	var ids []string
 	var bodies [][]byte
@@ -88,7 +80,7 @@ func TestKillBetweenCommitAndAck(t *testing.T) {
 		t.Fatal(err)
 	}
 	guard := time.AfterFunc(60*time.Second, func() { _ = cmd.Process.Kill() })
-	err = cmd.Wait()
+	err := cmd.Wait()
 	guard.Stop()
 	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	if err == nil || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {

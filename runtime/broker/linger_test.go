@@ -20,15 +20,7 @@ func TestCommitLingerGroupsATrickle(t *testing.T) {
 		linger time.Duration
 	}{{"none", -1}, {"100ms", 100 * time.Millisecond}} {
 		t.Run(tc.name, func(t *testing.T) {
-			v := newVhost(t)
-			v.declareExchanges(t, false, "nova")
-			ch, err := v.conn(t).Channel()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := ch.QueueDeclare(DefaultQueue, true, false, false, false, queueArgs(QueueClassic)); err != nil {
-				t.Fatal(err)
-			}
+			v, ch := classicQueueVhost(t)
 			rec := &recordingOutbox{Outbox: openOutbox(t, t.TempDir(), 1<<20), committed: map[string]bool{}}
 			opts := testOptions(v, &syncBuf{}, "nova")
 			opts.CommitLinger = tc.linger
@@ -70,15 +62,7 @@ func TestCommitLingerGroupsATrickle(t *testing.T) {
 // A lone delivery is committed once the linger has passed, not held until
 // more arrive.
 func TestCommitLingerLoneDelivery(t *testing.T) {
-	v := newVhost(t)
-	v.declareExchanges(t, false, "nova")
-	ch, err := v.conn(t).Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDeclare(DefaultQueue, true, false, false, false, queueArgs(QueueClassic)); err != nil {
-		t.Fatal(err)
-	}
+	v, _ := classicQueueVhost(t)
 	box := openOutbox(t, t.TempDir(), 1<<20)
 	opts := testOptions(v, &syncBuf{}, "nova")
 	opts.CommitLinger = 300 * time.Millisecond
