@@ -37,7 +37,7 @@ var (
 
 // Consumer consumes the collector's queue: it maps each delivery, commits the
 // events of a batch to the outbox, and only then acknowledges the batch.
-// Run drives it; Ready reports whether a session is consuming and Backlogged
+// Run drives it; Ready reports whether it is consuming and Backlogged
 // whether it is draining a backlog. Run must be called at most once; Ready
 // and Backlogged are safe for concurrent use.
 type Consumer struct {
@@ -116,7 +116,7 @@ const backlogWindow = 500 * time.Millisecond
 // that is, the broker kept the prefetch window full and had more for the
 // consumer than it acknowledged. It turns false half a second after the
 // window last ran full: when the queue is drained, while consumption is
-// paused at the outbox bound, and while no session consumes. It costs one
+// paused at the outbox bound, and while disconnected. It costs one
 // atomic load and a clock reading, and is safe for concurrent use.
 func (c *Consumer) Backlogged() bool {
 	at := c.fullAt.Load()

@@ -137,9 +137,9 @@
 // # Concurrency
 //
 // New and Dump may be called from any goroutine. Run may be called once per
-// Consumer; Ready and Backlogged are safe for concurrent use with it. Within
-// a session, the session goroutine is the only one to touch the AMQP channel
-// and the FIFO; workers publish a result by setting the item's done flag (an
+// Consumer; Ready and Backlogged are safe for concurrent use with it. While
+// a connection lasts, one goroutine alone touches its AMQP channel and the
+// FIFO; workers publish a result by setting the item's done flag (an
 // atomic) after writing it, and the committer receives and answers batches
 // over channels.
 package broker
