@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -107,5 +108,39 @@ func TestDamagedSegmentSetAside(t *testing.T) {
 				t.Fatalf("depth %d after reopen", o.Depth())
 			}
 		})
+	}
+}
+
+// Segments sort just below the metadata keys with no other prefix between,
+// so that a memory table of appends spans only the newest segments
+// (doc.go, "Key layout").
+func TestSegmentPrefixJustBelowMeta(t *testing.T) {
+	for _, p := range []byte{prefixDead, prefixOldEvent} {
+		if p > prefixEvent && p < prefixMeta {
+			t.Fatalf("prefix %q sorts between segments %q and meta %q", p, prefixEvent, prefixMeta)
+		}
+	}
+	if prefixEvent >= prefixMeta {
+		t.Fatalf("segments %q sort after meta %q", prefixEvent, prefixMeta)
+	}
+}
+
+// A store holding events one per key (the first format) is refused at
+// Open with a clear error, not read as empty.
+func TestOldFormatRefused(t *testing.T) {
+	dir := t.TempDir()
+	o, err := Open(Options{Dir: dir, Logger: zerolog.Nop(), MinFreeBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.db.Update(func(txn *badger.Txn) error {
+		return txn.Set(seqKey(prefixOldEvent, 1), []byte(`12345678{"event_id":"old"}`))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	o.Close()
+	_, err = Open(Options{Dir: dir, Logger: zerolog.Nop(), MinFreeBytes: -1})
+	if !errors.Is(err, ErrCorrupt) || !errors.Is(err, errOldFormat) {
+		t.Fatalf("open: %v", err)
 	}
 }

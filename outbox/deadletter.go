@@ -60,30 +60,45 @@ func (o *Outbox) AppendDeadLetters(ctx context.Context, letters []DeadLetter) er
 	if o.closed.Load() {
 		return ErrClosed
 	}
-	seq := o.lastDead
+	var last uint64
 	err := o.db.Update(func(txn *badger.Txn) error {
-		for _, l := range letters {
-			if l.At.IsZero() {
-				l.At = time.Now().UTC()
-			}
-			v, err := json.Marshal(l)
-			if err != nil {
-				return err
-			}
-			seq++
-			if err := txn.Set(seqKey(prefixDead, seq), v); err != nil {
-				return err
-			}
-		}
-		return txn.Set(metaLastDead, u64(seq))
+		var err error
+		last, err = o.setDeadLetters(txn, letters)
+		return err
 	})
 	if err != nil {
 		return o.refuse(err)
 	}
-	o.deadCount.Add(int64(seq - o.lastDead))
-	o.lastDead = seq
+	o.deadLettersCommitted(last)
 	o.setHealth(nil)
 	return nil
+}
+
+// setDeadLetters writes letters into txn under the sequences after the last
+// one assigned, with the new last sequence, and returns it. The caller holds
+// deadMu and calls deadLettersCommitted once txn committed.
+func (o *Outbox) setDeadLetters(txn *badger.Txn, letters []DeadLetter) (uint64, error) {
+	seq := o.lastDead
+	for _, l := range letters {
+		if l.At.IsZero() {
+			l.At = time.Now().UTC()
+		}
+		v, err := json.Marshal(l)
+		if err != nil {
+			return 0, err
+		}
+		seq++
+		if err := txn.Set(seqKey(prefixDead, seq), v); err != nil {
+			return 0, err
+		}
+	}
+	return seq, txn.Set(metaLastDead, u64(seq))
+}
+
+// deadLettersCommitted records the dead letters up to last as stored.
+func (o *Outbox) deadLettersCommitted(last uint64) {
+	o.deadCount.Add(int64(last - o.lastDead))
+	o.lastDead = last
 }
 
 // DeadLetterCount is the number of dead letters held.

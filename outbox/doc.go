@@ -12,7 +12,7 @@
 //
 // # Key layout
 //
-//	's' + uint64 big-endian seq   segment: the events of one Append (or of one
+//	'l' + uint64 big-endian seq   segment: the events of one Append (or of one
 //	                              part of a large one), seq being the first's
 //	'd' + uint64 big-endian seq   dead letter: value = JSON of DeadLetter
 //	'm' + name                    metadata:
@@ -37,9 +37,17 @@
 // the compressed block so that depth and bytes are counted without
 // decompressing.
 //
+// 'l' sorts just below 'm' with no other prefix in between. An append
+// writes the newest segment and mlast_event, so a memory table of appends
+// spans only the newest segments; under a prefix above 'm' it would span
+// every segment, and each compaction of it would rewrite the whole next
+// level (measured: on a nearly full disk a compaction at Close then ran
+// past the free-space reserve). A store with 'e' keys (one event per key,
+// the first format) is refused at Open.
+//
 // Big-endian sequences make the byte order of keys the order of appends,
 // so a forward iteration from the cursor's segment yields the oldest events
-// first. Sequence 0 is never assigned; the key 's'+0 is a transient
+// first. Sequence 0 is never assigned; the key 'l'+0 is a transient
 // sentinel used by the disk reclaim (below) and never read.
 //
 // # Invariants

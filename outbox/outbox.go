@@ -3,7 +3,6 @@ package outbox
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -106,9 +105,16 @@ type Outbox struct {
 
 // Key layout (see doc.go).
 const (
-	prefixEvent = 's' // a segment of events, under the sequence of its first
-	prefixDead  = 'd'
-	prefixMeta  = 'm'
+	// prefixEvent marks a segment of events, under the sequence of its
+	// first. It sorts just below prefixMeta with nothing in between: the
+	// memory tables of appends (new segments plus the sequence meta key)
+	// then span only the newest segments, and compacting them into the
+	// next level rewrites only its tail, not every buffered event.
+	prefixEvent = 'l'
+	// prefixOldEvent marked one event per key in the first format.
+	prefixOldEvent = 'e'
+	prefixDead     = 'd'
+	prefixMeta     = 'm'
 )
 
 var (
@@ -233,6 +239,13 @@ func classifyOpenError(dir string, err error) error {
 // is verified against its checksums.
 func (o *Outbox) load() error {
 	return o.db.View(func(txn *badger.Txn) error {
+		old := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefixOldEvent}})
+		old.Rewind()
+		found := old.Valid()
+		old.Close()
+		if found {
+			return errOldFormat
+		}
 		getU64 := func(k []byte) (uint64, error) {
 			it, err := txn.Get(k)
 			if errors.Is(err, badger.ErrKeyNotFound) {
@@ -788,28 +801,21 @@ func (o *Outbox) quarantine(d *damage) error {
 		Body:   d.val,
 		Reason: ReasonDamagedSegment,
 		Detail: fmt.Sprintf("events %d..%d: %v", from, segLast, d.cause),
-		At:     time.Now().UTC(),
 	}
-	v, err := json.Marshal(dl)
+	seq, err := o.setDeadLetters(txn, []DeadLetter{dl})
+	if err == nil {
+		err = txn.Delete(d.key)
+	}
+	if err == nil {
+		err = txn.Set(metaHead, u64(newHead))
+	}
 	if err != nil {
-		return err
-	}
-	seq := o.lastDead + 1
-	for _, e := range []error{
-		txn.Set(seqKey(prefixDead, seq), v),
-		txn.Set(metaLastDead, u64(seq)),
-		txn.Delete(d.key),
-		txn.Set(metaHead, u64(newHead)),
-	} {
-		if e != nil {
-			return o.refuse(e)
-		}
+		return o.refuse(err)
 	}
 	if err := txn.Commit(); err != nil {
 		return o.refuse(err)
 	}
-	o.lastDead = seq
-	o.deadCount.Add(1)
+	o.deadLettersCommitted(seq)
 	o.head.Store(newHead)
 	o.headSeg.Store(next)
 	o.depth.Add(-lost)

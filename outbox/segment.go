@@ -32,6 +32,10 @@ const (
 
 var errSegment = errors.New("malformed event segment")
 
+// errOldFormat: the store holds events one per key, as the first format
+// did; this version does not read them.
+var errOldFormat = errors.New("the store holds events in the earlier one-key-per-event format; deliver them with the version that wrote them, or move the directory aside")
+
 // maxEventLen bounds one length read back from a header (the pipeline keeps
 // events far smaller); the decompressed length is checked against the sum.
 const maxEventLen = 1 << 30

@@ -5,17 +5,11 @@ package sender_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/big"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -539,11 +533,11 @@ func TestHTTPSWithTestCA(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	caPool, cert := testCA(t)
-	ts := httptest.NewUnstartedServer(srv)
-	ts.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
-	ts.StartTLS()
+	// httptest's own certificate (for 127.0.0.1), trusted only through caPool.
+	ts := httptest.NewTLSServer(srv)
 	defer ts.Close()
+	caPool := x509.NewCertPool()
+	caPool.AddCert(ts.Certificate())
 	e := newEnv(t)
 	e.append(t, 0, 30, 10)
 	// Without the CA the connection is refused and nothing is lost.
@@ -566,33 +560,4 @@ func TestHTTPSWithTestCA(t *testing.T) {
 	if st, _ := srv.Stats(); st.Accepted != 30 {
 		t.Fatalf("over https: %+v", st)
 	}
-}
-
-func testCA(t testing.TB) (*x509.CertPool, tls.Certificate) {
-	t.Helper()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "tally test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca)
-	return pool, tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }

@@ -206,15 +206,24 @@ func waitQueued(tb testing.TB, v *vhost, n int) {
 // procCPU is the user+system CPU seconds of pid so far.
 func procCPU(tb testing.TB, pid int) float64 {
 	tb.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	v, err := readCPU(pid)
 	if err != nil {
 		tb.Fatal(err)
+	}
+	return v
+}
+
+// readCPU reads the user+system CPU seconds of pid from /proc/<pid>/stat.
+func readCPU(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
 	}
 	// Fields after the command name (which is in parentheses).
 	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
 	utime, _ := strconv.ParseFloat(f[11], 64)
 	stime, _ := strconv.ParseFloat(f[12], 64)
-	return (utime + stime) / 100 // USER_HZ is 100 on Linux
+	return (utime + stime) / 100, nil // USER_HZ is 100 on Linux
 }
 
 // pidOf is the pid of the oldest process whose command name is comm, or 0.
@@ -249,14 +258,8 @@ func pidCPU(pid int) float64 {
 	if pid <= 0 {
 		return 0
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-	utime, _ := strconv.ParseFloat(f[11], 64)
-	stime, _ := strconv.ParseFloat(f[12], 64)
-	return (utime + stime) / 100
+	v, _ := readCPU(pid)
+	return v
 }
 
 // procStatus reads a kB field of /proc/<pid>/status.
