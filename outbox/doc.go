@@ -19,6 +19,9 @@
 //	    mlast_event  uint64 BE    highest event sequence ever assigned
 //	    mlast_dead   uint64 BE    highest dead-letter sequence ever assigned
 //	    mhead        uint64 BE    the drain cursor: first event sequence not yet delivered
+//	    mrec/<name>  bytes        a record of another part of the collector
+//	                              (SaveRecord, LoadRecord: the mapper catalogue's
+//	                              decisions under "catalog"), at most 1 MiB
 //
 // A segment holds consecutive sequences, at most 1,024 events or 256 KiB of
 // them (a single larger event gets a segment of its own). Its value is:

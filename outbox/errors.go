@@ -34,4 +34,8 @@ var (
 
 	// ErrInvalidRange is returned by Delete when first > last or first == 0.
 	ErrInvalidRange = errors.New("outbox: invalid range")
+
+	// ErrInvalidRecord is returned by SaveRecord and LoadRecord for an empty
+	// or over-long name, or a value over MaxRecordBytes.
+	ErrInvalidRecord = errors.New("outbox: invalid record")
 )

@@ -78,15 +78,7 @@ func publishTypes(t *testing.T, conn *amqp.Connection, eventType, prefix string,
 // mapped twice). Then a module that traps dead-letters notifications, a fixed
 // version is dropped in and promoted, and `deadletter replay` delivers them.
 func TestEndToEndHotReloadMigrationAndReplay(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test")
-	}
-	needBroker(t)
-	holdBrokerShared(t)
-	b := buildBinaries(t)
-	v := newVhost(t)
-	v.declareExchanges(t, "nova")
-	a := startAPI(t, b)
+	b, v, a := novaStack(t)
 	dir := t.TempDir()
 	dropIn(t, dir, "echo_v1", "echo")
 	dropIn(t, dir, "flaky_v1", "flaky")
@@ -150,5 +142,53 @@ func TestEndToEndHotReloadMigrationAndReplay(t *testing.T) {
 	})
 	if left := c.cli(t, "deadletter", "list"); strings.Contains(left, "flaky.usage") {
 		t.Fatalf("dead letters left after a successful replay:\n%s", left)
+	}
+}
+
+// novaStack skips in -short mode, else starts what the daemon's end-to-end
+// tests of one exchange share: the built binaries, a virtual host of their
+// own with the nova exchange declared, and the reference Reporting API.
+func novaStack(t *testing.T) (bins, *vhost, *api) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end test")
+	}
+	needBroker(t)
+	holdBrokerShared(t)
+	b := buildBinaries(t)
+	v := newVhost(t)
+	v.declareExchanges(t, "nova")
+	return b, v, startAPI(t, b)
+}
+
+// TestEndToEndMigrationSurvivesAKill: a collector killed with SIGKILL during
+// a shadow migration comes back with the same version in service and the
+// candidate still in shadow; the candidate is not promoted by the restart.
+// The decisions are kept in the outbox, which outlives the process.
+func TestEndToEndMigrationSurvivesAKill(t *testing.T) {
+	b, v, a := novaStack(t)
+	dir := t.TempDir()
+	dropIn(t, dir, "echo_v1", "echo")
+	c := newCollector(t, b, v, a.url(), a.token, "TALLY_OSC_EXCHANGES=nova", "TALLY_OSC_MAPPERS_DIR="+dir)
+	c.start(t)
+	c.waitReady(t)
+	dropIn(t, dir, "echo_v2", "echo-2")
+	waitFor(t, 60*time.Second, "echo@2.0.0 in shadow", func() bool {
+		return strings.Contains(c.cli(t, "mappers"), "echo@2.0.0")
+	})
+	c.p.kill9(t)
+
+	c.start(t)
+	c.waitReady(t)
+	out := c.cli(t, "mappers")
+	var row string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "echo@") && strings.HasPrefix(strings.TrimSpace(l), "test.") {
+			row = l
+		}
+	}
+	f := strings.Fields(row)
+	if len(f) < 5 || f[1] != "echo@1.0.0" || f[3] != "migrating" || f[4] != "echo@2.0.0" {
+		t.Fatalf("after the kill, want echo@1.0.0 active and echo@2.0.0 in shadow:\n%s", out)
 	}
 }

@@ -105,8 +105,9 @@ func (d *daemon) run(ctx context.Context) error {
 	d.p.outbox = ob
 	d.log.Info().Int64("depth", ob.Depth()).Str("path", d.cfg.BufferPath).Msg("outbox open")
 
-	// 2. The mappers: engine, built-in modules, drop-ins.
-	proc, err := loadMappers(ctx, d.cfg, d.base, d.reg)
+	// 2. The mappers: engine, built-in modules, drop-ins, and the decisions
+	// of the last run kept in the outbox.
+	proc, err := loadMappers(ctx, d.cfg, d.base, d.reg, ob)
 	if err != nil {
 		d.closeOutbox()
 		return fmt.Errorf("load mappers: %w", err)

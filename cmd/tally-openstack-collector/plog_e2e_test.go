@@ -15,15 +15,7 @@ import (
 // chain naming the built-in nova module, and checks they reach the Reporting
 // API through the same outbox and sender as the AMQP input.
 func TestEndToEndPlog(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test")
-	}
-	needBroker(t)
-	holdBrokerShared(t)
-	b := buildBinaries(t)
-	v := newVhost(t)
-	v.declareExchanges(t, "nova")
-	a := startAPI(t, b)
+	b, v, a := novaStack(t)
 
 	udpAddr, tcpAddr := freeAddr(t), freeAddr(t)
 	cfg := filepath.Join(t.TempDir(), "collector.yaml")

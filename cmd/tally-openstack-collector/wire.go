@@ -29,12 +29,13 @@ import (
 type outboxHandle = *outbox.Outbox
 
 var (
-	_ outboxPart = (*outbox.Outbox)(nil)
-	_ senderPart = (*sender.Sender)(nil)
-	_ inputPart  = (*broker.Consumer)(nil)
-	_ readyPart  = (*broker.Consumer)(nil)
-	_ inputPart  = (*plog.Server)(nil)
-	_ closerPart = (*mapperSet)(nil)
+	_ outboxPart         = (*outbox.Outbox)(nil)
+	_ catalog.StateStore = (*outbox.Outbox)(nil)
+	_ senderPart         = (*sender.Sender)(nil)
+	_ inputPart          = (*broker.Consumer)(nil)
+	_ readyPart          = (*broker.Consumer)(nil)
+	_ inputPart          = (*plog.Server)(nil)
+	_ closerPart         = (*mapperSet)(nil)
 )
 
 // The broker consumer is the sender's Intake (newSender).
@@ -75,8 +76,10 @@ func openOutbox(cfg *Config, log zerolog.Logger, reg prometheus.Registerer) (out
 
 // loadMappers starts the engine and the catalogue: the built-in modules
 // shipped in the binary, then the drop-in directory, where a module wins over
-// a built-in one for the event types it claims.
-func loadMappers(ctx context.Context, cfg *Config, base zerolog.Logger, reg prometheus.Registerer) (*mapperSet, error) {
+// a built-in one for the event types it claims. state keeps the catalogue's
+// decisions across restarts (the daemon's outbox); nil for the offline
+// commands, which take the directory as it stands.
+func loadMappers(ctx context.Context, cfg *Config, base zerolog.Logger, reg prometheus.Registerer, state catalog.StateStore) (*mapperSet, error) {
 	eng, err := runtime.NewEngine(ctx, runtime.Config{
 		CacheDir:    cfg.MapperCacheDir,
 		MemoryLimit: cfg.MapperMemoryLimit,
@@ -98,6 +101,7 @@ func loadMappers(ctx context.Context, cfg *Config, base zerolog.Logger, reg prom
 		Builtin: builtin,
 		Dir:     cfg.MappersDir,
 		Promote: cfg.MappersPromote,
+		State:   state,
 		// Built-in modules ship with the binary and pass their fixtures at
 		// build time: they run guarded until they have earned trust, then
 		// without termination checks (about 5x faster; docs/abi.md, "Runaway
@@ -232,7 +236,7 @@ func runDump(ctx context.Context, cfg *Config, base zerolog.Logger, w io.Writer)
 
 // offlineMappers loads the mappers for map and mapper test: no metrics.
 func offlineMappers(ctx context.Context, cfg *Config, base zerolog.Logger) (*mapperSet, error) {
-	return loadMappers(ctx, cfg, base, nil)
+	return loadMappers(ctx, cfg, base, nil, nil)
 }
 
 // controlHandler serves the catalogue's routes (/mappers, /deadletters) on the

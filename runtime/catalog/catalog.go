@@ -80,6 +80,11 @@ type Options struct {
 	Debounce time.Duration
 	// SampleSize is the number of differences kept per migration (default 20).
 	SampleSize int
+	// State keeps the decisions (the version in service of every name, the
+	// candidate shadowing it, the files parked) across restarts; nil: the
+	// directory as it stands is the configuration at every start. See the
+	// package documentation, "Restarts".
+	State StateStore
 	// BuiltinOptions and DropInOptions are passed to Engine.Load.
 	BuiltinOptions []runtime.ModuleOption
 	DropInOptions  []runtime.ModuleOption
@@ -131,15 +136,23 @@ type Catalog struct {
 	reloads    map[string]int
 	closed     bool
 
+	// Decisions across restarts (state.go): saved is what the last run
+	// decided, used by the start-up scan only; lastSaved the record as last
+	// written; scanned is set once the directory was read.
+	saved     *savedState
+	lastSaved []byte
+	scanned   bool
+
 	retiring sync.WaitGroup
 }
 
 var _ pipeline.Router = (*Catalog)(nil)
 
 // New loads the built-in modules and the drop-in directory and returns the
-// catalogue. Every valid module found at start-up is active at once: the
-// directory as it stands is the configuration (see the package
-// documentation). A drop-in that fails is logged and shown in Status, and
+// catalogue. With Options.State it restores the decisions of the last run;
+// without, or on a first start, every valid module found is active at once:
+// the directory as it stands is the configuration (see the package
+// documentation, "Restarts"). A drop-in that fails is logged and shown in Status, and
 // does not fail New; a built-in that fails does. Call Run to follow the
 // directory, and Close to free the modules.
 func New(ctx context.Context, opts Options) (*Catalog, error) {
@@ -203,12 +216,17 @@ func (c *Catalog) start(ctx context.Context) error {
 		}
 		c.slots[name] = &slot{name: name, builtin: ld, active: ld}
 	}
+	c.loadState()
 	c.mu.Lock()
 	c.publish()
 	c.mu.Unlock()
 	if c.opts.Dir != "" {
 		c.reload(ctx, "start")
 	}
+	c.mu.Lock()
+	c.saved = nil
+	c.save()
+	c.mu.Unlock()
 	return nil
 }
 
@@ -264,6 +282,7 @@ func (c *Catalog) publish() {
 		c.closeRetired(ld)
 	}
 	c.pending = nil
+	c.save()
 }
 
 // retire schedules a replaced drop-in module to be closed once the next
@@ -371,6 +390,36 @@ func (c *Catalog) place(ld *loaded, initial bool, res *ReloadResult) {
 		res.Loaded = append(res.Loaded, fmt.Sprintf("%s (%s): %s", ld.mod.ID(), ld.file, role))
 		c.log.Info().Str("mapper", ld.mod.ID()).Str("file", ld.file).Str("role", role).Msg("mapper loaded")
 	}()
+	resumed := false
+	if initial && c.saved != nil {
+		switch how, reason := c.restoreOf(name, s, ld); how {
+		case restoreActive:
+			role = "active (in service before the restart)"
+			switch {
+			case s == nil:
+				c.slots[name] = &slot{name: name, active: ld}
+			case s.active.sha != ld.sha:
+				old := s.active
+				s.active = ld
+				c.retire(old)
+				if old.origin == originDropIn {
+					c.park(old.file, "superseded at start-up by "+ld.mod.ID()+", in service before the restart")
+				}
+			default:
+				c.retire(ld)
+				role = "same as active, unchanged"
+			}
+			return
+		case restorePark:
+			c.retire(ld)
+			c.park(ld.file, reason)
+			role = "parked (" + reason + ")"
+			return
+		case restoreLater:
+			initial = false
+			resumed = ld.sha == c.saved.Names[name].Candidate
+		}
+	}
 	switch {
 	case s == nil:
 		c.slots[name] = &slot{name: name, active: ld}
@@ -430,6 +479,14 @@ func (c *Catalog) place(ld *loaded, initial bool, res *ReloadResult) {
 			c.metrics.shadow.WithLabelValues(mname, r).Inc()
 		})
 		role = "candidate in shadow of " + s.active.mod.ID()
+		if resumed {
+			// The migration goes on from where the last run left it; its
+			// counters and samples start again from zero.
+			if since := c.saved.Names[name].Since; !since.IsZero() {
+				s.mig.since = since
+			}
+			role += " (migration resumed after the restart)"
+		}
 	}
 }
 
@@ -475,6 +532,9 @@ func (c *Catalog) reload(ctx context.Context, trigger string) ReloadResult {
 		c.finish(&res)
 		return res
 	}
+	c.mu.Lock()
+	c.scanned = true
+	c.mu.Unlock()
 	seen := map[string]bool{}
 	var changes []*change
 	var touched []found // same content, new stat
@@ -536,6 +596,14 @@ func (c *Catalog) reload(ctx context.Context, trigger string) ReloadResult {
 		if fs := c.files[f.path]; fs != nil {
 			fs.key = f.key
 		}
+	}
+	if trigger == "start" && c.saved != nil {
+		// The version each name had in service goes in first, then its
+		// candidate, then the rest, so that every other version of a name
+		// is placed against the version the last run kept.
+		sort.SliceStable(changes, func(i, j int) bool {
+			return c.restoreRank(changes[i].c.sha) < c.restoreRank(changes[j].c.sha)
+		})
 	}
 	for _, p := range removed {
 		delete(c.files, p)
@@ -648,7 +716,7 @@ func (c *Catalog) Abort(ctx context.Context, name string) (MigrationOutcome, err
 	}
 	cf := s.mig.cand.file
 	c.endMigration(s, "aborted", "")
-	c.park(cf, "migration aborted; remove the file, or it is loaded as active at the next start")
+	c.park(cf, "migration aborted; remove the file")
 	c.publish()
 	return *s.last, nil
 }

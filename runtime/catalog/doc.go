@@ -30,10 +30,10 @@
 //
 // A drop-in is taken as follows:
 //
-//   - At start-up (New), every valid module of the directory is active at
-//     once, overriding a built-in of the same name: the directory as it stands
-//     is the configuration, and nothing is persisted between runs. Two files
-//     of one name: the higher version wins, the other is parked.
+//   - At a first start (New, nothing saved; see Restarts), every valid module
+//     of the directory is active at once, overriding a built-in of the same
+//     name: the directory as it stands is the configuration. Two files of one
+//     name: the higher version wins, the other is parked.
 //   - Later, a module whose name is new is active at once.
 //   - Later, a module with the name of an active one is a new version: it
 //     starts as the candidate in shadow (Options.Promote = PromoteShadow, the
@@ -48,8 +48,38 @@
 //     the migration; with the active file gone the name falls back to its
 //     built-in (or disappears), and a candidate in another file is parked, not
 //     promoted by the back door. Parked files stay out until their content
-//     changes (or the next start).
+//     changes.
 //   - An unreadable directory changes nothing.
+//
+// # Restarts
+//
+// With Options.State (the daemon passes its outbox) the catalogue saves its
+// decisions after every change that alters them: per module name the
+// SHA-256 of the version in service and of the candidate shadowing it (with
+// the migration's start), and the SHA-256 and reason of every parked file.
+// Versions are known by content, so renaming a file changes nothing. The
+// start-up scan places the drop-ins against what was saved, the version that
+// was in service first:
+//
+//   - the version in service before the restart is in service again;
+//   - a parked file stays parked with its reason;
+//   - another version of a name whose saved version is present is placed as
+//     if it had been dropped in after the start: the candidate goes back into
+//     shadow (its counters and samples start again from zero, its start time
+//     is kept), and a file added while the collector was stopped becomes a
+//     candidate (or, with PromoteImmediate, active);
+//   - when the saved version of a name is gone (its file removed or changed,
+//     or the built-in replaced by an upgrade), deletion wins: the saved
+//     candidate is parked, and the other versions are taken as at a first
+//     start;
+//   - a name with nothing saved is taken as at a first start.
+//
+// Nothing is saved before the directory was read once, so a start that
+// cannot read it (a volume not mounted yet) does not erase the decisions. An
+// unreadable or unknown record is logged and ignored (a first start); a
+// failed save is logged, and the decisions hold in memory until the next
+// change saves them. The record is a few hundred bytes and is written only
+// when a decision changes, never on the mapping path.
 //
 // # Shadowing
 //
