@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -11,17 +12,49 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+
+	"github.com/tally-billing/tally-openstack-collector/runtime"
+	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
 
 // BenchmarkDrain drains one pre-filled queue twice, as the end-to-end
-// benchmark does but without WebAssembly, sender or Reporting API: first with
-// a bare consumer that only acknowledges (multiple=true every 100), then with
-// the consumer (the real pipeline with a Go mapper, the real outbox with its
-// synced commits, the acknowledgements), both at PREFETCH=100. It reports
-// both rates, their ratio and the mean deliveries per commit. It does its work
-// once, whatever b.N: run it with -benchtime 1x. TALLY_BENCH_N sets the
-// number of notifications (default 20 000).
+// benchmark does but without sender or Reporting API: first with a bare
+// consumer that only acknowledges (multiple=true every 100), then with the
+// consumer (the real pipeline, the real outbox with its synced commits, the
+// acknowledgements), both at PREFETCH=100. It reports both rates, their ratio
+// and the mean deliveries per commit. The consumer maps with a small Go mapper
+// (mapper=go) or with the built-in nova module in wazero, guarded until it
+// has earned trust as in the daemon (mapper=wasm; needs make wasm): the
+// difference between the two is what mapping in the sandbox costs the drain.
+// Each does its work once, whatever b.N: run it with -benchtime 1x.
+// TALLY_BENCH_N sets the number of notifications (default 20 000).
 func BenchmarkDrain(b *testing.B) {
+	b.Run("mapper=go", func(b *testing.B) { benchDrain(b, newTestProcessor(b)) })
+	b.Run("mapper=wasm", func(b *testing.B) { benchDrain(b, novaProcessor(b)) })
+}
+
+// novaProcessor is the real pipeline with the built-in nova module, loaded as
+// the daemon loads it.
+func novaProcessor(b *testing.B) Processor {
+	wasm, err := os.ReadFile(filepath.Join("..", "..", "mappers", "dist", "nova.wasm"))
+	if err != nil {
+		b.Skipf("mappers/dist/nova.wasm not built (run make wasm): %v", err)
+	}
+	ctx := context.Background()
+	eng, err := runtime.NewEngine(ctx, runtime.Config{CacheDir: b.TempDir(), Logger: zerolog.Nop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = eng.Close(ctx) })
+	mod, err := eng.Load(ctx, "builtin:nova.wasm", wasm, runtime.WithGuard(runtime.GuardUntrusted))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return pipeline.New(pipeline.Options{Router: pipeline.Chain{mod}, Logger: zerolog.Nop()})
+}
+
+func benchDrain(b *testing.B, proc Processor) {
 	n := 20000
 	if v, err := strconv.Atoi(os.Getenv("TALLY_BENCH_N")); err == nil && v > 0 {
 		n = v
@@ -37,6 +70,9 @@ func BenchmarkDrain(b *testing.B) {
 		b.Fatal(err)
 	}
 	body := readTestdata(b, "wire/v2_nova_001.body")
+	if r := proc.Process(context.Background(), pipeline.Message{Body: body, Exchange: "nova", RoutingKey: "notifications.info"}); r.Outcome != pipeline.Mapped {
+		b.Fatalf("the benchmark's notification is not mapped: %v %s", r.Outcome, r.Reason)
+	}
 
 	fill(b, v, body, n)
 	b.ResetTimer()
@@ -46,7 +82,7 @@ func BenchmarkDrain(b *testing.B) {
 	ob := openOutbox(b, b.TempDir(), 1<<40)
 	opts := testOptions(v, &syncBuf{}, "nova")
 	opts.Prefetch = prefetch
-	c, err := New(newTestProcessor(b), ob, opts)
+	c, err := New(proc, ob, opts)
 	if err != nil {
 		b.Fatal(err)
 	}
