@@ -152,9 +152,9 @@ var _ pipeline.Router = (*Catalog)(nil)
 // catalogue. With Options.State it restores the decisions of the last run;
 // without, or on a first start, every valid module found is active at once:
 // the directory as it stands is the configuration (see the package
-// documentation, "Restarts"). A drop-in that fails is logged and shown in Status, and
-// does not fail New; a built-in that fails does. Call Run to follow the
-// directory, and Close to free the modules.
+// documentation, "Restarts"). A drop-in that fails is logged and shown in
+// Status, and does not fail New; a built-in that fails does. Call Run to
+// follow the directory, and Close to free the modules.
 func New(ctx context.Context, opts Options) (*Catalog, error) {
 	if opts.Engine == nil {
 		return nil, errors.New("catalog: options: Engine is required")
@@ -317,6 +317,18 @@ func (c *Catalog) park(file, reason string) {
 	}
 }
 
+// replaceActive puts ld in service for s: the version it replaces finishes
+// its calls in flight and is freed (a built-in stays loaded as the fallback),
+// and its file, if another drop-in, is parked with reason. c.mu held.
+func (c *Catalog) replaceActive(s *slot, ld *loaded, reason string) {
+	old := s.active
+	s.active = ld
+	c.retire(old)
+	if old.origin == originDropIn && old.file != ld.file {
+		c.park(old.file, reason)
+	}
+}
+
 // endMigration retires the candidate of s and records the outcome. c.mu held.
 func (c *Catalog) endMigration(s *slot, result, reason string) {
 	m := s.mig
@@ -394,22 +406,13 @@ func (c *Catalog) place(ld *loaded, initial bool, res *ReloadResult) {
 	if initial && c.saved != nil {
 		switch how, reason := c.restoreOf(name, s, ld); how {
 		case restoreActive:
-			role = "active (in service before the restart)"
-			switch {
-			case s == nil:
-				c.slots[name] = &slot{name: name, active: ld}
-			case s.active.sha != ld.sha:
-				old := s.active
-				s.active = ld
-				c.retire(old)
-				if old.origin == originDropIn {
-					c.park(old.file, "superseded at start-up by "+ld.mod.ID()+", in service before the restart")
-				}
-			default:
-				c.retire(ld)
-				role = "same as active, unchanged"
+			if s != nil && s.active.sha != ld.sha {
+				c.replaceActive(s, ld, "superseded at start-up by "+ld.mod.ID()+", in service before the restart")
+				role = "active (in service before the restart)"
+				return
 			}
-			return
+			// A new name, or the same code as the version in service:
+			// placed as at any start.
 		case restorePark:
 			c.retire(ld)
 			c.park(ld.file, reason)
@@ -456,12 +459,7 @@ func (c *Catalog) place(ld *loaded, initial bool, res *ReloadResult) {
 				c.park(cf, "candidate replaced by "+ld.mod.ID())
 			}
 		}
-		old := s.active
-		s.active = ld
-		c.retire(old)
-		if old.origin == originDropIn && old.file != ld.file {
-			c.park(old.file, "superseded by "+ld.mod.ID()+" ("+filepath.Base(ld.file)+")")
-		}
+		c.replaceActive(s, ld, "superseded by "+ld.mod.ID()+" ("+filepath.Base(ld.file)+")")
 	default:
 		if s.mig != nil {
 			cf := s.mig.cand.file
@@ -691,13 +689,9 @@ func (c *Catalog) Promote(ctx context.Context, name string) (MigrationOutcome, e
 	if err != nil {
 		return MigrationOutcome{}, err
 	}
-	old, cand := s.active, s.mig.cand
-	s.active = cand
+	cand := s.mig.cand
+	c.replaceActive(s, cand, "superseded: "+cand.mod.ID()+" was promoted")
 	c.endMigration(s, "promoted", "")
-	c.retire(old)
-	if old.origin == originDropIn && old.file != cand.file {
-		c.park(old.file, "superseded: "+cand.mod.ID()+" was promoted")
-	}
 	c.publish()
 	return *s.last, nil
 }
