@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/tally-billing/tally-openstack-collector/runtime/jsonindex"
+	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
 )
 
 // Grow makes m start n instances by holding n calls' worth of instances at

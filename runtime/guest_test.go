@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
-	"github.com/tally-billing/tally-openstack-collector/runtime/jsonindex"
 )
 
 const (

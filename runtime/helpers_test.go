@@ -10,8 +10,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
-	"github.com/tally-billing/tally-openstack-collector/runtime/jsonindex"
 )
 
 // cacheDir is the shared compilation cache of the tests (TALLY_OSC_TEST_CACHE,

@@ -13,7 +13,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
 
-	"github.com/tally-billing/tally-openstack-collector/runtime/jsonindex"
+	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
 )
 
 var errMemory = errors.New("out of memory")

@@ -11,7 +11,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/tetratelabs/wazero"
 
-	"github.com/tally-billing/tally-openstack-collector/runtime/jsonindex"
+	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
 )
 
 // Source is where a message came from; the host writes it, with the publisher

@@ -92,7 +92,7 @@
 // # Native tests
 //
 // Files built without wasip1 replace the host imports with the collector's
-// own indexer (runtime/jsonindex), so a lookup answers under go test exactly
+// own indexer (internal/jsonindex), so a lookup answers under go test exactly
 // what it answers in the runtime, and Log writes to standard error.
 //
 // # Subpackages

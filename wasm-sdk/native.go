@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/tally-billing/tally-openstack-collector/runtime/jsonindex"
+	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
 	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/internal/abi"
 )
 

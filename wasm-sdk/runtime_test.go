@@ -13,9 +13,9 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
 	"github.com/tally-billing/tally-openstack-collector/runtime/conformance"
-	"github.com/tally-billing/tally-openstack-collector/runtime/jsonindex"
 )
 
 func TestConformanceNoop(t *testing.T) {

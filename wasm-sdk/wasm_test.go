@@ -22,7 +22,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
-	"github.com/tally-billing/tally-openstack-collector/runtime/jsonindex"
+	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
 	sdk "github.com/tally-billing/tally-openstack-collector/wasm-sdk"
 	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/internal/sample"
 )

@@ -20,7 +20,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
 
-	"github.com/tally-billing/tally-openstack-collector/mappers/fixture"
+	"github.com/tally-billing/tally-openstack-collector/runtime/fixture"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
 

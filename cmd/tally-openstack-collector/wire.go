@@ -19,10 +19,10 @@ import (
 	"github.com/tally-billing/tally-openstack-collector/mappers"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
-	"github.com/tally-billing/tally-openstack-collector/runtime/broker"
 	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
+	"github.com/tally-billing/tally-openstack-collector/runtime/input/broker"
+	"github.com/tally-billing/tally-openstack-collector/runtime/input/plog"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
-	"github.com/tally-billing/tally-openstack-collector/runtime/plog"
 	"github.com/tally-billing/tally-openstack-collector/sender"
 )
 

@@ -4,7 +4,7 @@ import (
 	"flag"
 	"testing"
 
-	"github.com/tally-billing/tally-openstack-collector/mappers/fixture"
+	"github.com/tally-billing/tally-openstack-collector/runtime/fixture"
 	sdk "github.com/tally-billing/tally-openstack-collector/wasm-sdk"
 )
 

@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tally-billing/tally-openstack-collector/mappers/fixture"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
+	"github.com/tally-billing/tally-openstack-collector/runtime/fixture"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
 

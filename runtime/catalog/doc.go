@@ -26,7 +26,7 @@
 // modules are the *.wasm files of Options.Dir (symlinks followed, dot-files
 // such as a ConfigMap's ..data skipped). A drop-in nova.wasm may ship fixture
 // pairs in nova.fixtures/ beside it (*.in.json and *.out.json, see package
-// mappers/fixture); they must all pass before the module takes traffic.
+// runtime/fixture); they must all pass before the module takes traffic.
 //
 // A drop-in is taken as follows:
 //

@@ -7,9 +7,9 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
 	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
-	"github.com/tally-billing/tally-openstack-collector/runtime/jsonindex"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
 

@@ -13,9 +13,9 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/tally-billing/tally-openstack-collector/mappers/fixture"
+	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
-	"github.com/tally-billing/tally-openstack-collector/runtime/jsonindex"
+	"github.com/tally-billing/tally-openstack-collector/runtime/fixture"
 )
 
 // FixtureSuffix names the fixture directory of a drop-in module: the module

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
-	"github.com/tally-billing/tally-openstack-collector/runtime/jsonindex"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
 

@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
-	"github.com/tally-billing/tally-openstack-collector/runtime/jsonindex"
 )
 
 // Defaults for Options.

@@ -5,7 +5,7 @@ package abi
 import (
 	"os"
 
-	"github.com/tally-billing/tally-openstack-collector/runtime/jsonindex"
+	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
 )
 
 // Host answers field lookups natively from an index of the input, the same

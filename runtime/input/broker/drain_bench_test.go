@@ -37,7 +37,7 @@ func BenchmarkDrain(b *testing.B) {
 // novaProcessor is the real pipeline with the built-in nova module, loaded as
 // the daemon loads it.
 func novaProcessor(b *testing.B) Processor {
-	wasm, err := os.ReadFile(filepath.Join("..", "..", "mappers", "dist", "nova.wasm"))
+	wasm, err := os.ReadFile(filepath.Join("..", "..", "..", "mappers", "dist", "nova.wasm"))
 	if err != nil {
 		b.Skipf("mappers/dist/nova.wasm not built (run make wasm): %v", err)
 	}

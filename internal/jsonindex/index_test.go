@@ -196,7 +196,7 @@ func TestNovaSample(t *testing.T) {
 
 func readNova(t testing.TB) []byte {
 	t.Helper()
-	src, err := os.ReadFile("../testdata/nova-compute.instance.exists.json")
+	src, err := os.ReadFile("../../runtime/testdata/nova-compute.instance.exists.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +257,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`[true,false,-0.5E+2,"\ud83d\ude00"]`))
 	f.Add([]byte(`{"\u0061":1,"a":2}`))
 	f.Add([]byte(`"x`))
-	if src, err := os.ReadFile("../testdata/nova-compute.instance.exists.json"); err == nil {
+	if src, err := os.ReadFile("../../runtime/testdata/nova-compute.instance.exists.json"); err == nil {
 		f.Add(src)
 	}
 	f.Fuzz(func(t *testing.T, src []byte) {

@@ -3,7 +3,7 @@ package broker_test
 import (
 	"fmt"
 
-	"github.com/tally-billing/tally-openstack-collector/runtime/broker"
+	"github.com/tally-billing/tally-openstack-collector/runtime/input/broker"
 )
 
 // A dump line for an oslo envelope: the inner message with exchange and

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tally-billing/tally-openstack-collector/runtime/plog"
+	"github.com/tally-billing/tally-openstack-collector/runtime/input/plog"
 )
 
 // A message of 11 bytes in fragments of 8: two datagrams, the tags on the last.

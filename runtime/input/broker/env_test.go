@@ -357,10 +357,10 @@ func (v *vhost) osloNotify(t testing.TB, exchange string, count int, files ...st
 	}
 	var cmd *exec.Cmd
 	if exec.Command("/usr/bin/python3", "-c", "import oslo_messaging").Run() == nil {
-		cmd = exec.Command("/usr/bin/python3", append([]string{"../../examples/publisher/oslo_notify.py"}, args...)...)
+		cmd = exec.Command("/usr/bin/python3", append([]string{"../../../examples/publisher/oslo_notify.py"}, args...)...)
 	} else {
 		t.Log("python3-oslo.messaging not available; publishing with examples/publisher")
-		cmd = exec.Command("go", append([]string{"run", "../../examples/publisher"}, args...)...)
+		cmd = exec.Command("go", append([]string{"run", "../../../examples/publisher"}, args...)...)
 	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
