@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
+	"github.com/tally-billing/tally-openstack-collector/runtime/input/plog"
 )
 
 // daemonEnv is the least a daemon needs.
@@ -176,7 +177,7 @@ func TestValidation(t *testing.T) {
 		{name: "bool", mode: modeDaemon, env: append([]string{"TALLY_OSC_REQUIRE_EXCHANGES=yes"}, daemonEnv...),
 			wants: []string{`TALLY_OSC_REQUIRE_EXCHANGES: "yes" is not true or false`}},
 		{name: "queue type", mode: modeDaemon, env: append([]string{"TALLY_OSC_QUEUE_TYPE=stream"}, daemonEnv...),
-			wants: []string{`"stream" is not quorum or classic`}},
+			wants: []string{`"stream" is not one of quorum, classic`}},
 		{name: "queue type case", mode: modeDaemon, env: append([]string{"TALLY_OSC_QUEUE_TYPE=Classic"}, daemonEnv...)},
 		{name: "empty exchanges", mode: modeDaemon, env: append([]string{"TALLY_OSC_EXCHANGES= , "}, daemonEnv...),
 			wants: []string{"TALLY_OSC_EXCHANGES: at least one"}},
@@ -313,7 +314,7 @@ plog:
 		u.Settings.DefragMaxAge != 5*time.Second || u.Settings.AllowENVI == nil || !*u.Settings.AllowENVI || u.Settings.AllowKILL != nil {
 		t.Errorf("udp listener: %+v", u)
 	}
-	if tcp.Address != "tcp://127.0.0.1:23457" || tcp.Settings != (PlogSettings{}) || len(tcp.Mappers) != 0 {
+	if tcp.Address != "tcp://127.0.0.1:23457" || tcp.Settings != (plog.Settings{}) || len(tcp.Mappers) != 0 {
 		t.Errorf("tcp listener (inherits everything): %+v", tcp)
 	}
 
@@ -423,6 +424,31 @@ func TestSettingsDocumented(t *testing.T) {
 		}
 		if s.def != "" && !strings.Contains(doc, "`"+s.def+"`") {
 			t.Errorf("docs/settings.md lacks the default of %s (`%s`)", s.env(), s.def)
+		}
+	}
+}
+
+// TestSettingsTableComplete: every row of the table decodes its own default and
+// has a way into Config, so a new setting is a row and a field, nothing more.
+func TestSettingsTableComplete(t *testing.T) {
+	seen := map[string]bool{}
+	for _, s := range settings {
+		if seen[s.key] {
+			t.Errorf("%s listed twice", s.key)
+		}
+		seen[s.key] = true
+		if (s.field == nil) == (s.parse == nil) {
+			t.Errorf("%s: want exactly one of field and parse", s.key)
+			continue
+		}
+		if len(s.modes) == 0 {
+			t.Errorf("%s: no mode uses it", s.key)
+		}
+		if s.def == "" {
+			continue
+		}
+		if err := s.decode(&Config{}, s.def); err != nil {
+			t.Errorf("%s: its default %q does not decode: %v", s.key, s.def, err)
 		}
 	}
 }

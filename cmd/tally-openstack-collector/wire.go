@@ -189,7 +189,7 @@ func newPlogInputs(cfg *Config, log zerolog.Logger, reg prometheus.Registerer, o
 		if err != nil {
 			return nil, fmt.Errorf("listener %s: %w", l.Address, err)
 		}
-		pl := plog.Listener{Network: u.Scheme, Address: u.Host, Settings: plogSettings(l.Settings)}
+		pl := plog.Listener{Network: u.Scheme, Address: u.Host, Settings: l.Settings}
 		for _, name := range l.Mappers {
 			pl.Mappers = append(pl.Mappers, ms.chains[name])
 		}
@@ -197,7 +197,7 @@ func newPlogInputs(cfg *Config, log zerolog.Logger, reg prometheus.Registerer, o
 	}
 	srv, err := plog.New(plog.Options{
 		Listeners: listeners,
-		Defaults:  plogSettings(cfg.PlogDefaults),
+		Defaults:  cfg.PlogDefaults,
 		Processor: ms.pipeline,
 		Outbox:    ob,
 		// A permitted KILL command stops the daemon the way SIGTERM does.
@@ -210,24 +210,6 @@ func newPlogInputs(cfg *Config, log zerolog.Logger, reg prometheus.Registerer, o
 		return nil, err
 	}
 	return []inputPart{srv}, nil
-}
-
-func plogSettings(s PlogSettings) plog.Settings {
-	return plog.Settings{
-		ReadBufferBytes: s.ReadBufferBytes,
-		DefragMaxBytes:  s.DefragMaxBytes,
-		DefragMaxAge:    s.DefragMaxAge,
-		HoleDetection:   s.HoleDetection,
-		AllowENVI:       s.AllowENVI,
-		AllowKILL:       s.AllowKILL,
-		MaxLineBytes:    s.MaxLineBytes,
-		IdleTimeout:     s.IdleTimeout,
-		MaxConnections:  s.MaxConnections,
-		Workers:         s.Workers,
-		QueueBytes:      s.QueueBytes,
-		BatchMax:        s.BatchMax,
-		BatchLinger:     s.BatchLinger,
-	}
 }
 
 func runDump(ctx context.Context, cfg *Config, base zerolog.Logger, w io.Writer) error {

@@ -1,0 +1,348 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
+)
+
+// envPrefix is the prefix of every environment variable the collector reads.
+const envPrefix = "TALLY_OSC_"
+
+// mode says what the process is about to do; it decides which settings must be
+// valid. The daemon needs all of them, the dump only the AMQP ones, the
+// offline tools (map, mapper test) only the mapper ones.
+type mode int
+
+const (
+	modeDaemon mode = iota
+	modeDump
+	modeOffline
+)
+
+func (m mode) String() string {
+	switch m {
+	case modeDaemon:
+		return "daemon"
+	case modeDump:
+		return "dump"
+	}
+	return "offline"
+}
+
+var (
+	allModes    = []mode{modeDaemon, modeDump, modeOffline}
+	amqpModes   = []mode{modeDaemon, modeDump}
+	daemonOnly  = []mode{modeDaemon}
+	mapperModes = []mode{modeDaemon, modeOffline}
+)
+
+// setting describes one key: its name in the config file (lower case), in the
+// environment (TALLY_OSC_ + upper case) and as a flag (dashes), its default,
+// what it means, and how its text becomes a Config field. The table is the
+// single source for defaults, flags, the environment, decoding, the checks of
+// a single value, the effective-settings dump and docs/settings.md (a test
+// holds the page to it). A new setting is a row here and a field of Config.
+type setting struct {
+	key    string
+	def    string
+	usage  string
+	secret bool // never shown: the value is replaced by the redaction marker
+	modes  []mode
+
+	// field points at the Config field the text decodes into: *string,
+	// *[]string, *bool, *int, *int64 or *time.Duration. Its type decides the
+	// parsing, and whether the flag is a switch.
+	field func(*Config) any
+	// min and max bound a whole number when either is set.
+	min, max int64
+	// oneOf lists the accepted words of a string (compared in lower case).
+	oneOf []string
+	// parse replaces the decoding by field, for text that needs a conversion
+	// (levels, units, modes).
+	parse func(c *Config, raw string) error
+	// check validates the decoded value alone; rules between settings are in
+	// (*Config).validate.
+	check func(c *Config) error
+}
+
+func (s setting) env() string  { return envPrefix + strings.ToUpper(s.key) }
+func (s setting) flag() string { return strings.ReplaceAll(s.key, "_", "-") }
+
+// isBool tells whether the setting is a switch (a flag without a value).
+func (s setting) isBool() bool {
+	if s.field == nil {
+		return false
+	}
+	_, ok := s.field(&Config{}).(*bool)
+	return ok
+}
+
+// settings is every key the collector reads. The first block is the contract
+// (CONTRACT §2); the rest tunes the packages.
+var settings = []setting{
+	{key: "transport_url", def: "amqp://guest:guest@127.0.0.1:5672/", modes: amqpModes,
+		usage: "broker URL: amqp://, amqps:// or rabbit://user:pass@h1:5672,user:pass@h2:5672/vhost (hosts tried in order); the password is never shown",
+		field: func(c *Config) any { return &c.TransportURL },
+		check: func(c *Config) error { return checkTransportURL(c.TransportURL) }},
+	{key: "exchanges", def: "nova,neutron,openstack,glance", modes: amqpModes,
+		usage: "service exchanges to bind, comma-separated (add octavia where it runs)",
+		field: func(c *Config) any { return &c.Exchanges },
+		check: func(c *Config) error { return checkNames(c.Exchanges, "exchange") }},
+	{key: "topics", def: "notifications", modes: amqpModes,
+		usage: "oslo notification topics, comma-separated; routing keys are <topic>.<priority>",
+		field: func(c *Config) any { return &c.Topics },
+		check: func(c *Config) error { return checkNames(c.Topics, "topic") }},
+	{key: "queue", def: "tally-notifications", modes: daemonOnly,
+		usage: "the collector's own durable queue",
+		field: func(c *Config) any { return &c.Queue }, check: func(c *Config) error { return notEmpty(c.Queue) }},
+	{key: "queue_type", def: "quorum", modes: daemonOnly, oneOf: []string{"quorum", "classic"},
+		usage: "quorum or classic (classic for RabbitMQ older than 4.0)",
+		field: func(c *Config) any { return &c.QueueType }},
+	{key: "require_exchanges", def: "false", modes: amqpModes,
+		usage: "consume nothing until every listed exchange exists",
+		field: func(c *Config) any { return &c.RequireExchanges }},
+	{key: "prefetch", def: "100", modes: amqpModes, min: 1, max: 65535,
+		usage: "unacknowledged deliveries held at most (basic.qos)",
+		field: func(c *Config) any { return &c.Prefetch }},
+	{key: "buffer_path", def: "/var/lib/tally-openstack-collector/outbox", modes: daemonOnly,
+		usage: "directory of the outbox (a volume that outlives the process)",
+		field: func(c *Config) any { return &c.BufferPath }, check: func(c *Config) error { return notEmpty(c.BufferPath) }},
+	{key: "buffer_max_events", def: "1000000", modes: daemonOnly, min: 1,
+		usage: "outbox depth at which consumption pauses",
+		field: func(c *Config) any { return &c.BufferMaxEvents }},
+	{key: "batch_max", def: "500", modes: daemonOnly, min: 1, max: 100000,
+		usage: "events per POST to the Reporting API at most",
+		field: func(c *Config) any { return &c.BatchMax }},
+	{key: "reporting_url", modes: daemonOnly,
+		usage: "base URL of the Reporting API (required by the daemon; https unless reporting_insecure)",
+		field: func(c *Config) any { return &c.ReportingURL }},
+	{key: "reporting_token", secret: true, modes: daemonOnly,
+		usage: "bearer token for the Reporting API (or reporting_token_file)",
+		field: func(c *Config) any { return &c.ReportingToken }},
+	{key: "reporting_token_file", modes: daemonOnly,
+		usage: "file holding the token; re-read when it changes",
+		field: func(c *Config) any { return &c.ReportingTokenFile }},
+	{key: "reporting_insecure", def: "false", modes: daemonOnly,
+		usage: "allow a plain http Reporting API URL",
+		field: func(c *Config) any { return &c.ReportingInsecure }},
+	{key: "plog_listeners", modes: daemonOnly,
+		usage: "plog-compatible inputs, comma-separated udp://host:port and tcp://host:port (details in the config file's plog section)",
+		field: func(c *Config) any { return &c.PlogListeners },
+		check: func(c *Config) error {
+			var errs []error
+			for _, l := range c.PlogListeners {
+				if err := checkListenAddr(l); err != nil {
+					errs = append(errs, fmt.Errorf("%q: %w", l, err))
+				}
+			}
+			return errors.Join(errs...)
+		}},
+	{key: "unhealthy_threshold_s", def: "600", modes: daemonOnly,
+		usage: "seconds of unbroken outbox unusability before /livez fails",
+		parse: func(c *Config, raw string) error {
+			n, err := wholeNumber(raw, 1, 0)
+			c.UnhealthyThreshold = time.Duration(n) * time.Second
+			return err
+		}},
+	{key: "http_addr", def: "127.0.0.1:9469", modes: daemonOnly,
+		usage: "listen address of /livez, /readyz and /metrics",
+		field: func(c *Config) any { return &c.HTTPAddr },
+		check: func(c *Config) error {
+			if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+				return fmt.Errorf("%q is not host:port", c.HTTPAddr)
+			}
+			return nil
+		}},
+	{key: "mappers_dir", modes: mapperModes,
+		usage: "drop-in directory of .wasm mapper modules, on top of the built-in ones",
+		field: func(c *Config) any { return &c.MappersDir },
+		check: func(c *Config) error {
+			if c.MappersDir == "" {
+				return nil
+			}
+			fi, err := os.Stat(c.MappersDir)
+			if err != nil {
+				return errors.Unwrap(err)
+			}
+			if !fi.IsDir() {
+				return fmt.Errorf("%s is not a directory", c.MappersDir)
+			}
+			return nil
+		}},
+	{key: "log_level", def: "info", modes: allModes,
+		usage: "trace, debug, info, warn or error",
+		parse: func(c *Config, raw string) error {
+			c.LogLevel = zerolog.InfoLevel
+			lvl, err := zerolog.ParseLevel(strings.ToLower(raw))
+			if err != nil || raw == "" || lvl == zerolog.NoLevel {
+				return fmt.Errorf("%q is not one of trace, debug, info, warn, error", raw)
+			}
+			c.LogLevel = lvl
+			return nil
+		}},
+
+	{key: "log_format", def: "auto", modes: allModes, oneOf: []string{"auto", "json", "console"},
+		usage: "json, console, or auto (console when stderr is a terminal)",
+		field: func(c *Config) any { return &c.LogFormat }},
+	{key: "mappers_promote", def: "shadow", modes: daemonOnly,
+		usage: "a new version of an active drop-in module: shadow (runs beside it until promoted) or immediate",
+		parse: func(c *Config, raw string) error {
+			pm, err := catalog.ParsePromoteMode(raw)
+			c.MappersPromote = pm
+			if err != nil {
+				return fmt.Errorf("%q is not shadow or immediate", raw)
+			}
+			return nil
+		}},
+	{key: "control_token", secret: true, modes: daemonOnly,
+		usage: "bearer token of the control routes (promote, abort, replay); without it they are open on a loopback HTTP_ADDR only",
+		field: func(c *Config) any { return &c.ControlToken }},
+	{key: "mapper_memory_limit_mib", def: "64", modes: mapperModes,
+		usage: "linear memory per mapper instance, MiB",
+		parse: func(c *Config, raw string) error {
+			n, err := wholeNumber(raw, 1, 4096)
+			c.MapperMemoryLimit = uint32(n) << 20
+			return err
+		}},
+	{key: "mapper_call_timeout", def: "250ms", modes: mapperModes,
+		usage: "deadline of one mapper call",
+		field: func(c *Config) any { return &c.MapperCallTimeout }},
+	{key: "mapper_pool_size", def: "0", modes: mapperModes, min: 0, max: 4096,
+		usage: "instances per module at most (0: one per CPU)",
+		field: func(c *Config) any { return &c.MapperPoolSize }},
+	{key: "mapper_cache_dir", modes: mapperModes,
+		usage: "on-disk compilation cache of mapper modules (empty: none)",
+		field: func(c *Config) any { return &c.MapperCacheDir }},
+	{key: "debug_pprof", def: "false", modes: daemonOnly,
+		usage: "serve Go's profiler under /debug/pprof/ on HTTP_ADDR (keep HTTP_ADDR on loopback)",
+		field: func(c *Config) any { return &c.DebugPprof }},
+	{key: "reporting_timeout", def: "30s", modes: daemonOnly,
+		usage: "deadline of one POST to the Reporting API",
+		field: func(c *Config) any { return &c.ReportingTimeout }},
+	{key: "stop_timeout", def: "30s", modes: daemonOnly,
+		usage: "budget of a graceful stop, from the signal to the outbox closed",
+		field: func(c *Config) any { return &c.StopTimeout }},
+	{key: "flush_timeout", def: "10s", modes: daemonOnly,
+		usage: "part of stop_timeout the sender may spend flushing the outbox",
+		field: func(c *Config) any { return &c.FlushTimeout }},
+}
+
+func settingByKey(key string) (setting, bool) {
+	for _, s := range settings {
+		if s.key == key {
+			return s, true
+		}
+	}
+	return setting{}, false
+}
+
+// decode turns the setting's text into its Config field. The error names the
+// problem without the setting's name (the caller adds it) and never quotes a
+// secret.
+func (s setting) decode(c *Config, raw string) error {
+	if s.parse != nil {
+		return s.parse(c, raw)
+	}
+	show := raw
+	if s.secret {
+		show = "…"
+	}
+	switch p := s.field(c).(type) {
+	case *string:
+		if len(s.oneOf) > 0 {
+			raw = strings.ToLower(raw)
+			if !slices.Contains(s.oneOf, raw) {
+				return fmt.Errorf("%q is not one of %s", show, strings.Join(s.oneOf, ", "))
+			}
+		}
+		*p = raw
+	case *[]string:
+		*p = splitList(raw)
+	case *bool:
+		b, err := strconv.ParseBool(raw)
+		if err != nil {
+			return fmt.Errorf("%q is not true or false", show)
+		}
+		*p = b
+	case *time.Duration:
+		d, err := time.ParseDuration(raw)
+		if err != nil {
+			return fmt.Errorf("%q is not a duration (like 250ms, 30s, 2m)", show)
+		}
+		if d <= 0 {
+			return fmt.Errorf("must be positive, got %s", show)
+		}
+		*p = d
+	case *int:
+		n, err := wholeNumber(raw, s.min, s.max)
+		*p = int(n)
+		return err
+	case *int64:
+		n, err := wholeNumber(raw, s.min, s.max)
+		*p = n
+		return err
+	default:
+		return fmt.Errorf("setting %s has no decoder for %T", s.key, p)
+	}
+	return nil
+}
+
+// wholeNumber parses raw and checks it against [lo, hi]; hi 0 means no upper
+// bound.
+func wholeNumber(raw string, lo, hi int64) (int64, error) {
+	n, err := strconv.ParseInt(raw, 10, 64)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("%q is not a whole number", raw)
+	case hi > 0 && (n < lo || n > hi):
+		return n, fmt.Errorf("must be between %d and %d, got %d", lo, hi, n)
+	case n < lo:
+		return n, fmt.Errorf("must be at least %d, got %d", lo, n)
+	}
+	return n, nil
+}
+
+func splitList(raw string) []string {
+	var out []string
+	for _, p := range strings.Split(raw, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func notEmpty(v string) error {
+	if v == "" {
+		return errors.New("must not be empty")
+	}
+	return nil
+}
+
+// checkNames accepts a non-empty list of exchange or topic names without AMQP
+// wildcards: the service exchanges also carry RPC traffic.
+func checkNames(names []string, what string) error {
+	if len(names) == 0 {
+		return fmt.Errorf("at least one %s is needed", what)
+	}
+	for _, n := range names {
+		if strings.ContainsAny(n, "#*") {
+			return fmt.Errorf("%q: wildcards are not allowed (the exchanges also carry RPC traffic)", n)
+		}
+	}
+	return nil
+}
+
+func inMode(m mode, ms ...mode) bool {
+	return slices.Contains(ms, m)
+}
