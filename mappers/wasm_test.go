@@ -172,9 +172,11 @@ func TestBuiltinWorkedExample(t *testing.T) {
 }
 
 // TestBuiltinUnclaimed checks that no built-in module claims the real samples
-// of testdata/unclaimed (versioned nova, ceilometer's own types, neutron's
-// firewall/VPN/LBaaS v1, cinder capacity, swift), nor a few other types left
-// out on purpose; and that the claimed types go to the right module.
+// of testdata/unclaimed (ceilometer's own types, neutron's firewall policies
+// and rules, IPsec and IKE policies, LBaaS v1, metering, cinder capacity),
+// nor a few other types left out on purpose (nova's volume.usage, which the
+// volume.* glob would otherwise take); and that the claimed types go to the
+// right module.
 func TestBuiltinUnclaimed(t *testing.T) {
 	mods := loadBuiltin(t)
 	files, err := filepath.Glob(filepath.Join("testdata", "unclaimed", "*.json"))
@@ -190,7 +192,7 @@ func TestBuiltinUnclaimed(t *testing.T) {
 		types = append(types, et)
 	}
 	types = append(types, "image.member.create", "volume_type.create", "capacity.backend.foo",
-		"compute_task.build_instances", "instance.exists", "port_forwarding.create.end",
+		"compute_task.build_instances", "volume.usage", "port_forwarding.create.end",
 		"octavia.listener.create.end", "scheduler.select_destinations.end")
 	sort.Strings(types)
 	for _, et := range types {
@@ -203,6 +205,8 @@ func TestBuiltinUnclaimed(t *testing.T) {
 	claimed := map[string]string{
 		"compute.instance.create.error":                 "nova",
 		"compute.instance.live_migration.post.dest.end": "nova",
+		"instance.exists":                               "nova",
+		"instance.resize_finish.end":                    "nova",
 		"volume.transfer.accept.end":                    "cinder",
 		"snapshot.exists":                               "cinder",
 		"floatingip.update.end":                         "neutron",

@@ -15,10 +15,15 @@ import (
 )
 
 var manifest = sdk.Manifest{
-	Name:       "cinder",
-	Version:    "1.0.0",
-	EventTypes: []string{"volume.*", "snapshot.*"},
-	Releases:   []string{"folsom", "icehouse", "juno", "liberty", "pike", "2024.1"},
+	Name:    "cinder",
+	Version: "1.0.0",
+	EventTypes: []string{
+		"volume.*", "snapshot.*",
+		// nova's per-volume I/O counters of an attached volume, published
+		// on nova's exchange: not a change of the volume.
+		"!volume.usage",
+	},
+	Releases: []string{"folsom", "icehouse", "juno", "liberty", "pike", "2024.1"},
 }
 
 func init() { sdk.Register(manifest, mapCinder) }
@@ -39,6 +44,7 @@ func mapCinder(m *sdk.Message, out *sdk.Output) {
 		a.NumValue("size_gb", m.Get("payload.volume_size"))
 		openstack.WriteStr(a, "volume_id", m.Get("payload.volume_id"))
 		openstack.WriteStr(a, "status", m.Get("payload.status"))
+		auditPeriod(m, a, et)
 		a.End()
 		e.End()
 		return
@@ -61,8 +67,16 @@ func mapCinder(m *sdk.Message, out *sdk.Output) {
 			"payload.volume_attachment.0.instance_uuid",
 			"payload.instance_uuid"))
 	}
+	auditPeriod(m, a, et)
 	a.End()
 	e.End()
+}
+
+// auditPeriod writes the audit period of an exists event.
+func auditPeriod(m *sdk.Message, a *sdk.Event, et sdk.Value) {
+	if openstack.IsExists(et) {
+		openstack.WriteAuditPeriod(a, m.Get("payload.audit_period_beginning"), m.Get("payload.audit_period_ending"))
+	}
 }
 
 // common writes the project, user and action of either resource type.

@@ -64,6 +64,9 @@ func mapGlance(m *sdk.Message, out *sdk.Output) {
 			a.Str("visibility", "private")
 		}
 	}
+	if openstack.IsExists(et) {
+		openstack.WriteAuditPeriod(a, m.Get("payload.audit_period_beginning"), m.Get("payload.audit_period_ending"))
+	}
 	a.End()
 	e.End()
 }

@@ -107,6 +107,9 @@ func event(m *sdk.Message, out *sdk.Output, et sdk.Value, r *resource, p *openst
 			openstack.WriteStr(a, "device_owner", m.Get(p.At("device_owner")))
 		}
 	}
+	if openstack.IsExists(et) {
+		openstack.WriteAuditPeriod(a, m.Get("payload.audit_period_beginning"), m.Get("payload.audit_period_ending"))
+	}
 	a.End()
 	e.End()
 }

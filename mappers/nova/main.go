@@ -1,13 +1,17 @@
-// Command nova is the built-in mapper for nova's unversioned instance
-// notifications (compute.instance.*). Build it to WebAssembly with
+// Command nova is the built-in mapper for nova's instance notifications, in
+// both of the formats nova publishes: the unversioned ones
+// (compute.instance.*, members directly under payload) and the versioned ones
+// (instance.*, members under payload.nova_object.data, the flavor a nested
+// object of its own). Build it to WebAssembly with
 //
 //	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o nova.wasm .
 //
 // Every notification yields one "instance" event; see docs/events.md for the
-// members and the payload paths each one is read from. Versioned
-// notifications (payload.nova_object.data) use other event types
-// (instance.*), which this module does not claim; one that arrives under a
-// compute.instance.* name anyway yields no event.
+// members and the payload paths each one is read from. The format is told by
+// the payload, not by the event type: a versioned payload is read as one
+// whatever its name. The nova_object.version of a versioned payload is not
+// looked at: members are read by name, so a payload of a later version still
+// gives what it has of them.
 package main
 
 import (
@@ -17,24 +21,25 @@ import (
 
 var manifest = sdk.Manifest{
 	Name:    "nova",
-	Version: "1.0.0",
+	Version: "1.1.0",
 	EventTypes: []string{
 		"compute.instance.*",
 		// Ceilometer's own notification of the samples it took at a delete:
 		// not a change of the instance.
 		"!compute.instance.*.samples",
+		// The versioned notifications of the instance.
+		"instance.*",
 	},
-	Releases: []string{"essex", "folsom", "grizzly", "icehouse", "newton", "pike", "2024.1"},
+	Releases: []string{"essex", "folsom", "grizzly", "icehouse", "newton", "ocata", "pike", "rocky", "2024.1", "2025.2"},
 }
 
 func init() { sdk.Register(manifest, mapNova) }
 
 func main() {}
 
-const prefix = "compute.instance."
-
-// paths are the members mapNova reads, looked up together with one host call
-// (the fallbacks of openstack.First are asked for only when needed).
+// paths are the members of an unversioned notification, looked up together
+// with one host call (the fallbacks of openstack.First are asked for only
+// when needed). The first one tells a versioned payload.
 var paths = []string{
 	`payload.nova_object\.data`,
 	"event_type",
@@ -57,9 +62,40 @@ var paths = []string{
 	"payload.launched_at",
 	"payload.terminated_at",
 	"payload.deleted_at",
+	"payload.audit_period_beginning",
+	"payload.audit_period_ending",
 }
 
-// Indexes into paths.
+// versionedPaths are the same members in a versioned notification, in the
+// same order (the envelope's members repeat, so both lists share the
+// indexes below). Nothing of a versioned payload gives disk_gb.
+var versionedPaths = []string{
+	`payload.nova_object\.data`,
+	"event_type",
+	"message_id",
+	"timestamp",
+	`payload.nova_object\.data.uuid`,
+	`payload.nova_object\.data.tenant_id`,
+	`payload.nova_object\.data.user_id`,
+	`payload.nova_object\.data.flavor.nova_object\.data.name`,
+	`payload.nova_object\.data.flavor.nova_object\.data.flavorid`,
+	`payload.nova_object\.data.flavor.nova_object\.data.vcpus`,
+	`payload.nova_object\.data.flavor.nova_object\.data.memory_mb`,
+	`payload.nova_object\.data.flavor.nova_object\.data.root_gb`,
+	`payload.nova_object\.data.flavor.nova_object\.data.ephemeral_gb`,
+	`payload.nova_object\.data.disk_gb`, // no such member: stays missing
+	`payload.nova_object\.data.state`,
+	`payload.nova_object\.data.image_uuid`,
+	`payload.nova_object\.data.availability_zone`,
+	`payload.nova_object\.data.host`,
+	`payload.nova_object\.data.launched_at`,
+	`payload.nova_object\.data.terminated_at`,
+	`payload.nova_object\.data.deleted_at`,
+	`payload.nova_object\.data.audit_period.nova_object\.data.audit_period_beginning`,
+	`payload.nova_object\.data.audit_period.nova_object\.data.audit_period_ending`,
+}
+
+// Indexes into paths and versionedPaths.
 const (
 	pVersioned = iota
 	pEventType
@@ -68,7 +104,7 @@ const (
 	pInstanceID
 	pTenantID
 	pUserID
-	pInstanceType
+	pFlavorName
 	pFlavorID
 	pVCPUs
 	pMemoryMB
@@ -82,15 +118,17 @@ const (
 	pLaunchedAt
 	pTerminatedAt
 	pDeletedAt
+	pAuditBeginning
+	pAuditEnding
 	nPaths
 )
 
 func mapNova(m *sdk.Message, out *sdk.Output) {
 	var v [nPaths]sdk.Value
 	m.GetMany(paths, v[:])
-	if v[pVersioned].Exists() {
-		sdk.Log(sdk.LevelDebug, "versioned nova payload under an unversioned event type: no event")
-		return
+	versioned := v[pVersioned].Kind() == sdk.Object
+	if versioned {
+		m.GetMany(versionedPaths, v[:])
 	}
 	et := v[pEventType]
 	if et.Kind() != sdk.String || len(et.Raw()) == 0 {
@@ -98,17 +136,24 @@ func mapNova(m *sdk.Message, out *sdk.Output) {
 	}
 	e := out.Event()
 	openstack.WriteHeaderValues(e, v[pMessageID], v[pTimestamp], et, "nova", "instance", -1)
-	openstack.WriteStr(e, "resource_id", or(m, v[pInstanceID], "payload.instance_uuid"))
-	project := v[pTenantID]
-	if !openstack.Usable(project) {
-		project = openstack.First(m, "payload.project_id", "payload.tenant")
+	id, project := v[pInstanceID], v[pTenantID]
+	if !versioned {
+		id = or(m, id, "payload.instance_uuid")
+		if !openstack.Usable(project) {
+			project = openstack.First(m, "payload.project_id", "payload.tenant")
+		}
 	}
+	openstack.WriteStr(e, "resource_id", id)
 	openstack.WriteProject(m, e, project)
 	openstack.WriteUser(m, e, v[pUserID])
-	openstack.WriteAction(e, et, prefix)
+	if et.HasPrefix("compute.instance.") {
+		openstack.WriteAction(e, et, "compute.instance.")
+	} else {
+		openstack.WriteAction(e, et, "instance.")
+	}
 
 	a := e.Object("attributes")
-	openstack.WriteStr(a, "flavor_name", v[pInstanceType])
+	openstack.WriteStr(a, "flavor_name", v[pFlavorName])
 	openstack.WriteStr(a, "flavor_id", v[pFlavorID])
 	a.NumValue("vcpus", v[pVCPUs])
 	a.NumValue("memory_mb", v[pMemoryMB])
@@ -116,12 +161,19 @@ func mapNova(m *sdk.Message, out *sdk.Output) {
 	a.NumValue("ephemeral_gb", v[pEphemeralGB])
 	a.NumValue("disk_gb", v[pDiskGB])
 	openstack.WriteStr(a, "state", v[pState])
-	openstack.WriteStr(a, "image_ref", or(m, v[pImageRef], "payload.image_meta.base_image_ref"))
+	image := v[pImageRef]
+	if !versioned {
+		image = or(m, image, "payload.image_meta.base_image_ref")
+	}
+	openstack.WriteStr(a, "image_ref", image)
 	openstack.WriteStr(a, "availability_zone", v[pAvailabilityZone])
 	openstack.WriteStr(a, "host", v[pHost])
 	a.Timestamp("launched_at", v[pLaunchedAt])
 	a.Timestamp("terminated_at", v[pTerminatedAt])
 	a.Timestamp("deleted_at", v[pDeletedAt])
+	if openstack.IsExists(et) {
+		openstack.WriteAuditPeriod(a, v[pAuditBeginning], v[pAuditEnding])
+	}
 	a.End()
 	e.End()
 }

@@ -14,10 +14,11 @@
 //     message names a module chain (Message.Modules), whose first module then
 //     receives the bytes exactly as they arrived.
 //  3. The event type is read from the index. None: Skipped "no_event_type" (or, with
-//     Message.Canonical, a canonical event passed through). A versioned nova
-//     notification (payload.nova_object.data) is Skipped "versioned".
+//     Message.Canonical, a canonical event passed through).
 //  4. The router (or the message's own chain) picks the module; none claims the
-//     type: Skipped "unclaimed".
+//     type: Skipped "unclaimed", or "versioned" for a versioned nova
+//     notification (payload.nova_object.data), so that a format no module reads
+//     is told apart.
 //  5. The module maps the indexed message. A failure (trap, timeout, memory,
 //     invalid output, ABI, guest error) is Failed with the runtime's reason and
 //     the error; the caller dead-letters the body. Events over

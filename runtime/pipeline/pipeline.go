@@ -176,10 +176,6 @@ func (p *Pipeline) process(ctx context.Context, msg Message) Result {
 	if msg.Canonical && isCanonical(in) {
 		return p.passThrough(msg, in, eventType)
 	}
-	if k, _, _ := in.Lookup(`payload.nova_object\.data`); k == jsonindex.Object {
-		return Result{Outcome: Skipped, Reason: ReasonVersioned, EventType: eventType}
-	}
-
 	var m Mapper
 	if len(msg.Modules) > 0 {
 		m, ok = Chain(msg.Modules).Route(eventType)
@@ -187,6 +183,11 @@ func (p *Pipeline) process(ctx context.Context, msg Message) Result {
 		m, ok = p.opts.Router.Route(eventType)
 	}
 	if !ok {
+		// A versioned nova notification nobody claims is told apart: the
+		// operator sees that nova sends a format no module reads.
+		if k, _, _ := in.Lookup(`payload.nova_object\.data`); k == jsonindex.Object {
+			return Result{Outcome: Skipped, Reason: ReasonVersioned, EventType: eventType}
+		}
 		return Result{Outcome: Skipped, Reason: ReasonUnclaimed, EventType: eventType}
 	}
 	return p.mapWith(ctx, msg, m, in, eventType)

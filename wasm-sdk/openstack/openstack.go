@@ -180,3 +180,18 @@ func (p *PathBuf) At(member string) string {
 func (p *PathBuf) Base() string {
 	return view(p.b[:p.n])
 }
+
+// IsExists reports whether et is the event type of a periodic audit
+// notification ("compute.instance.exists", "volume.exists", "instance.exists"
+// ...): the one whose events carry the audit period.
+func IsExists(et sdk.Value) bool {
+	return et.Equal("exists") || et.HasSuffix(".exists")
+}
+
+// WriteAuditPeriod writes audit_period_beginning and audit_period_ending from
+// beginning and ending, each as a timestamp (see sdk.Event.Timestamp): a value
+// that is missing, null or unparsable is left out.
+func WriteAuditPeriod(e *sdk.Event, beginning, ending sdk.Value) {
+	e.Timestamp("audit_period_beginning", beginning)
+	e.Timestamp("audit_period_ending", ending)
+}

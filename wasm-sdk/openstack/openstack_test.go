@@ -113,3 +113,27 @@ func TestNoAllocations(t *testing.T) {
 		t.Errorf("%v allocations per call, %v without the helpers", n, base)
 	}
 }
+
+func TestIsExistsAndAuditPeriod(t *testing.T) {
+	m := func(msg *sdk.Message, out *sdk.Output) {
+		et, _ := openstack.EventType(msg)
+		e := out.Event()
+		if openstack.IsExists(et) {
+			openstack.WriteAuditPeriod(e, msg.Get("payload.b"), msg.Get("payload.e"))
+		}
+	}
+	for in, want := range map[string]string{
+		`{"event_type":"volume.exists","payload":{"b":"2024-05-01 00:00:00","e":"2024-05-02T00:00:00+00:00"}}`: `{"events":[{"audit_period_beginning":"2024-05-01T00:00:00Z","audit_period_ending":"2024-05-02T00:00:00Z"}]}`,
+		`{"event_type":"instance.exists","payload":{"b":null,"e":"not a time"}}`:                               `{"events":[{}]}`,
+		`{"event_type":"volume.update.end","payload":{"b":"2024-05-01 00:00:00"}}`:                             `{"events":[{}]}`,
+		`{"event_type":"exists_count","payload":{"b":"2024-05-01 00:00:00"}}`:                                  `{"events":[{}]}`,
+	} {
+		got, err := sdk.MapJSON(m, []byte(in))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != want {
+			t.Errorf("%s:\n got %s\nwant %s", in, got, want)
+		}
+	}
+}
