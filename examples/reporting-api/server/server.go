@@ -17,6 +17,8 @@
 //	POST   /admin/fail           {"status":503,"count":2,"retry_after":"2","delay_ms":100}
 //	DELETE /admin/fail           clear the injected failure
 //	POST   /admin/limits         {"max_body_bytes":N}
+//	POST   /admin/refuse         {"event_ids":[...],"status":400,"max_event_bytes":N}: refuse whole batches (see Refusal)
+//	DELETE /admin/refuse         stop refusing
 //	POST   /admin/reset          delete every event, dead letter and counter
 //	GET    /healthz              200 "ok"
 package server
@@ -60,6 +62,20 @@ type Fault struct {
 	DelayMS    int    `json:"delay_ms"`    // wait before answering
 }
 
+// Refusal makes POST /api/v1/events refuse whole batches for what one of
+// their events holds, the way a strict API answers malformed input: the
+// batch is answered with an error and nothing of it is stored.
+type Refusal struct {
+	// EventIDs: a batch holding an event with one of these event_ids is
+	// answered Status.
+	EventIDs []string `json:"event_ids"`
+	// Status for EventIDs: 400 (the default) or 422.
+	Status int `json:"status"`
+	// MaxEventBytes: a batch holding an event larger than this is answered
+	// 413, however small the batch. 0: no limit per event.
+	MaxEventBytes int64 `json:"max_event_bytes"`
+}
+
 // Stats are the server's counters.
 type Stats struct {
 	Accepted     int64            `json:"accepted"`   // distinct events stored
@@ -79,6 +95,7 @@ type Server struct {
 
 	mu       sync.Mutex // serialises ingestion and admin changes
 	fault    *Fault
+	refusal  *Refusal
 	maxBody  int64
 	requests map[string]int64
 }
@@ -124,6 +141,11 @@ func New(opts Options) (*Server, error) {
 		writeJSON(w, 200, map[string]bool{"ok": true})
 	}))
 	mux.HandleFunc("POST /admin/limits", s.auth(s.setLimits))
+	mux.HandleFunc("POST /admin/refuse", s.auth(s.setRefusal))
+	mux.HandleFunc("DELETE /admin/refuse", s.auth(func(w http.ResponseWriter, _ *http.Request) {
+		s.SetRefusal(nil)
+		writeJSON(w, 200, map[string]bool{"ok": true})
+	}))
 	mux.HandleFunc("POST /admin/reset", s.auth(s.reset))
 	s.mux = mux
 	return s, nil
@@ -140,6 +162,56 @@ func (s *Server) SetFault(f *Fault) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.fault = f
+}
+
+// SetRefusal makes POST /api/v1/events refuse the batches r describes; nil
+// stops it. It answers an error for a Status other than 0, 400 or 422.
+func (s *Server) SetRefusal(r *Refusal) error {
+	if r != nil {
+		c := *r
+		switch c.Status {
+		case 0:
+			c.Status = http.StatusBadRequest
+		case http.StatusBadRequest, http.StatusUnprocessableEntity:
+		default:
+			return fmt.Errorf("reporting-api: refusal status %d: want 400 or 422", c.Status)
+		}
+		c.EventIDs = append([]string(nil), c.EventIDs...)
+		r = &c
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refusal = r
+	return nil
+}
+
+// refused answers the status and body a batch gets under the refusal in
+// force; 0 when it is not refused.
+func (s *Server) refused(events []json.RawMessage) (int, map[string]any) {
+	s.mu.Lock()
+	r := s.refusal
+	s.mu.Unlock()
+	if r == nil {
+		return 0, nil
+	}
+	for _, raw := range events {
+		if r.MaxEventBytes > 0 && int64(len(raw)) > r.MaxEventBytes {
+			id, _, _ := validate(raw)
+			return http.StatusRequestEntityTooLarge, map[string]any{
+				"error": "event too large", "event_id": id, "event_bytes": len(raw), "max_event_bytes": r.MaxEventBytes,
+			}
+		}
+		if len(r.EventIDs) == 0 {
+			continue
+		}
+		id, _, _ := validate(raw)
+		for _, want := range r.EventIDs {
+			if id == want {
+				return r.Status, map[string]any{"error": "event " + id + " is malformed; batch refused", "event_id": id}
+			}
+		}
+	}
+	return 0, nil
 }
 
 // SetMaxBodyBytes changes the body limit at run time.
@@ -244,6 +316,11 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 	if err := json.Unmarshal(body, &req); err != nil || req.Events == nil {
 		s.count(http.StatusBadRequest)
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": `body must be {"events":[...]}`})
+		return
+	}
+	if status, why := s.refused(req.Events); status != 0 {
+		s.count(status)
+		writeJSON(w, status, why)
 		return
 	}
 	ans, err := s.ingest(req.Events)
@@ -528,12 +605,27 @@ func (s *Server) setLimits(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]int64{"max_body_bytes": n})
 }
 
+func (s *Server) setRefusal(w http.ResponseWriter, r *http.Request) {
+	var rf Refusal
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&rf); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	if err := s.SetRefusal(&rf); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	s.log.Info().Int("event_ids", len(rf.EventIDs)).Int("status", rf.Status).Int64("max_event_bytes", rf.MaxEventBytes).Msg("refusal set")
+	writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+}
+
 // Reset deletes every event, dead letter and counter.
 func (s *Server) Reset() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.requests = map[string]int64{}
 	s.fault = nil
+	s.refusal = nil
 	return s.db.DropAll()
 }
 

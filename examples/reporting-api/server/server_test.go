@@ -164,3 +164,40 @@ func TestAuthBodyLimitAndFaults(t *testing.T) {
 		t.Fatalf("after reset %v", m)
 	}
 }
+
+// A refusal answers whole batches: 400 or 422 for a listed event_id, 413 for
+// an event over the per-event limit; nothing of a refused batch is stored.
+func TestRefusalOfWholeBatches(t *testing.T) {
+	s, ts := start(t, t.TempDir())
+	defer func() { ts.Close(); s.Close() }()
+	post := func(events ...string) (int, map[string]any) {
+		code, _, m := do(t, "POST", ts.URL+"/api/v1/events", tok, `{"events":[`+strings.Join(events, ",")+`]}`)
+		return code, m
+	}
+	if code, _, _ := do(t, "POST", ts.URL+"/admin/refuse", tok, `{"event_ids":["bad"],"status":418}`); code != 400 {
+		t.Fatalf("refusal with status 418: %d", code)
+	}
+	if code, _, m := do(t, "POST", ts.URL+"/admin/refuse", tok, `{"event_ids":["bad"],"status":422,"max_event_bytes":400}`); code != 200 {
+		t.Fatalf("set refusal: %d %v", code, m)
+	}
+	if code, m := post(ev("ok1", "2024-05-01T12:00:00Z"), ev("bad", "2024-05-01T12:00:00Z")); code != 422 || m["event_id"] != "bad" {
+		t.Fatalf("batch with a refused id: %d %v", code, m)
+	}
+	big := strings.Replace(ev("big", "2024-05-01T12:00:00Z"), `"size_gb":1`, `"size_gb":1,"pad":"`+strings.Repeat("x", 200)+`"`, 1)
+	if code, m := post(big); code != 413 || m["event_id"] != "big" {
+		t.Fatalf("event over the per-event limit: %d %v", code, m)
+	}
+	if code, m := post(ev("ok1", "2024-05-01T12:00:00Z"), ev("ok2", "2024-05-01T12:00:00Z")); code != 200 || m["accepted"] != 2.0 {
+		t.Fatalf("clean batch: %d %v", code, m)
+	}
+	if code, _, _ := do(t, "DELETE", ts.URL+"/admin/refuse", tok, ""); code != 200 {
+		t.Fatal("clear refusal")
+	}
+	if code, m := post(ev("bad", "2024-05-01T12:00:00Z"), big); code != 200 || m["accepted"] != 2.0 {
+		t.Fatalf("after clearing: %d %v", code, m)
+	}
+	st, _ := s.Stats()
+	if st.Requests["422"] != 1 || st.Requests["413"] != 1 || st.Accepted != 4 {
+		t.Fatalf("stats %+v", st)
+	}
+}
