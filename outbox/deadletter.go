@@ -218,3 +218,75 @@ func decodeDead(item *badger.Item) (StoredDeadLetter, error) {
 	}
 	return d, nil
 }
+
+// ReasonRefusedByAPI is the reason of a dead letter holding an event the
+// Reporting API refused on its own (400 or 422 for a batch of just that
+// event, or 413 for it alone): the event as its body, the API's status and
+// a short, redacted excerpt of its answer as the detail.
+const ReasonRefusedByAPI = "refused_by_reporting_api"
+
+// SetAside moves the oldest undelivered event, which must be the one at seq,
+// to the dead-letter area (its body the event, with reason and detail), and
+// the drain cursor past it, in one synced transaction: the event is never in
+// neither place, and the sender goes on with the next. A seq already behind
+// the cursor is ignored (a repeated call is harmless); any other seq answers
+// ErrInvalidRange. Errors as for AppendDeadLetters.
+func (o *Outbox) SetAside(ctx context.Context, seq uint64, reason, detail string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if o.closed.Load() {
+		return ErrClosed
+	}
+	o.readMu.Lock()
+	defer o.readMu.Unlock()
+	head := o.head.Load()
+	if seq < head {
+		return nil
+	}
+	if seq != head {
+		return fmt.Errorf("%w: %d is not the oldest undelivered event (%d)", ErrInvalidRange, seq, head)
+	}
+	first, _, events, bad, err := o.peek(1)
+	if err != nil {
+		return err
+	}
+	if bad != nil {
+		return fmt.Errorf("%w: event %d: %w", ErrCorrupt, seq, bad.cause)
+	}
+	if len(events) != 1 || first != seq {
+		return fmt.Errorf("%w: event %d is not buffered", ErrInvalidRange, seq)
+	}
+	if err := o.checkSpace(); err != nil {
+		o.refusedIO.Inc()
+		o.setHealth(err)
+		return err
+	}
+	o.deadMu.Lock()
+	defer o.deadMu.Unlock()
+	letter := DeadLetter{Body: events[0], EventType: eventType(events[0]), Reason: reason, Detail: detail}
+	var last uint64
+	err = o.advance(seq+1, func(txn *badger.Txn) error {
+		var err error
+		last, err = o.setDeadLetters(txn, []DeadLetter{letter})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	o.deadLettersCommitted(last)
+	o.setHealth(nil)
+	return nil
+}
+
+// eventType reads the event_type member of a canonical event; "" when
+// there is none.
+func eventType(event []byte) string {
+	var ev struct {
+		EventType string `json:"event_type"`
+	}
+	if json.Unmarshal(event, &ev) != nil || len(ev.EventType) > 255 {
+		return ""
+	}
+	return ev.EventType
+}

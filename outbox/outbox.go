@@ -844,16 +844,23 @@ func (o *Outbox) Delete(ctx context.Context, first, last uint64) error {
 	}
 	o.readMu.Lock()
 	defer o.readMu.Unlock()
+	if last < o.head.Load() {
+		return nil // already delivered
+	}
+	return o.advance(last+1, nil)
+}
+
+// advance moves the drain cursor to newHead in one synced transaction,
+// deleting every segment whose events all lie before it; also, when set,
+// writes more within the same transaction. Called with readMu held and
+// writeMu not held; newHead must be past the current head.
+func (o *Outbox) advance(newHead uint64, also func(txn *badger.Txn) error) error {
 	o.writeMu.RLock()
 	defer o.writeMu.RUnlock()
 	if o.closed.Load() {
 		return ErrClosed
 	}
 	head := o.head.Load()
-	if last < head {
-		return nil // already delivered
-	}
-	newHead := last + 1
 	newSeg := newHead // the first live segment after the move, or newHead when none is left
 	var n, size, freed int64
 	txn := o.db.NewTransaction(true)
@@ -898,6 +905,11 @@ func (o *Outbox) Delete(ctx context.Context, first, last uint64) error {
 	it.Close()
 	for _, k := range keys {
 		if err := txn.Delete(k); err != nil {
+			return o.refuse(err)
+		}
+	}
+	if also != nil {
+		if err := also(txn); err != nil {
 			return o.refuse(err)
 		}
 	}

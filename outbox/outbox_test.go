@@ -274,6 +274,54 @@ func TestDeadLetters(t *testing.T) {
 	}
 }
 
+// SetAside moves the oldest event to the dead-letter area and the cursor past
+// it in one transaction: only the head is accepted, a repeat is harmless, and
+// both survive a restart.
+func TestSetAsideMovesTheHeadToTheDeadLetters(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	o := open(t, dir)
+	evs := events(0, 5, 80)
+	evs[0] = []byte(`{"event_id":"ev-0","event_type":"volume.create.end","pad":"x"}`)
+	if err := o.Append(ctx, evs[:3]); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Append(ctx, evs[3:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.SetAside(ctx, 2, outbox.ReasonRefusedByAPI, "HTTP 400"); !errors.Is(err, outbox.ErrInvalidRange) {
+		t.Fatalf("set aside behind the head: %v", err)
+	}
+	if err := o.SetAside(ctx, 1, outbox.ReasonRefusedByAPI, "HTTP 400: bad"); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.SetAside(ctx, 1, outbox.ReasonRefusedByAPI, "HTTP 400: bad"); err != nil || o.DeadLetterCount() != 1 {
+		t.Fatalf("repeat: %v, %d dead letters", err, o.DeadLetterCount())
+	}
+	// The last event of the first segment: the segment is deleted with it.
+	if err := o.Delete(ctx, 2, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.SetAside(ctx, 3, outbox.ReasonRefusedByAPI, "HTTP 422"); err != nil {
+		t.Fatal(err)
+	}
+	o.Close()
+	o = open(t, dir)
+	defer o.Close()
+	if o.Depth() != 2 || o.DeadLetterCount() != 2 {
+		t.Fatalf("after restart: depth %d dead letters %d", o.Depth(), o.DeadLetterCount())
+	}
+	first, _, got, err := o.Peek(ctx, 10)
+	if err != nil || first != 4 || len(got) != 2 || !bytes.Equal(got[0], evs[3]) {
+		t.Fatalf("peek after set-aside: first %d, %d events, %v", first, len(got), err)
+	}
+	dls, _ := o.ListDeadLetters(ctx, 0, 10)
+	if len(dls) != 2 || !bytes.Equal(dls[0].Body, evs[0]) || dls[0].EventType != "volume.create.end" ||
+		dls[0].Reason != outbox.ReasonRefusedByAPI || dls[0].Detail != "HTTP 400: bad" || !bytes.Equal(dls[1].Body, evs[2]) {
+		t.Fatalf("dead letters %+v", dls)
+	}
+}
+
 // Concurrent appenders and one drainer: every event arrives exactly once
 // and in append order per appender.
 func TestConcurrentAppendAndDrain(t *testing.T) {
