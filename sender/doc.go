@@ -12,11 +12,9 @@
 //
 //	200          delete the batch; count accepted, duplicates and the
 //	             per-event rejections the answer lists
-//	413          halve the batch limit and retry at once. A single event
-//	             refused alone is dropped (and counted) only when it is
-//	             larger than MaxEventBytes (64 KiB); a smaller one is kept
-//	             and retried with backoff, since the limit then describes
-//	             the destination rather than the event
+//	413          halve the batch limit and retry at once (a single event
+//	             refused alone: see "Refused events" below)
+//	400, 422     the API refuses what the batch holds: split it (below)
 //	429, 503     wait as Retry-After says (seconds or an HTTP date), or
 //	             back off when it is absent
 //	401, 403     keep the events, retry every AuthRetryInterval (or as soon
@@ -27,6 +25,32 @@
 // few full batches that succeed, never straight to BatchMax, and not past
 // the size last refused until many batches succeeded just below it. A
 // destination with a smaller body limit thus settles on a size that fits.
+//
+// # Refused events
+//
+// A batch answered 400 or 422 is split in halves, each sent on its own, the
+// refused half split again, until the refused event is alone: log2 of the
+// batch size in extra requests. A single event answered 400 or 422, or 413
+// alone, is set aside: Store.SetAside moves it to the outbox's dead-letter
+// area (reason ReasonRefused, the status and a redacted excerpt of the
+// answer, at most 512 bytes, as the detail) and the cursor past it in one
+// transaction, so that the head of the outbox never stays on one event.
+// tally_collector_sender_deadlettered_events_total{status} counts them and
+// each is logged at error level with its event_id. The batch limit is then
+// as before the refusal.
+//
+// An event is set aside only when the refusal describes that event and not
+// the API: the API took a batch since the last event was set aside (for a
+// 413, a body at least as large as the refused one), or, lacking that, it
+// takes the events right behind the refused one, sent on their own (one
+// event after a 400 or 422; as many as make a body as large after a 413).
+// When those are refused as well, the API refuses everything (a schema it
+// no longer accepts, an ingress whose body limit is smaller than one
+// event): nothing is set aside, the sender backs off and Ready wraps
+// ErrRefusedByAPI until a batch is taken again. So a destination that
+// refuses everything costs at most the one event refused first after a
+// success. An event larger than MaxEventBytes (64 KiB) refused alone with
+// 413 is set aside without that check: the pipeline never produces one.
 //
 // # Making room for a backlogged intake
 //

@@ -14,4 +14,9 @@ var (
 	// ErrTokenRefused is what Ready returns while the Reporting API answers
 	// 401 or 403.
 	ErrTokenRefused = errors.New("sender: reporting API refused the token")
+
+	// ErrRefusedByAPI is what Ready returns while the Reporting API refuses
+	// (400, 413 or 422) not one event but the events behind it as well,
+	// until it accepts a batch again.
+	ErrRefusedByAPI = errors.New("sender: reporting API refuses every event it is sent")
 )

@@ -2,8 +2,10 @@ package sender
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 func TestParseRetryAfter(t *testing.T) {
@@ -92,5 +94,30 @@ func TestYieldDecide(t *testing.T) {
 			t.Fatalf("step %d at %v: wait %v ev %d lasted %v holding %v; want %v %d %v %v",
 				i, c.now, wait, ev, lasted, y.holding(), c.wait, c.ev, c.lasted, c.holding)
 		}
+	}
+}
+
+// The excerpt of a refusal kept with a dead letter and logged: bounded,
+// without credentials (named members, or the bearer token echoed back), on
+// one line.
+func TestRefusalExcerpt(t *testing.T) {
+	const tok = "bearer-token-value-0123"
+	body := []byte(`{"error":"bad event","echo":{"headers":{"Authorization":"Bearer x"},"auth_token":"abc","note":"sent with ` + tok + `"},` +
+		`"list":[{"password":"hunter2"}]}`)
+	got := excerpt(body, tok)
+	for _, leak := range []string{"abc", "hunter2", tok, "Bearer x"} {
+		if strings.Contains(got, leak) {
+			t.Fatalf("excerpt %q holds %q", got, leak)
+		}
+	}
+	if !strings.Contains(got, "bad event") || strings.Count(got, "[redacted]") != 4 {
+		t.Fatalf("excerpt %q", got)
+	}
+	long := excerpt([]byte("line one\nline\ttwo "+strings.Repeat("é", 1000)), tok)
+	if len(long) > maxExcerpt || strings.ContainsAny(long, "\n\t") || !utf8.ValidString(long) || !strings.HasSuffix(long, "...") {
+		t.Fatalf("long excerpt %d bytes: %q", len(long), long[:40])
+	}
+	if excerpt(nil, tok) != "" {
+		t.Fatal("empty body")
 	}
 }

@@ -28,6 +28,10 @@ type Store interface {
 	Peek(ctx context.Context, max int) (first, last uint64, events [][]byte, err error)
 	// Delete removes the delivered range first..last, inclusive.
 	Delete(ctx context.Context, first, last uint64) error
+	// SetAside moves the oldest undelivered event, at seq, to the local
+	// dead-letter area with the reason and detail, and past it, in one
+	// durable step. A seq already gone is ignored.
+	SetAside(ctx context.Context, seq uint64, reason, detail string) error
 }
 
 // Defaults applied by New to zero-valued Options fields.
@@ -59,7 +63,7 @@ type Options struct {
 	Insecure  bool   // REPORTING_INSECURE: allow http://
 	BatchMax  int    // BATCH_MAX; default 500
 
-	MaxEventBytes     int           // an event larger than this refused alone with 413 is dropped; default 64 KiB
+	MaxEventBytes     int           // an event larger than this refused alone with 413 is set aside at once; default 64 KiB
 	RequestTimeout    time.Duration // per POST; default 30s
 	IdleInterval      time.Duration // poll interval while the store is empty; default 200ms
 	BackoffBase       time.Duration // first backoff after a failure; default 500ms
@@ -95,23 +99,26 @@ type Sender struct {
 	streak   int        // consecutive full batches delivered at the current limit
 	failures int        // consecutive failures, for the backoff
 	lastPost time.Time  // when the last POST began; zero: none yet
+	refusal  refusalState
 
 	y yieldState // Run's goroutine only
 
-	readyMu  sync.Mutex
-	readyErr error
+	readyMu   sync.Mutex
+	authErr   error // the token was refused (401/403)
+	refuseErr error // the API refuses every event it is sent (400/413/422)
 
 	m metrics
 }
 
 type metrics struct {
-	sent, duplicates, rejected, dropped prometheus.Counter
-	requests                            *prometheus.CounterVec
-	batchSize                           prometheus.Histogram
-	batchLimit                          prometheus.Gauge
-	duration                            prometheus.Histogram
-	yielding                            prometheus.Gauge
-	yieldSeconds                        prometheus.Counter
+	sent, duplicates, rejected prometheus.Counter
+	setAside                   *prometheus.CounterVec
+	requests                   *prometheus.CounterVec
+	batchSize                  prometheus.Histogram
+	batchLimit                 prometheus.Gauge
+	duration                   prometheus.Histogram
+	yielding                   prometheus.Gauge
+	yieldSeconds               prometheus.Counter
 }
 
 // New validates the options and returns a Sender. It answers ErrInvalidURL
@@ -213,17 +220,30 @@ func (s *Sender) BatchLimit() int {
 }
 
 // Ready returns nil unless the Reporting API refused the token on the last
-// attempt (401/403), in which case it wraps ErrTokenRefused.
+// attempt (401/403: it wraps ErrTokenRefused), or refuses every event it is
+// sent, not one in particular (it wraps ErrRefusedByAPI until a batch is
+// accepted again).
 func (s *Sender) Ready() error {
 	s.readyMu.Lock()
 	defer s.readyMu.Unlock()
-	return s.readyErr
+	if s.authErr != nil {
+		return s.authErr
+	}
+	return s.refuseErr
 }
 
+// setReady records the outcome of the token: nil once the API answered
+// anything but 401 or 403.
 func (s *Sender) setReady(err error) {
 	s.readyMu.Lock()
 	defer s.readyMu.Unlock()
-	s.readyErr = err
+	s.authErr = err
+}
+
+func (s *Sender) setRefusing(err error) {
+	s.readyMu.Lock()
+	defer s.readyMu.Unlock()
+	s.refuseErr = err
 }
 
 // Run drains the store until ctx is done, then returns nil. With an Intake
@@ -295,7 +315,7 @@ func (s *Sender) sleep(ctx context.Context, d time.Duration, wakeOnToken bool) {
 func (s *Sender) step(ctx context.Context) (empty bool, wait time.Duration, wake bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	first, last, events, err := s.store.Peek(ctx, s.batch)
+	first, last, events, err := s.store.Peek(ctx, s.limit())
 	if err != nil {
 		if ctx.Err() != nil {
 			return false, 0, false
@@ -306,6 +326,7 @@ func (s *Sender) step(ctx context.Context) (empty bool, wait time.Duration, wake
 	if len(events) == 0 {
 		return true, 0, false
 	}
+	s.refusal.reached(first)
 	s.lastPost = time.Now()
 	res := s.post(ctx, events)
 	if ctx.Err() != nil && res.err != nil {
@@ -320,6 +341,7 @@ func (s *Sender) step(ctx context.Context) (empty bool, wait time.Duration, wake
 
 	case res.status == http.StatusOK:
 		s.setReady(nil)
+		s.accepted(res.sent)
 		s.m.batchSize.Observe(float64(n))
 		s.m.sent.Add(float64(n))
 		s.m.duplicates.Add(float64(res.answer.Duplicates))
@@ -338,29 +360,29 @@ func (s *Sender) step(ctx context.Context) (empty bool, wait time.Duration, wake
 		s.grow(n)
 		return false, 0, false
 
-	case res.status == http.StatusRequestEntityTooLarge:
+	case res.status == http.StatusRequestEntityTooLarge && n > 1:
+		s.setReady(nil)
+		s.refusal.shrinking(s, last)
+		s.batch = max(1, n/2)
+		s.ceiling = n
+		s.streak = 0
+		s.m.batchLimit.Set(float64(s.batch))
+		s.log.Warn().Int("refused", n).Int("batch_limit", s.batch).Msg("reporting API answered 413; halving the batch")
+		return false, 0, false
+
+	case res.status == http.StatusBadRequest || res.status == http.StatusUnprocessableEntity:
 		s.setReady(nil)
 		if n > 1 {
-			s.batch = max(1, n/2)
-			s.ceiling = n
-			s.streak = 0
-			s.m.batchLimit.Set(float64(s.batch))
-			s.log.Warn().Int("refused", n).Int("batch_limit", s.batch).Msg("reporting API answered 413; halving the batch")
+			s.refusal.split(n, last)
+			s.log.Warn().Int("status", res.status).Int("refused", n).Int("split_to", s.refusal.splitLimit).
+				Msg("reporting API refused the batch; splitting it to find the events it refuses")
 			return false, 0, false
 		}
-		if len(events[0]) > s.opts.MaxEventBytes {
-			if err := s.store.Delete(ctx, first, last); err != nil {
-				s.log.Error().Err(err).Msg("dropping an oversize event failed")
-				return false, s.backoff(), false
-			}
-			s.m.dropped.Inc()
-			s.log.Error().Int("event_bytes", len(events[0])).Int("limit_bytes", s.opts.MaxEventBytes).Uint64("seq", first).
-				Msg("reporting API refused a single event larger than the event size bound (413); event dropped")
-			return false, 0, false
-		}
-		s.log.Warn().Int("event_bytes", len(events[0])).
-			Msg("reporting API refused a single event of allowed size (413); its body limit is too small; event kept, retrying")
-		return false, s.backoff(), false
+		return s.isolated(ctx, first, events[0], res)
+
+	case res.status == http.StatusRequestEntityTooLarge:
+		s.setReady(nil)
+		return s.isolated(ctx, first, events[0], res)
 
 	case res.status == http.StatusTooManyRequests || res.status == http.StatusServiceUnavailable:
 		s.setReady(nil)
@@ -448,6 +470,8 @@ type result struct {
 	retryAfter   time.Duration
 	answer       answer
 	redirectHost string
+	refusal      []byte // the answer's body for a 400, 413 or 422 (bounded)
+	sent         int    // bytes of the request body
 	err          error
 }
 
@@ -493,7 +517,7 @@ func (s *Sender) post(ctx context.Context, events [][]byte) result {
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	s.m.duration.Observe(time.Since(start).Seconds())
-	r := result{status: resp.StatusCode}
+	r := result{status: resp.StatusCode, sent: len(body)}
 	if err != nil && resp.StatusCode == http.StatusOK {
 		// The API stored the batch but the answer was cut: count it as
 		// delivered anyway (a resend would only add duplicates).
@@ -506,6 +530,8 @@ func (s *Sender) post(ctx context.Context, events [][]byte) result {
 		}
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
 		r.retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+		r.refusal = raw[:min(len(raw), maxRefusalRead)]
 	}
 	if loc, lerr := resp.Location(); lerr == nil {
 		r.redirectHost = loc.Host
@@ -589,6 +615,13 @@ func (t *tokenSource) changed() bool {
 	return !fi.ModTime().Equal(t.mtime) || fi.Size() != t.size
 }
 
+// current is the token last read, without checking the file.
+func (t *tokenSource) current() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.cur
+}
+
 func (t *tokenSource) get() (string, error) {
 	if t.file == "" {
 		return t.static, nil
@@ -636,10 +669,10 @@ func newMetrics() metrics {
 			Name: "tally_collector_rejected_events_total",
 			Help: "Delivered events the Reporting API refused individually; they are in its dead-letter view.",
 		}),
-		dropped: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tally_collector_dropped_events_total",
-			Help: "Events dropped because the Reporting API refused them alone with 413 and they exceed the event size bound.",
-		}),
+		setAside: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tally_collector_sender_deadlettered_events_total",
+			Help: "Events the Reporting API refused on their own (400, 422, or 413 alone), moved to the local dead-letter area, by status.",
+		}, []string{"status"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tally_collector_sender_requests_total",
 			Help: "POSTs to the Reporting API by outcome: status class (2xx, 3xx, 4xx, 5xx) or error (network, timeout).",
@@ -673,7 +706,7 @@ func (m metrics) register(r prometheus.Registerer) error {
 	if r == nil {
 		return nil
 	}
-	for _, c := range []prometheus.Collector{m.sent, m.duplicates, m.rejected, m.dropped, m.requests, m.batchSize, m.batchLimit, m.duration, m.yielding, m.yieldSeconds} {
+	for _, c := range []prometheus.Collector{m.sent, m.duplicates, m.rejected, m.setAside, m.requests, m.batchSize, m.batchLimit, m.duration, m.yielding, m.yieldSeconds} {
 		if err := r.Register(c); err != nil {
 			return fmt.Errorf("sender: register metrics: %w", err)
 		}

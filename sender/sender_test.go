@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -290,18 +291,19 @@ func TestSingleEventRefusedAlone(t *testing.T) {
 	e := newEnv(t)
 	reg := prometheus.NewRegistry()
 	s := e.sender(t, func(o *sender.Options) { o.Registerer = reg })
-	// Past 64 KiB: dropped and counted; the events behind it go through.
+	// Past 64 KiB: set aside at once; the events behind it go through.
 	e.srv.SetMaxBodyBytes(64 << 10)
 	e.append(t, 0, 1, 70<<10)
 	e.append(t, 1, 3, 10)
 	flush(t, s, 10*time.Second)
-	if got := testutil.ToFloat64(mustCounter(t, reg, "tally_collector_dropped_events_total")); got != 1 {
-		t.Fatalf("dropped %v, want 1", got)
+	if got := testutil.ToFloat64(mustCounter(t, reg, "tally_collector_sender_deadlettered_events_total", "status", "413")); got != 1 {
+		t.Fatalf("dead-lettered %v, want 1", got)
 	}
-	if st := e.stats(t); st.Accepted != 3 || e.ob.Depth() != 0 {
-		t.Fatalf("stats %+v depth %d", st, e.ob.Depth())
+	if st := e.stats(t); st.Accepted != 3 || e.ob.Depth() != 0 || e.ob.DeadLetterCount() != 1 {
+		t.Fatalf("stats %+v depth %d dead letters %d", st, e.ob.Depth(), e.ob.DeadLetterCount())
 	}
-	// Below 64 KiB: the 413 describes the destination; the event is kept.
+	// Below 64 KiB, alone in the outbox: nothing tells whether the 413 is
+	// about the event or the destination; the event is kept.
 	e.srv.SetMaxBodyBytes(1 << 10)
 	e.append(t, 10, 1, 2<<10)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
@@ -310,13 +312,150 @@ func TestSingleEventRefusedAlone(t *testing.T) {
 	if e.ob.Depth() != 1 {
 		t.Fatalf("a 2 KiB event refused alone was not kept: depth %d", e.ob.Depth())
 	}
-	if got := testutil.ToFloat64(mustCounter(t, reg, "tally_collector_dropped_events_total")); got != 1 {
-		t.Fatalf("dropped %v, want still 1", got)
+	// Events behind it, sent on their own, are refused too: the body limit
+	// is too small for any of them (an ingress with a small
+	// client_max_body_size): everything is kept, and the sender says so.
+	e.append(t, 11, 20, 100)
+	ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
+	s.Flush(ctx)
+	cancel()
+	if e.ob.Depth() != 21 || e.ob.DeadLetterCount() != 1 {
+		t.Fatalf("events set aside under a destination limit: depth %d dead letters %d", e.ob.Depth(), e.ob.DeadLetterCount())
+	}
+	if err := s.Ready(); !errors.Is(err, sender.ErrRefusedByAPI) {
+		t.Fatalf("ready while the API refuses every body: %v", err)
 	}
 	e.srv.SetMaxBodyBytes(1 << 20)
 	flush(t, s, 10*time.Second)
-	if st := e.stats(t); st.Accepted != 4 {
-		t.Fatalf("kept event not delivered: %+v", st)
+	if st := e.stats(t); st.Accepted != 24 || e.ob.DeadLetterCount() != 1 {
+		t.Fatalf("kept events not delivered: %+v", st)
+	}
+	if err := s.Ready(); err != nil {
+		t.Fatalf("not ready after the API took a batch: %v", err)
+	}
+}
+
+// A batch the API refuses with 400 or 422 for one event in it is split until
+// that event is alone; it goes to the local dead-letter area with the status
+// and the API's answer, and everything else is delivered.
+func TestPoisonEventsSetAside(t *testing.T) {
+	for _, status := range []int{400, 422} {
+		t.Run(strconv.Itoa(status), func(t *testing.T) {
+			e := newEnv(t)
+			reg := prometheus.NewRegistry()
+			s := e.sender(t, func(o *sender.Options) { o.Registerer = reg })
+			e.append(t, 0, 300, 50)
+			if err := e.srv.SetRefusal(&server.Refusal{EventIDs: []string{"id-000037", "id-000038", "id-000150"}, Status: status}); err != nil {
+				t.Fatal(err)
+			}
+			flush(t, s, 20*time.Second)
+			st := e.stats(t)
+			if st.Accepted != 297 || e.ob.Depth() != 0 {
+				t.Fatalf("stats %+v depth %d", st, e.ob.Depth())
+			}
+			refused := st.Requests[strconv.Itoa(status)]
+			if refused > 24 {
+				t.Fatalf("%d refused requests to isolate 3 events in 300: the split is not a halving", refused)
+			}
+			dls, err := e.ob.ListDeadLetters(context.Background(), 0, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			for _, d := range dls {
+				if d.Reason != outbox.ReasonRefusedByAPI || d.EventType != "compute.instance.exists" ||
+					!strings.HasPrefix(d.Detail, fmt.Sprintf("HTTP %d: ", status)) || !strings.Contains(d.Detail, "malformed") {
+					t.Fatalf("dead letter %+v", d)
+				}
+				var ev struct {
+					EventID string `json:"event_id"`
+				}
+				if err := json.Unmarshal(d.Body, &ev); err != nil {
+					t.Fatalf("dead letter body is not the event: %v", err)
+				}
+				ids = append(ids, ev.EventID)
+			}
+			if strings.Join(ids, ",") != "id-000037,id-000038,id-000150" {
+				t.Fatalf("dead letters hold %v", ids)
+			}
+			if got := testutil.ToFloat64(mustCounter(t, reg, "tally_collector_sender_deadlettered_events_total", "status", strconv.Itoa(status))); got != 3 {
+				t.Fatalf("dead-lettered counter %v", got)
+			}
+			if s.BatchLimit() != 100 || s.Ready() != nil {
+				t.Fatalf("batch limit %d, ready %v", s.BatchLimit(), s.Ready())
+			}
+			// The next batches go out whole again.
+			e.append(t, 300, 200, 50)
+			before := e.stats(t).Requests["200"]
+			flush(t, s, 10*time.Second)
+			if n := e.stats(t).Requests["200"] - before; n != 2 {
+				t.Fatalf("200 events after the poison took %d requests, want 2", n)
+			}
+		})
+	}
+}
+
+// A refused event at the head with nothing delivered yet (after a restart):
+// the events behind it, sent alone, are taken, so the refusal is about the
+// event. When the API turns to refusing everything, the first event refused
+// after a success is set aside (the API had just taken others); for the
+// next one, the event behind it is refused as well: nothing more is set
+// aside, and the sender reports not ready.
+func TestPoisonAtHeadAndAPIRefusingEverything(t *testing.T) {
+	e := newEnv(t)
+	s := e.sender(t)
+	e.append(t, 0, 10, 50)
+	e.srv.SetRefusal(&server.Refusal{EventIDs: []string{"id-000000"}})
+	flush(t, s, 10*time.Second)
+	if st := e.stats(t); st.Accepted != 9 || e.ob.DeadLetterCount() != 1 {
+		t.Fatalf("stats %+v dead letters %d", st, e.ob.DeadLetterCount())
+	}
+
+	e.append(t, 10, 10, 50)
+	var all []string
+	for i := 10; i < 20; i++ {
+		all = append(all, fmt.Sprintf("id-%06d", i))
+	}
+	e.srv.SetRefusal(&server.Refusal{EventIDs: all, Status: 422})
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	s.Flush(ctx)
+	cancel()
+	if e.ob.Depth() != 9 || e.ob.DeadLetterCount() != 2 {
+		t.Fatalf("events set aside while the API refuses everything: depth %d dead letters %d", e.ob.Depth(), e.ob.DeadLetterCount())
+	}
+	if err := s.Ready(); !errors.Is(err, sender.ErrRefusedByAPI) {
+		t.Fatalf("ready: %v", err)
+	}
+	e.srv.SetRefusal(nil)
+	flush(t, s, 10*time.Second)
+	if st := e.stats(t); st.Accepted != 18 || s.Ready() != nil {
+		t.Fatalf("stats %+v ready %v", st, s.Ready())
+	}
+}
+
+// An API that refuses one event with 413 because of that event (a limit per
+// event, not per body): the 413 halving isolates it, batches larger than it
+// were taken, so it is set aside, and the batch limit returns to where it
+// was instead of staying halved.
+func Test413ForOneEventSetAside(t *testing.T) {
+	e := newEnv(t)
+	reg := prometheus.NewRegistry()
+	s := e.sender(t, func(o *sender.Options) { o.Registerer = reg; o.BatchMax = 64 })
+	e.srv.SetRefusal(&server.Refusal{MaxEventBytes: 2 << 10})
+	e.append(t, 0, 1, 3<<10) // at the head: nothing taken yet
+	e.append(t, 1, 100, 100)
+	e.append(t, 101, 1, 3<<10) // in the middle
+	e.append(t, 102, 100, 100)
+	flush(t, s, 20*time.Second)
+	st := e.stats(t)
+	if st.Accepted != 200 || e.ob.Depth() != 0 || e.ob.DeadLetterCount() != 2 {
+		t.Fatalf("stats %+v depth %d dead letters %d", st, e.ob.Depth(), e.ob.DeadLetterCount())
+	}
+	if got := testutil.ToFloat64(mustCounter(t, reg, "tally_collector_sender_deadlettered_events_total", "status", "413")); got != 2 {
+		t.Fatalf("dead-lettered counter %v", got)
+	}
+	if s.BatchLimit() != 64 {
+		t.Fatalf("batch limit %d after a 413 caused by one event, want 64", s.BatchLimit())
 	}
 }
 
@@ -559,5 +698,11 @@ func TestHTTPSWithTestCA(t *testing.T) {
 	flush(t, s, 5*time.Second)
 	if st, _ := srv.Stats(); st.Accepted != 30 {
 		t.Fatalf("over https: %+v", st)
+	}
+}
+
+func TestReasonMatchesTheOutbox(t *testing.T) {
+	if sender.ReasonRefused != outbox.ReasonRefusedByAPI {
+		t.Fatalf("%q != %q", sender.ReasonRefused, outbox.ReasonRefusedByAPI)
 	}
 }

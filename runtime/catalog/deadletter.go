@@ -157,7 +157,11 @@ type ReplayReport struct {
 }
 
 // Replay maps dead letters again through the pipeline (and so through the
-// catalogue as it stands) and commits the resulting events to the outbox. A
+// catalogue as it stands) and commits the resulting events to the outbox.
+// An event the Reporting API refused (outbox.ReasonRefusedByAPI) is not
+// mapped: it goes back to the outbox as it is, to be sent again. The bytes of
+// a damaged segment (outbox.ReasonDamagedSegment) cannot be replayed and are
+// left, listed among the failures. A
 // letter is removed only after its events are committed; a crash in between
 // replays it again later, which the Reporting API absorbs (events are
 // idempotent by event_id). A letter that fails again stays, updated with the
@@ -231,6 +235,20 @@ func replayBatch(ctx context.Context, ob *outbox.Outbox, p *pipeline.Pipeline, b
 	var renewed []outbox.DeadLetter
 	for _, d := range batch {
 		rep.Examined++
+		switch d.Reason {
+		case outbox.ReasonRefusedByAPI:
+			// An event the Reporting API refused: sent again as it is.
+			events = append(events, d.Body)
+			done = append(done, d.Seq)
+			continue
+		case outbox.ReasonDamagedSegment:
+			// Stored bytes of an unreadable segment: nothing to map.
+			rep.Remaining++
+			if len(rep.Failures) < maxReplayFailures {
+				rep.Failures = append(rep.Failures, ReplayFailure{Seq: d.Seq, Reason: outbox.ReasonDamagedSegment})
+			}
+			continue
+		}
 		r := p.Process(ctx, message(d))
 		if r.Outcome == pipeline.Mapped {
 			events = append(events, r.Events...)

@@ -269,3 +269,38 @@ func TestReplayMessageHook(t *testing.T) {
 		t.Errorf("the hook's DeriveID was not applied: %+v", ev)
 	}
 }
+
+// An event the Reporting API refused goes back to the outbox as it is; the
+// bytes of a damaged segment are left where they are, with their reason.
+func TestReplayOfRefusedEventsAndDamagedSegments(t *testing.T) {
+	dir := t.TempDir()
+	drop(t, dir, "flaky.wasm", "flaky_v2")
+	c := newCatalog(t, catalog.Options{Dir: dir})
+	p := newPipeline(c)
+	ob := openOutbox(t)
+	ctx := context.Background()
+	ev := []byte(`{"event_id":"e1","event_type":"volume.create.end"}`)
+	if err := ob.Append(ctx, [][]byte{ev}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ob.SetAside(ctx, 1, outbox.ReasonRefusedByAPI, "HTTP 422"); err != nil {
+		t.Fatal(err)
+	}
+	err := ob.AppendDeadLetters(ctx, []outbox.DeadLetter{{Body: []byte{1, 2, 3}, Reason: outbox.ReasonDamagedSegment, Detail: "events 5..9"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := catalog.Replay(ctx, ob, p, catalog.ReplayOptions{})
+	if err != nil || rep.Examined != 2 || rep.Replayed != 1 || rep.Events != 1 || rep.Remaining != 1 ||
+		len(rep.Failures) != 1 || rep.Failures[0].Reason != outbox.ReasonDamagedSegment {
+		t.Fatalf("replay %+v %v", rep, err)
+	}
+	_, _, events, err := ob.Peek(ctx, 10)
+	if err != nil || len(events) != 1 || string(events[0]) != string(ev) {
+		t.Fatalf("outbox after replay: %q %v", events, err)
+	}
+	list, _ := catalog.ListDeadLetters(ctx, ob, 0, 10)
+	if len(list) != 1 || list[0].Reason != outbox.ReasonDamagedSegment || list[0].Detail != "events 5..9" {
+		t.Fatalf("letters left %+v", list)
+	}
+}
