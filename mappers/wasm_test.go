@@ -213,6 +213,9 @@ func TestBuiltinUnclaimed(t *testing.T) {
 		"router.interface.create":                       "neutron",
 		"image.send":                                    "glance",
 		"octavia.loadbalancer.delete.end":               "octavia",
+		"backup.create.end":                             "cinder",
+		"firewall_group.delete.end":                     "neutron",
+		"ipsec_site_connection.create.end":              "neutron",
 	}
 	for et, want := range claimed {
 		for name, m := range mods {

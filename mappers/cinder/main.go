@@ -1,9 +1,10 @@
-// Command cinder is the built-in mapper for cinder's volume and snapshot
-// notifications (volume.*, snapshot.*). Build it to WebAssembly with
+// Command cinder is the built-in mapper for cinder's volume, snapshot and
+// backup notifications (volume.*, snapshot.*, backup.*). Build it to
+// WebAssembly with
 //
 //	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o cinder.wasm .
 //
-// Every notification yields one "volume" or "snapshot" event; see
+// Every notification yields one "volume", "snapshot" or "backup" event; see
 // docs/events.md for the members and the payload paths each one is read
 // from. Nothing below volume_attachment but the server id is read: the
 // attachment carries connection_info with the storage credentials.
@@ -16,9 +17,9 @@ import (
 
 var manifest = sdk.Manifest{
 	Name:    "cinder",
-	Version: "1.0.0",
+	Version: "1.1.0",
 	EventTypes: []string{
-		"volume.*", "snapshot.*",
+		"volume.*", "snapshot.*", "backup.*",
 		// nova's per-volume I/O counters of an attached volume, published
 		// on nova's exchange: not a change of the volume.
 		"!volume.usage",
@@ -36,6 +37,20 @@ func mapCinder(m *sdk.Message, out *sdk.Output) {
 		return
 	}
 	e := out.Event()
+	if et.HasPrefix("backup.") {
+		openstack.WriteHeader(m, e, et, "cinder", "backup", -1)
+		openstack.WriteStr(e, "resource_id", openstack.First(m, "payload.backup_id", "payload.id"))
+		common(m, e, et, "backup.")
+		a := e.Object("attributes")
+		a.NumValue("size_gb", m.Get("payload.size"))
+		openstack.WriteStr(a, "volume_id", m.Get("payload.volume_id"))
+		openstack.WriteStr(a, "status", m.Get("payload.status"))
+		openstack.WriteStr(a, "availability_zone", m.Get("payload.availability_zone"))
+		auditPeriod(m, a, et)
+		a.End()
+		e.End()
+		return
+	}
 	if et.HasPrefix("snapshot.") {
 		openstack.WriteHeader(m, e, et, "cinder", "snapshot", -1)
 		openstack.WriteStr(e, "resource_id", openstack.First(m, "payload.snapshot_id", "payload.id"))

@@ -1,6 +1,7 @@
 // Command neutron is the built-in mapper for neutron's core resources
-// (network.*, subnet.*, port.*, router.*, floatingip.*). Build it to
-// WebAssembly with
+// (network.*, subnet.*, port.*, router.*, floatingip.*) and for the firewall
+// (FWaaS v1 firewall.*, v2 firewall_group.*) and VPN (vpnservice.*,
+// ipsec_site_connection.*) services. Build it to WebAssembly with
 //
 //	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o neutron.wasm .
 //
@@ -8,8 +9,11 @@
 // bulk one ("networks": [...]) yields an event per element, each with the
 // event_id "<message_id>:<index>". A delete carries only the id
 // ("network_id"), and an update.start the id beside the changed members.
-// See docs/events.md for the members and their payload paths. The
-// firewall, VPN and LBaaS v1 types are not claimed.
+// See docs/events.md for the members and their payload paths. The firewall
+// policies and rules, the IPsec and IKE policies, VPN endpoint groups and
+// the LBaaS v1 types are not claimed: they are configuration of a billed
+// resource, not one. Nothing of an ipsec_site_connection but the members
+// named below is read: it carries the pre-shared key (psk).
 package main
 
 import (
@@ -18,10 +22,13 @@ import (
 )
 
 var manifest = sdk.Manifest{
-	Name:       "neutron",
-	Version:    "1.0.0",
-	EventTypes: []string{"network.*", "subnet.*", "port.*", "router.*", "floatingip.*"},
-	Releases:   []string{"folsom", "icehouse", "2024.1"},
+	Name:    "neutron",
+	Version: "1.1.0",
+	EventTypes: []string{
+		"network.*", "subnet.*", "port.*", "router.*", "floatingip.*",
+		"firewall.*", "firewall_group.*", "vpnservice.*", "ipsec_site_connection.*",
+	},
+	Releases: []string{"folsom", "icehouse", "juno", "2024.1"},
 }
 
 func init() { sdk.Register(manifest, mapNeutron) }
@@ -30,8 +37,8 @@ func main() {}
 
 // resource names the payload members of one resource type.
 type resource struct {
-	name   string // resource_type, and the event type's first segment
-	prefix string // "network."
+	name   string // resource_type
+	prefix string // "network.", the event type's first segment
 	one    string // "payload.network"
 	bulk   string // "payload.networks"
 	id     string // "payload.network_id", what a delete carries
@@ -43,6 +50,12 @@ var resources = [...]resource{
 	{"port", "port.", "payload.port", "payload.ports", "payload.port_id"},
 	{"router", "router.", "payload.router", "payload.routers", "payload.router_id"},
 	{"floatingip", "floatingip.", "payload.floatingip", "payload.floatingips", "payload.floatingip_id"},
+	// FWaaS v1 and v2: one resource type for the firewall and the firewall
+	// group that replaced it.
+	{"firewall", "firewall.", "payload.firewall", "payload.firewalls", "payload.firewall_id"},
+	{"firewall", "firewall_group.", "payload.firewall_group", "payload.firewall_groups", "payload.firewall_group_id"},
+	{"vpnservice", "vpnservice.", "payload.vpnservice", "payload.vpnservices", "payload.vpnservice_id"},
+	{"ipsec_site_connection", "ipsec_site_connection.", "payload.ipsec_site_connection", "payload.ipsec_site_connections", "payload.ipsec_site_connection_id"},
 }
 
 // maxBulk bounds the events taken from one bulk notification.
@@ -102,9 +115,16 @@ func event(m *sdk.Message, out *sdk.Output, et sdk.Value, r *resource, p *openst
 	} else {
 		openstack.WriteStr(a, "name", m.Get(p.At("name")))
 		openstack.WriteStr(a, "status", m.Get(p.At("status")))
-		if r.name == "port" {
+		switch r.name {
+		case "port":
 			openstack.WriteStr(a, "network_id", m.Get(p.At("network_id")))
 			openstack.WriteStr(a, "device_owner", m.Get(p.At("device_owner")))
+		case "vpnservice":
+			openstack.WriteStr(a, "router_id", m.Get(p.At("router_id")))
+			openstack.WriteStr(a, "subnet_id", m.Get(p.At("subnet_id")))
+		case "ipsec_site_connection":
+			openstack.WriteStr(a, "vpnservice_id", m.Get(p.At("vpnservice_id")))
+			openstack.WriteStr(a, "peer_address", m.Get(p.At("peer_address")))
 		}
 	}
 	if openstack.IsExists(et) {
