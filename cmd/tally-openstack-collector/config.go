@@ -14,12 +14,13 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/redact"
 	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/plog"
 )
 
 // redacted replaces a secret wherever settings are shown.
-const redacted = "[redacted]"
+const redacted = redact.Marker
 
 // Config is the validated, typed configuration. Only cmd reads it; packages get
 // options structs built from it.
@@ -266,8 +267,8 @@ func (c *Config) shown(s setting) string {
 	switch {
 	case s.secret && v != "":
 		return redacted
-	case s.key == "transport_url":
-		return redactTransportURL(v)
+	case s.key == "transport_url" || s.key == "reporting_url":
+		return redact.URL(v)
 	}
 	return v
 }

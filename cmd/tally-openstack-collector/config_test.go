@@ -395,22 +395,6 @@ func TestSecretsRedacted(t *testing.T) {
 	}
 }
 
-func TestRedactTransportURL(t *testing.T) {
-	for in, want := range map[string]string{
-		"amqp://guest:guest@127.0.0.1:5672/":     "amqp://guest:[redacted]@127.0.0.1:5672/",
-		"amqps://u@h/":                           "amqps://u@h/",
-		"amqp://h:5672":                          "amqp://h:5672",
-		"amqp://u:p@ss@h/v":                      "amqp://u:[redacted]@h/v",
-		"rabbit://a:b@h1,c:d@h2":                 "rabbit://a:[redacted]@h1,c:[redacted]@h2",
-		"not a url with user:pass@host":          "[redacted]",
-		"amqp://u:p%2Fx@h:5672/%2F?heartbeat=10": "amqp://u:[redacted]@h:5672/%2F?heartbeat=10",
-	} {
-		if got := redactTransportURL(in); got != want {
-			t.Errorf("redact(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // TestSettingsDocumented: docs/settings.md names every setting with its default.
 func TestSettingsDocumented(t *testing.T) {
 	b, err := os.ReadFile("../../docs/settings.md")

@@ -49,33 +49,6 @@ func checkTransportURL(raw string) error {
 	return nil
 }
 
-// redactTransportURL replaces the password of every host of a broker URL.
-func redactTransportURL(raw string) string {
-	scheme, rest, ok := strings.Cut(raw, "://")
-	if !ok {
-		if strings.Contains(raw, "@") {
-			return redacted
-		}
-		return raw
-	}
-	hosts, tail, hasTail := splitHosts(rest)
-	parts := strings.Split(hosts, ",")
-	for i, h := range parts {
-		at := strings.LastIndex(h, "@")
-		if at < 0 {
-			continue
-		}
-		if user, _, hasPass := strings.Cut(h[:at], ":"); hasPass {
-			parts[i] = user + ":" + redacted + h[at:]
-		}
-	}
-	out := scheme + "://" + strings.Join(parts, ",")
-	if hasTail {
-		out += "/" + tail
-	}
-	return out
-}
-
 // splitHosts splits what follows "scheme://" into the host list and the rest.
 // The host list ends at the first slash after the last '@', so a slash in a
 // password does not end it early.

@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/redact"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
-	"github.com/tally-billing/tally-openstack-collector/runtime/fixture"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
 
@@ -62,8 +62,8 @@ func ListDeadLetters(ctx context.Context, ob *outbox.Outbox, after uint64, limit
 }
 
 // ShowDeadLetter returns one dead letter with its message, every member named
-// like a credential (password, token, secret, connection_info) redacted. It
-// wraps outbox.ErrNotFound for an unknown sequence.
+// like a credential (internal/redact) redacted, at any depth and inside JSON
+// held in strings. It wraps outbox.ErrNotFound for an unknown sequence.
 func ShowDeadLetter(ctx context.Context, ob *outbox.Outbox, seq uint64) (DeadLetterDetail, error) {
 	d, err := ob.GetDeadLetter(ctx, seq)
 	if err != nil {
@@ -72,55 +72,26 @@ func ShowDeadLetter(ctx context.Context, ob *outbox.Outbox, seq uint64) (DeadLet
 	return DeadLetterDetail{DeadLetterInfo: infoOf(d), Message: redactedMessage(d.Body)}, nil
 }
 
-// redactedMessage unwraps an oslo envelope and returns the message with every
-// credential-named member replaced by "[redacted]"; nil when it is not JSON.
+// redactedMessage unwraps an oslo envelope and returns the message, compact,
+// with every credential-named member replaced by the redaction marker; nil when
+// the body is not JSON. An envelope whose inner message does not parse is
+// shown whole, the inner text redacted as a string holding JSON.
 func redactedMessage(body []byte) json.RawMessage {
-	v, ok := decodeJSON(body)
-	if !ok {
+	if !json.Valid(body) {
 		return nil
 	}
-	if m, isObj := v.(map[string]any); isObj {
-		if inner, isStr := m["oslo.message"].(string); isStr {
-			if iv, ok := decodeJSON([]byte(inner)); ok {
-				v = iv
-			}
-		}
+	msg := body
+	var env struct {
+		Message *string `json:"oslo.message"`
 	}
-	redact(v)
+	if json.Unmarshal(body, &env) == nil && env.Message != nil && json.Valid([]byte(*env.Message)) {
+		msg = []byte(*env.Message)
+	}
 	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
+	if err := json.Compact(&b, redact.JSON(nil, msg)); err != nil {
 		return nil
 	}
-	return bytes.TrimRight(b.Bytes(), "\n")
-}
-
-func decodeJSON(b []byte) (any, bool) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil || dec.More() {
-		return nil, false
-	}
-	return v, true
-}
-
-func redact(v any) {
-	switch t := v.(type) {
-	case map[string]any:
-		for k, c := range t {
-			if fixture.IsCredentialName(k) {
-				t[k] = "[redacted]"
-				continue
-			}
-			redact(c)
-		}
-	case []any:
-		for _, c := range t {
-			redact(c)
-		}
-	}
+	return b.Bytes()
 }
 
 // ReplayOptions select what Replay does.

@@ -304,3 +304,40 @@ func TestReplayOfRefusedEventsAndDamagedSegments(t *testing.T) {
 		t.Fatalf("letters left %+v", list)
 	}
 }
+
+// TestShowDeadLetterRedactsJSONInStrings: credentials inside JSON held in a
+// string (an envelope whose oslo.message does not parse, a payload member
+// holding serialized JSON) are redacted as the dump redacts them.
+func TestShowDeadLetterRedactsJSONInStrings(t *testing.T) {
+	ob := openOutbox(t)
+	ctx := context.Background()
+	bodies := [][]byte{
+		// The inner message is cut: it does not parse, the envelope does.
+		[]byte(`{"oslo.version":"2.0","oslo.message":"{\"_context_auth_token\":\"tok-SECRET-1\",\"event_type\":\"compute.instance.create.end\",\"payload\":{\"a\":"}`),
+		// A payload member holds JSON text with a credential in it.
+		[]byte(`{"oslo.version":"2.0","oslo.message":"{\"event_type\":\"x.y\",\"payload\":{\"extra\":\"{\\\"password\\\":\\\"pw-SECRET-2\\\",\\\"n\\\":1}\"}}"}`),
+		// The same without an envelope.
+		[]byte(`{"event_type":"x.y","payload":{"conf":"{\"connection_info\":{\"secret_uuid\":\"SECRET-3\"}}","id":"i-1"}}`),
+	}
+	var dls []outbox.DeadLetter
+	for _, b := range bodies {
+		dls = append(dls, outbox.DeadLetter{Body: b, Exchange: "nova", RoutingKey: "notifications.info", Reason: "unparseable"})
+	}
+	if err := ob.AppendDeadLetters(ctx, dls); err != nil {
+		t.Fatal(err)
+	}
+	list, err := catalog.ListDeadLetters(ctx, ob, 0, 10)
+	if err != nil || len(list) != len(bodies) {
+		t.Fatalf("list %v %v", list, err)
+	}
+	for i, l := range list {
+		d, err := catalog.ShowDeadLetter(ctx, ob, l.Seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := string(d.Message)
+		if msg == "" || strings.Contains(msg, "SECRET") || !strings.Contains(msg, "[redacted]") {
+			t.Errorf("letter %d shown as %s", i, msg)
+		}
+	}
+}

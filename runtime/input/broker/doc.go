@@ -127,10 +127,11 @@
 //
 // Dump shows what a deployment publishes: a server-named, exclusive,
 // auto-delete queue bound with the same keys, automatic acknowledgement, one
-// JSON line per delivery (see DumpLine). Every member whose name contains
-// password, token, secret or connection_info, in any case and at any depth
-// (the envelope's inner message and the _context_* members included), has
-// its value replaced by "[redacted]". A body that looks like JSON but does
+// JSON line per delivery (see DumpLine). Every member named like a
+// credential by internal/redact (password, token, secret, connection_info,
+// *_key, cookie and the like), in any case and at any depth (the envelope's
+// inner message, the _context_* members and JSON held in strings included),
+// has its value replaced by "[redacted]". A body that looks like JSON but does
 // not parse is printed redacted and cut to 512 bytes under "unparseable";
 // a body that is not JSON (msgpack, zlib or gzip data) is reported by size.
 //

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/redact"
 )
 
 // UnparseableCut is how many bytes of a body the dump prints under
@@ -27,8 +29,9 @@ const UnparseableCut = 512
 //
 // A line is the notification itself, with "exchange" and "routing_key" first,
 // then message_id, event_type, timestamp, publisher_id, priority, payload and
-// the other members as they arrived; the value of every member whose name
-// contains password, token, secret or connection_info (any case, any depth) is
+// the other members as they arrived; the value of every member named like a
+// credential (internal/redact: password, token, secret, connection_info and
+// the like, any case, any depth, also inside JSON held in a string) is
 // "[redacted]". A line is therefore a bare messaging-v1 body that `map` reads
 // back. A body that looks like JSON but does not parse is printed redacted
 // and cut to 512 bytes under "unparseable"; a body that is not JSON (msgpack,
@@ -144,7 +147,7 @@ func DumpLine(dst []byte, exchange, routingKey string, body []byte) []byte {
 		return dst
 	}
 	unparseable := func(dst []byte, text []byte) []byte {
-		red := cutUTF8(redactJSON(nil, text), UnparseableCut)
+		red := cutUTF8(redact.JSON(nil, text), UnparseableCut)
 		dst = head(dst)
 		dst = append(dst, fmt.Sprintf(`,"size":%d,"unparseable":`, len(body))...)
 		dst = appendJSONString(dst, string(bytes.ToValidUTF8(red, []byte("\uFFFD"))))
@@ -181,7 +184,7 @@ func DumpLine(dst []byte, exchange, routingKey string, body []byte) []byte {
 			return unparseable(dst, msg)
 		}
 	}
-	red := redactJSON(nil, msg)
+	red := redact.JSON(nil, msg)
 	redMembers, ok := objectMembers(red)
 	if !ok {
 		// Cannot happen for valid JSON; stay on the safe side.
@@ -253,7 +256,28 @@ func envelopeText(body []byte) (string, bool) {
 	if j >= len(body) || body[j] != '"' {
 		return "", false
 	}
-	return lenientUnquote(body[j:skipString(body, j)]), true
+	return redact.UnquoteLenient(body[j:skipString(body, j)]), true
+}
+
+// skipString returns the index just past the string starting at src[i] ('"'),
+// or len(src) when it is not terminated.
+func skipString(src []byte, i int) int {
+	for j := i + 1; j < len(src); j++ {
+		switch src[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return len(src)
+}
+
+func skipSpace(src []byte, i int) int {
+	for i < len(src) && (src[i] == ' ' || src[i] == '\t' || src[i] == '\n' || src[i] == '\r') {
+		i++
+	}
+	return i
 }
 
 type member struct{ val json.RawMessage }

@@ -3,9 +3,10 @@ package plog
 import (
 	"bytes"
 	"encoding/json"
-	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/redact"
 )
 
 // maxReply bounds a command answer to what one UDP datagram carries.
@@ -69,25 +70,15 @@ func runCommand(st *stats, env commandEnv, body []byte) (command, bool) {
 	return command{}, false
 }
 
-// secretName matches environment variable names that hold secrets.
-var secretName = regexp.MustCompile(`(?i)PASSWORD|PASSWD|TOKEN|SECRET|KEY|CREDENTIAL`)
-
-// urlWithUserinfo matches a URL carrying user information (user:pass@host),
-// anywhere in a value, including oslo's multi-host transport URLs.
-var urlWithUserinfo = regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]*://[^/?#\s]*@`)
-
-const redacted = "<redacted>"
-
 // redactedEnviron renders the environment as sorted NAME=value lines, with the
-// value of every secret-looking variable replaced, cut to one datagram.
+// value of every variable named like a credential or holding a URL with a
+// password replaced by the redaction marker (internal/redact), cut to one
+// datagram.
 func redactedEnviron(environ []string) []byte {
 	lines := make([]string, 0, len(environ))
 	for _, kv := range environ {
 		name, value, _ := strings.Cut(kv, "=")
-		if secretName.MatchString(name) || urlWithUserinfo.MatchString(value) {
-			value = redacted
-		}
-		lines = append(lines, name+"="+value)
+		lines = append(lines, name+"="+redact.Env(name, value))
 	}
 	sort.Strings(lines)
 	var b bytes.Buffer

@@ -508,7 +508,7 @@ func TestEnvironRedaction(t *testing.T) {
 			t.Errorf("ENVI leaks %q:\n%s", leak, out)
 		}
 	}
-	for _, keep := range []string{"HOME=/root\n", "PLAIN_URL=https://example.org/x\n", "EMPTY=\n", "DB_PASSWORD=<redacted>\n"} {
+	for _, keep := range []string{"HOME=/root\n", "PLAIN_URL=https://example.org/x\n", "EMPTY=\n", "DB_PASSWORD=[redacted]\n"} {
 		if !bytes.Contains([]byte(out), []byte(keep)) {
 			t.Errorf("ENVI lacks %q:\n%s", keep, out)
 		}

@@ -1,0 +1,181 @@
+package redact
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// JSON copies src to dst, replacing the value of every member whose name is
+// a secret name (IsSecretName) with Marker, at any depth. It does not need valid
+// JSON: it treats any string followed by a colon as a member name, and when
+// the value after such a name is cut off, the rest of the input is dropped.
+// This makes it usable on bodies that fail to parse. Escaped member names are
+// unescaped before the comparison. A string value that itself holds JSON (an
+// oslo envelope's oslo.message, cut or whole) is redacted the same way.
+func JSON(dst, src []byte) []byte {
+	return redactDepth(dst, src, 0)
+}
+
+const maxEmbedDepth = 4
+
+func redactDepth(dst, src []byte, depth int) []byte {
+	i := 0
+	for i < len(src) {
+		c := src[i]
+		if c != '"' {
+			dst = append(dst, c)
+			i++
+			continue
+		}
+		end := skipString(src, i)
+		str := src[i:end]
+		i = end
+		j := skipSpace(src, i)
+		if j >= len(src) || src[j] != ':' {
+			dst = appendValueString(dst, str, depth)
+			continue
+		}
+		dst = append(dst, str...)
+		if !IsSecretName(UnquoteLenient(str)) {
+			continue
+		}
+		// A member name: copy the colon, replace the value.
+		dst = append(dst, src[i:j+1]...)
+		dst = append(dst, `"`+Marker+`"`...)
+		i = skipValue(src, skipSpace(src, j+1))
+	}
+	return dst
+}
+
+// appendValueString copies a string token; when its content is JSON text
+// with a secret member in it, the content is redacted and quoted again.
+func appendValueString(dst, tok []byte, depth int) []byte {
+	if depth >= maxEmbedDepth || len(tok) < 3 {
+		return append(dst, tok...)
+	}
+	content := UnquoteLenient(tok)
+	k := skipSpace([]byte(content), 0)
+	if k >= len(content) || (content[k] != '{' && content[k] != '[') {
+		return append(dst, tok...)
+	}
+	red := redactDepth(nil, []byte(content), depth+1)
+	if string(red) == content {
+		return append(dst, tok...)
+	}
+	q, _ := json.Marshal(string(red))
+	return append(dst, q...)
+}
+
+// UnquoteLenient decodes a JSON string token (with its opening quote), which
+// may lack its closing quote or hold a malformed escape (the raw character is
+// kept then): the content of a string in a body that was cut.
+func UnquoteLenient(tok []byte) string {
+	if len(tok) > 0 && tok[0] == '"' {
+		tok = tok[1:]
+	}
+	var b strings.Builder
+	for i := 0; i < len(tok); i++ {
+		c := tok[i]
+		if c == '"' {
+			break
+		}
+		if c != '\\' || i+1 >= len(tok) {
+			b.WriteByte(c)
+			continue
+		}
+		i++
+		switch tok[i] {
+		case 'n':
+			b.WriteByte('\n')
+		case 't':
+			b.WriteByte('\t')
+		case 'r':
+			b.WriteByte('\r')
+		case 'b':
+			b.WriteByte('\b')
+		case 'f':
+			b.WriteByte('\f')
+		case 'u':
+			if i+4 < len(tok) {
+				if r, err := strconv.ParseUint(string(tok[i+1:i+5]), 16, 32); err == nil {
+					i += 4
+					r1 := rune(r)
+					if utf16.IsSurrogate(r1) && i+6 < len(tok) && tok[i+1] == '\\' && tok[i+2] == 'u' {
+						if r2, err := strconv.ParseUint(string(tok[i+3:i+7]), 16, 32); err == nil {
+							if d := utf16.DecodeRune(r1, rune(r2)); d != utf8.RuneError {
+								b.WriteRune(d)
+								i += 6
+								continue
+							}
+						}
+					}
+					b.WriteRune(r1)
+					continue
+				}
+			}
+			b.WriteByte('u')
+		default:
+			b.WriteByte(tok[i])
+		}
+	}
+	return b.String()
+}
+
+// skipString returns the index just past the string starting at src[i] ('"'),
+// or len(src) when it is not terminated.
+func skipString(src []byte, i int) int {
+	for j := i + 1; j < len(src); j++ {
+		switch src[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return len(src)
+}
+
+func skipSpace(src []byte, i int) int {
+	for i < len(src) && (src[i] == ' ' || src[i] == '\t' || src[i] == '\n' || src[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipValue returns the index just past the value starting at src[i]; an
+// unbalanced or cut value runs to the end of src.
+func skipValue(src []byte, i int) int {
+	if i >= len(src) {
+		return i
+	}
+	switch src[i] {
+	case '"':
+		return skipString(src, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(src); j++ {
+			switch src[j] {
+			case '"':
+				j = skipString(src, j) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return len(src)
+	default:
+		j := i
+		for j < len(src) && !bytes.ContainsRune([]byte(",}] \t\r\n"), rune(src[j])) {
+			j++
+		}
+		return j
+	}
+}
