@@ -18,6 +18,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/redact"
 )
 
 // Store is what the sender needs from the outbox.
@@ -186,21 +188,24 @@ func endpointURL(raw string, insecure bool) (string, error) {
 	if strings.TrimSpace(raw) == "" {
 		return "", fmt.Errorf("%w: REPORTING_URL is empty", ErrInvalidURL)
 	}
+	// Errors quote the URL with any password hidden, and leave out the
+	// parser's message, which may quote a piece of it.
+	shown := redact.URL(raw)
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrInvalidURL, err)
+		return "", fmt.Errorf("%w: %q does not parse as a URL", ErrInvalidURL, shown)
 	}
 	switch {
 	case !u.IsAbs() || u.Host == "" || u.Hostname() == "":
-		return "", fmt.Errorf("%w: %q must be absolute with a host (https://host[:port][/path])", ErrInvalidURL, raw)
+		return "", fmt.Errorf("%w: %q must be absolute with a host (https://host[:port][/path])", ErrInvalidURL, shown)
 	case u.User != nil:
 		return "", fmt.Errorf("%w: credentials in the URL are not allowed; use REPORTING_TOKEN or REPORTING_TOKEN_FILE", ErrInvalidURL)
 	case u.RawQuery != "" || u.Fragment != "":
-		return "", fmt.Errorf("%w: %q must not carry a query or fragment", ErrInvalidURL, raw)
+		return "", fmt.Errorf("%w: %q must not carry a query or fragment", ErrInvalidURL, shown)
 	case u.Scheme == "https":
 	case u.Scheme == "http" && insecure:
 	case u.Scheme == "http":
-		return "", fmt.Errorf("%w: %q is plaintext http; the token would travel in clear (set REPORTING_INSECURE=true on a trusted link)", ErrInvalidURL, raw)
+		return "", fmt.Errorf("%w: %q is plaintext http; the token would travel in clear (set REPORTING_INSECURE=true on a trusted link)", ErrInvalidURL, shown)
 	default:
 		return "", fmt.Errorf("%w: scheme %q not supported (https, or http with REPORTING_INSECURE=true)", ErrInvalidURL, u.Scheme)
 	}

@@ -706,3 +706,22 @@ func TestReasonMatchesTheOutbox(t *testing.T) {
 		t.Fatalf("%q != %q", sender.ReasonRefused, outbox.ReasonRefusedByAPI)
 	}
 }
+
+// TestURLErrorsHideThePassword: a Reporting API URL refused for any reason is
+// never quoted back with its password.
+func TestURLErrorsHideThePassword(t *testing.T) {
+	e := newEnv(t)
+	for _, u := range []string{
+		"user:pw-SECRET@tally.example.com/x",
+		"https://user:pw-SECRET@tally.example.com",
+		"https://user:pw-SECRET@tally.example.com:bad/",
+		"http://user:pw-SECRET@tally.example.com",
+		"https://user:pw%zzSECRET@tally.example.com",
+		"//user:pw-SECRET@tally.example.com/x",
+	} {
+		_, err := sender.New(e.ob, sender.Options{URL: u, Token: "t"})
+		if err == nil || strings.Contains(err.Error(), "SECRET") {
+			t.Errorf("%q: %v", u, err)
+		}
+	}
+}
