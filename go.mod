@@ -3,6 +3,7 @@ module github.com/tally-billing/tally-openstack-collector
 go 1.26.8
 
 require (
+	github.com/andybalholm/brotli v1.2.0
 	github.com/dgraph-io/badger/v4 v4.9.6
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/go-viper/mapstructure/v2 v2.4.0
@@ -20,6 +21,7 @@ require (
 	github.com/spaolacci/murmur3 v1.1.0
 	github.com/spf13/pflag v1.1.0
 	github.com/tetratelabs/wazero v1.12.0
+	github.com/ulikunitz/xz v0.5.15
 )
 
 require (

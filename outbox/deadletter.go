@@ -22,6 +22,12 @@ type DeadLetter struct {
 	Reason     string    `json:"reason"`
 	Detail     string    `json:"detail,omitempty"`
 	At         time.Time `json:"at"`
+	// Compression is the codec the body is still compressed with (kombu's
+	// content type), so a replay decodes it again; empty: none.
+	Compression string `json:"compression,omitempty"`
+	// Truncated is the size of the body as received when only its first
+	// bytes are kept (a body over the body limit); zero: kept whole.
+	Truncated int `json:"truncated,omitempty"`
 }
 
 // ReasonDamagedSegment is the reason of a dead letter holding an outbox

@@ -62,6 +62,8 @@ def main(argv=None):
                     help="publish each file this many times")
     ap.add_argument("--file-ids", action="store_true",
                     help="use each file's message_id instead of a fresh uuid4")
+    ap.add_argument("--compression",
+                    help="oslo_messaging_rabbit.kombu_compression (gzip, bz2, lzma, ...)")
     ap.add_argument("files", nargs="+", metavar="FILE")
     args = ap.parse_args(argv)
 
@@ -69,6 +71,10 @@ def main(argv=None):
     conf([], project="tally-oslo-notify")
     oslo_messaging.set_transport_defaults(control_exchange=args.exchange)
     transport = oslo_messaging.get_notification_transport(conf, url=args.url)
+    if args.compression:
+        # Registered by the rabbit driver when the transport is made.
+        conf.set_override("kombu_compression", args.compression,
+                          group="oslo_messaging_rabbit")
     notifier = oslo_messaging.Notifier(
         transport, publisher_id=args.publisher_id, driver="messagingv2",
         topics=args.topics or ["notifications"])

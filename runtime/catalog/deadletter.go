@@ -198,7 +198,7 @@ func replayBatch(ctx context.Context, ob *outbox.Outbox, p *pipeline.Pipeline, b
 	message func(outbox.StoredDeadLetter) pipeline.Message, rep *ReplayReport) error {
 	if message == nil {
 		message = func(d outbox.StoredDeadLetter) pipeline.Message {
-			return pipeline.Message{Body: d.Body, Exchange: d.Exchange, RoutingKey: d.RoutingKey}
+			return pipeline.Message{Body: d.Body, Exchange: d.Exchange, RoutingKey: d.RoutingKey, Compression: d.Compression}
 		}
 	}
 	var events [][]byte

@@ -5,7 +5,12 @@
 // # What Process does, in order
 //
 //  1. A body over Options.MaxBodyBytes (1 MiB) is refused unread: Unparseable,
-//     reason "body_too_large".
+//     reason "body_too_large". A body with Message.Compression (kombu's
+//     "compression" header) is inflated first, reading at most MaxBodyBytes of
+//     output: past that it is Unparseable "decompressed_too_large" (a bomb costs
+//     no more memory than the limit); an unknown codec or a body that does not
+//     inflate is Unparseable "bad_compression". The AMQP input keeps every
+//     Unparseable body as a dead letter.
 //  2. The body is indexed once, natively (jsonindex). An oslo messagingv2
 //     envelope ({"oslo.version":"2.0","oslo.message":"<string>"}) is unwrapped:
 //     the string is unescaped into a reused buffer and the inner message is

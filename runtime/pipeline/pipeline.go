@@ -31,6 +31,11 @@ const (
 	ReasonNotJSON       = "not_json"
 	ReasonNoEventType   = "no_event_type"
 	ReasonVersioned     = "versioned"
+	// ReasonBadCompression: the compression header names an unknown codec,
+	// or the body does not inflate with it.
+	ReasonBadCompression = "bad_compression"
+	// ReasonDecompressedTooLarge: the body inflates past MaxBodyBytes.
+	ReasonDecompressedTooLarge = "decompressed_too_large"
 )
 
 // Outcome says what became of a message.
@@ -70,6 +75,10 @@ type Message struct {
 	Body       []byte
 	Exchange   string
 	RoutingKey string
+	// Compression is the codec the body is compressed with, as kombu names it
+	// in the AMQP "compression" header (application/x-gzip, application/x-bz2,
+	// ...); empty: not compressed. See Decompress.
+	Compression string
 	// Modules, when set, restricts routing to these modules (a plog listener's
 	// chain); bytes that are not JSON go to Modules[0] exactly as they arrived.
 	Modules []Mapper
@@ -124,6 +133,7 @@ type Pipeline struct {
 type scratch struct {
 	outer, inner jsonindex.Index
 	buf          []byte
+	inflated     []byte
 }
 
 // New returns a Pipeline.
@@ -156,6 +166,18 @@ func (p *Pipeline) process(ctx context.Context, msg Message) Result {
 	}
 	s := p.scratch.Get().(*scratch)
 	defer p.scratch.Put(s)
+
+	if msg.Compression != "" {
+		var err error
+		s.inflated, err = Decompress(s.inflated[:0], msg.Compression, msg.Body, p.opts.MaxBodyBytes)
+		switch {
+		case errors.Is(err, ErrDecompressedTooLarge):
+			return Result{Outcome: Unparseable, Reason: ReasonDecompressedTooLarge, Err: err}
+		case err != nil:
+			return Result{Outcome: Unparseable, Reason: ReasonBadCompression, Err: err}
+		}
+		msg.Body = s.inflated
+	}
 
 	in, ok := p.decode(s, msg.Body)
 	if !ok {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
 
 // The main path: real oslo notifications and raw captures in, one event per
@@ -72,8 +73,9 @@ func TestConsumeCommitThenAck(t *testing.T) {
 	v.publish(t, "openstack", "notifications.info", cinder)
 	wantIDs[messageID(t, cinder)] = true
 
-	// Acknowledged without an event: compressed, oversize, garbage, versioned,
-	// unclaimed; a failing mapper's notification goes to the dead letters.
+	// Acknowledged without an event: versioned, unclaimed. Kept as dead
+	// letters: a compressed body without its header, an oversize one (cut),
+	// garbage, and a failing mapper's notification.
 	oversize := append([]byte(`{"oslo.version": "2.0", "oslo.message": "`), bytes.Repeat([]byte("x"), 1<<20+10)...)
 	oversize = append(oversize, `"}`...)
 	versioned := envelope(t, readTestdata(t, "notifications/instance.create.end__watcher__1.json"))
@@ -116,16 +118,29 @@ func TestConsumeCommitThenAck(t *testing.T) {
 	if ids[lost[0]] != 0 {
 		t.Error("a notification published before its exchange was bound was collected")
 	}
-	if n := ob.DeadLetterCount(); n != 1 {
-		t.Fatalf("dead letters %d, want 1", n)
+	if n := ob.DeadLetterCount(); n != 5 {
+		t.Fatalf("dead letters %d, want 5", n)
 	}
 	dl, err := ob.ListDeadLetters(context.Background(), 0, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if dl[0].Module != "failmap@1.0.0" || dl[0].Reason != "trap" || dl[0].EventType != "test.fail" ||
-		dl[0].Exchange != "nova" || !bytes.Contains(dl[0].Body, []byte("fail-1")) {
-		t.Errorf("dead letter %+v", dl[0].DeadLetter)
+	reasons := map[string]int{}
+	for _, d := range dl {
+		reasons[d.Reason]++
+		switch d.Reason {
+		case "trap":
+			if d.Module != "failmap@1.0.0" || d.EventType != "test.fail" || d.Exchange != "nova" || !bytes.Contains(d.Body, []byte("fail-1")) {
+				t.Errorf("dead letter %+v", d.DeadLetter)
+			}
+		case pipeline.ReasonBodyTooLarge:
+			if len(d.Body) != pipeline.DefaultMaxBodyBytes || d.Truncated != len(oversize) {
+				t.Errorf("oversize dead letter: %d bytes kept, truncated %d, want %d and %d", len(d.Body), d.Truncated, pipeline.DefaultMaxBodyBytes, len(oversize))
+			}
+		}
+	}
+	if reasons["trap"] != 1 || reasons[pipeline.ReasonNotJSON] != 3 || reasons[pipeline.ReasonBodyTooLarge] != 1 {
+		t.Errorf("dead letter reasons %v", reasons)
 	}
 	if got := testutil.ToFloat64(c.m.consumed); got != float64(total) {
 		t.Errorf("consumed %v, want %v", got, total)

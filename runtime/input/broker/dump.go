@@ -12,6 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/redact"
+	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
 
 // UnparseableCut is how many bytes of a body the dump prints under
@@ -120,7 +121,15 @@ func Dump(ctx context.Context, opts Options, w io.Writer) error {
 			if !ok {
 				return fmt.Errorf("%w: dump consumer cancelled", errSessionLost)
 			}
-			line = DumpLine(line[:0], d.Exchange, d.RoutingKey, d.Body)
+			body := d.Body
+			if c := compressionOf(d.Headers); c != "" {
+				// Shown inflated, so it is redacted like any other body; one
+				// that does not inflate within the limit shows as not JSON.
+				if b, err := pipeline.Decompress(nil, c, d.Body, pipeline.DefaultMaxBodyBytes); err == nil {
+					body = b
+				}
+			}
+			line = DumpLine(line[:0], d.Exchange, d.RoutingKey, body)
 			if _, err := w.Write(line); err != nil {
 				return fmt.Errorf("write dump: %w", err)
 			}

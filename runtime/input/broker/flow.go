@@ -19,10 +19,11 @@ import (
 // worker; the worker writes res and letter and then sets done. The session
 // goroutine reads res and letter only after it has seen done.
 type item struct {
-	tag        uint64
-	body       []byte
-	exchange   string
-	routingKey string
+	tag         uint64
+	body        []byte
+	exchange    string
+	routingKey  string
+	compression string
 
 	res    pipeline.Result
 	letter *outbox.DeadLetter
@@ -93,7 +94,8 @@ func (s *sess) worker() {
 }
 
 func (s *sess) mapItem(ctx context.Context, it *item) {
-	res := s.c.proc.Process(ctx, pipeline.Message{Body: it.body, Exchange: it.exchange, RoutingKey: it.routingKey})
+	res := s.c.proc.Process(ctx, pipeline.Message{Body: it.body, Exchange: it.exchange, RoutingKey: it.routingKey,
+		Compression: it.compression})
 	switch res.Outcome {
 	case pipeline.Skipped:
 		ev := s.log.Debug()
@@ -102,20 +104,13 @@ func (s *sess) mapItem(ctx context.Context, it *item) {
 		}
 		ev.Str("reason", res.Reason).Str("event_type", res.EventType).Int("size", len(it.body)).
 			Str("exchange", it.exchange).Str("routing_key", it.routingKey).Msg("notification skipped")
-	case pipeline.Unparseable:
-		// The pipeline counts and logs it (size, exchange, routing key; never
-		// the content); it is acknowledged with its batch.
-	case pipeline.Failed:
-		// Never lost: the body goes to the dead-letter area with its batch
-		// and is acknowledged only once that is committed. The pipeline logs it.
-		dl := &outbox.DeadLetter{
-			Body: it.body, Exchange: it.exchange, RoutingKey: it.routingKey,
-			EventType: res.EventType, Module: res.Module, Reason: res.Reason, At: time.Now().UTC(),
-		}
-		if res.Err != nil {
-			dl.Detail = res.Err.Error()
-		}
-		it.letter = dl
+	case pipeline.Unparseable, pipeline.Failed:
+		// Never acknowledged into nothing: the body goes to the dead-letter
+		// area with its batch and is acknowledged only once that is
+		// committed, so the evidence survives (an undecodable body, a
+		// compression bomb, a mapper failure). The pipeline counts and logs
+		// it, never by content.
+		it.letter = deadLetter(it, res, pipeline.DefaultMaxBodyBytes)
 	}
 	it.res = res
 }
@@ -202,7 +197,8 @@ func (s *sess) loop(ctx context.Context) error {
 func (s *sess) take(d amqp.Delivery) {
 	s.c.m.consumed.Inc()
 	s.lastTake = time.Now()
-	it := &item{tag: d.DeliveryTag, body: d.Body, exchange: d.Exchange, routingKey: d.RoutingKey, taken: s.lastTake}
+	it := &item{tag: d.DeliveryTag, body: d.Body, exchange: d.Exchange, routingKey: d.RoutingKey,
+		compression: compressionOf(d.Headers), taken: s.lastTake}
 	s.pending = append(s.pending, it)
 	s.held++
 	s.maxTag = max(s.maxTag, d.DeliveryTag)
@@ -494,4 +490,40 @@ func (s *sess) shutdown() {
 			return
 		}
 	}
+}
+
+// deadLetter keeps what the collector could not map. The body is kept as it
+// arrived (still compressed, with its codec, so a replay decodes it again),
+// cut to maxBody bytes: a body over the pipeline's limit is kept as evidence,
+// not in full.
+func deadLetter(it *item, res pipeline.Result, maxBody int) *outbox.DeadLetter {
+	body := it.body
+	dl := &outbox.DeadLetter{
+		Exchange: it.exchange, RoutingKey: it.routingKey, Compression: it.compression,
+		EventType: res.EventType, Module: res.Module, Reason: res.Reason, At: time.Now().UTC(),
+	}
+	if res.Err != nil {
+		dl.Detail = res.Err.Error()
+	}
+	if maxBody > 0 && len(body) > maxBody {
+		body = body[:maxBody]
+		dl.Truncated = len(it.body)
+	}
+	dl.Body = body
+	return dl
+}
+
+// compressionOf reads kombu's "compression" header (set by oslo.messaging's
+// kombu_compression): the codec's content type, or empty.
+func compressionOf(h amqp.Table) string {
+	if len(h) == 0 {
+		return ""
+	}
+	switch v := h["compression"].(type) {
+	case string:
+		return v
+	case []byte:
+		return string(v)
+	}
+	return ""
 }
