@@ -170,6 +170,13 @@ func badgerOptions(o Options) badger.Options {
 // Open opens (or creates) the outbox in opts.Dir. It answers ErrLocked when
 // the directory is held by another process and ErrCorrupt when the store
 // cannot be read back.
+//
+// The directory is made 0700 and its files 0600, whatever the umask: an
+// existing directory and files are narrowed, and until the last outbox of
+// the process is closed, 0077 is added to the process umask, since Badger
+// creates its files 0666 (less the umask) and offers no option for their
+// mode. A directory or file this process does not own and so cannot narrow
+// is logged as a warning.
 func Open(opts Options) (*Outbox, error) {
 	if opts.Dir == "" {
 		return nil, errors.New("outbox: no directory given")
@@ -192,11 +199,18 @@ func Open(opts Options) (*Outbox, error) {
 	if opts.MinFreeBytes == 0 {
 		opts.MinFreeBytes = 16 * opts.MemTableBytes
 	}
-	if err := os.MkdirAll(opts.Dir, 0o750); err != nil {
-		return nil, fmt.Errorf("outbox: create %s: %w", opts.Dir, err)
+	tightenUmask()
+	warn, err := privateDir(opts.Dir)
+	if err != nil {
+		releaseUmask()
+		return nil, err
+	}
+	if warn != nil {
+		opts.Logger.Warn().Err(warn).Msg("outbox files are not private to the collector")
 	}
 	db, err := badger.Open(badgerOptions(opts))
 	if err != nil {
+		releaseUmask()
 		return nil, classifyOpenError(opts.Dir, err)
 	}
 	o := &Outbox{
@@ -209,10 +223,12 @@ func Open(opts Options) (*Outbox, error) {
 	}
 	if err := o.load(); err != nil {
 		db.Close()
+		releaseUmask()
 		return nil, fmt.Errorf("%w: %s: %w (see docs/outbox.md, \"Recovery\")", ErrCorrupt, opts.Dir, err)
 	}
 	if err := o.register(opts.Registerer); err != nil {
 		db.Close()
+		releaseUmask()
 		return nil, err
 	}
 	o.wg.Add(1)
@@ -941,7 +957,9 @@ func (o *Outbox) Close() error {
 	defer o.readMu.Unlock()
 	o.writeMu.Lock()
 	defer o.writeMu.Unlock()
-	if err := o.db.Close(); err != nil {
+	err := o.db.Close()
+	releaseUmask()
+	if err != nil {
 		return fmt.Errorf("outbox: close %s: %w", o.dir, err)
 	}
 	return nil
