@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/redact"
 )
 
 // ReasonRefused is the reason the sender gives the store's dead-letter area
@@ -239,34 +241,22 @@ func clip(s string, n int) string {
 	return s[:n]
 }
 
-// credentialFragments mark a JSON member whose value is a credential.
-// TODO(redact): use internal/redact, the collector's one redaction policy,
-// once it exists.
-var credentialFragments = [...]string{"password", "token", "secret", "connection_info", "authorization"}
-
 // excerpt is what is kept of a refusal's answer: credential-named JSON
-// members and the bearer token replaced by "[redacted]", control characters
-// by spaces, cut to maxExcerpt bytes.
+// members (internal/redact's policy) and the bearer token replaced by the
+// redaction marker, control characters by spaces, cut to maxExcerpt bytes.
 func excerpt(body []byte, token string) string {
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 {
 		return ""
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	var v any
-	if dec.Decode(&v) == nil && !dec.More() {
-		redactMembers(v)
-		var b bytes.Buffer
-		enc := json.NewEncoder(&b)
-		enc.SetEscapeHTML(false)
-		if enc.Encode(v) == nil {
-			body = bytes.TrimSpace(b.Bytes())
-		}
+	body = redact.JSON(nil, body)
+	var compact bytes.Buffer
+	if json.Compact(&compact, body) == nil {
+		body = compact.Bytes()
 	}
 	s := strings.ToValidUTF8(string(body), "?")
 	if len(token) >= 8 {
-		s = strings.ReplaceAll(s, token, "[redacted]")
+		s = strings.ReplaceAll(s, token, redact.Marker)
 	}
 	s = strings.Map(func(r rune) rune {
 		if r < 0x20 || r == 0x7f {
@@ -278,26 +268,4 @@ func excerpt(body []byte, token string) string {
 		s = clip(s, maxExcerpt-3) + "..."
 	}
 	return s
-}
-
-func redactMembers(v any) {
-	switch t := v.(type) {
-	case map[string]any:
-		for k, c := range t {
-			l := strings.ToLower(k)
-			secret := false
-			for _, f := range credentialFragments {
-				secret = secret || strings.Contains(l, f)
-			}
-			if secret {
-				t[k] = "[redacted]"
-				continue
-			}
-			redactMembers(c)
-		}
-	case []any:
-		for _, c := range t {
-			redactMembers(c)
-		}
-	}
 }
