@@ -1,5 +1,6 @@
 # Built-in mappers: one WebAssembly module per OpenStack service, embedded into
-# the binary by package mappers (mappers/dist).
+# the binary by package mappers (mappers/dist). Go alone builds them: they are
+# all of `make wasm`, the part of `make build` that is WebAssembly.
 
 MAPPER_NAMES := nova cinder neutron glance octavia
 MAPPER_WASM := $(MAPPER_NAMES:%=mappers/dist/%.wasm)

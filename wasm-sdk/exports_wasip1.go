@@ -60,6 +60,13 @@ func tallyMap(ptr, n uint32) uint64 {
 	return pack(guest.run(registered.f, input[:n:n], abi.Host{}))
 }
 
+// fail answers the call with {"error": reason} without running a mapper.
+func (r *runner) fail(reason string) []byte {
+	r.out.reset()
+	r.out.Error(reason)
+	return r.out.finish()
+}
+
 // pack returns (ptr << 32) | len for b.
 func pack(b []byte) uint64 {
 	if len(b) == 0 {

@@ -39,10 +39,3 @@ func (r *runner) call(f MapFunc) {
 	}()
 	f(&r.msg, &r.out)
 }
-
-// fail answers the call with {"error": reason} without running a mapper.
-func (r *runner) fail(reason string) []byte {
-	r.out.reset()
-	r.out.Error(reason)
-	return r.out.finish()
-}

@@ -1,4 +1,5 @@
-# Go guest SDK: the test guests under wasm-sdk/testdata/.
+# Go guest SDK: the test guests under wasm-sdk/testdata/ (part of `make test-wasm`;
+# Go alone builds them).
 #   noop.wasm      answers {"events":[]}: the bare ABI round trip of a Go guest
 #   sample.wasm    a small nova mapping: conformance tests and benchmarks
 #   memstats.wasm  the sample plus the guest's own allocation counter (SDK tests)
@@ -9,7 +10,7 @@ SDK_SRC := go.mod $(shell find wasm-sdk -name '*.go' -not -name '*_test.go')
 wasm-sdk/testdata/%.wasm: $(SDK_SRC)
 	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o $@ ./wasm-sdk/testdata/$*
 
-wasm: $(SDK_GUESTS:%=wasm-sdk/testdata/%.wasm)
+test-wasm: $(SDK_GUESTS:%=wasm-sdk/testdata/%.wasm)
 
 .PHONY: clean-wasm-sdk
 clean-wasm-sdk:

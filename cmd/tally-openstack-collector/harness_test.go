@@ -20,7 +20,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,6 +28,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
 const brokerAddr = "127.0.0.1:5672"
@@ -104,7 +105,7 @@ func buildBinaries(tb testing.TB) bins {
 		if buildErr != nil {
 			return
 		}
-		goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+		goBin := testkit.GoBin(tb)
 		for _, b := range []struct{ out, pkg string }{
 			{"tally-openstack-collector", "."},
 			{"reporting-api", "../../examples/reporting-api"},

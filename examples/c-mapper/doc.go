@@ -5,7 +5,7 @@
 // (timestamps with a UTC offset other than Z are omitted here, converted
 // there).
 //
-// Build (examples/c-mapper/c-mapper.mk, part of `make wasm`):
+// Build (examples/c-mapper/c-mapper.mk, part of `make test-wasm`):
 //
 //	clang-14 --target=wasm32-wasi -mexec-model=reactor -O2 -fuse-ld=lld \
 //	    -Wl,--strip-all -o examples/c-mapper/c-mapper.wasm examples/c-mapper/src/mapper.c

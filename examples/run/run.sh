@@ -72,7 +72,7 @@ Start it with one of:
     sudo rabbitmq-server -detached && sudo rabbitmqctl await_startup
 or install it first:
     sudo apt-get install rabbitmq-server
-(.ci/run does both.) Then run 'make run' again.
+(make test, through .ci/prepare, does both.) Then run 'make run' again.
 EOF
 	exit 1
 fi

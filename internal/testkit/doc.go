@@ -1,0 +1,16 @@
+// Package testkit holds the helpers the project's tests share: what to do
+// when a tool or a service a test needs is missing, the real RabbitMQ and a
+// virtual host of a test's own on it, the lock that keeps broker restarts
+// away from tests that count messages, waiting for a background reaction,
+// the compiled-module cache and the test modules built by make test-wasm.
+//
+// It is imported by _test.go files only. Nothing here mocks a part of the
+// product: the helpers reach the real broker, the real files and the real
+// tools.
+//
+// A missing tool or service fails the test and names the Debian package that
+// provides it (make test installs them all through .ci/prepare). On a
+// developer's machine that should not get those packages,
+// TALLY_OSC_ALLOW_SKIP=1 turns these failures into skips, with the same
+// message.
+package testkit
