@@ -172,7 +172,7 @@ func (s *Sender) probe(ctx context.Context, seq uint64, event []byte, res result
 		err := fmt.Errorf("%w (HTTP %d, and HTTP %d for the events behind it)", ErrRefusedByAPI, res.status, pres.status)
 		s.setRefusing(err)
 		ev := s.log.Error().Int("status", res.status).Int("next_status", pres.status).Uint64("seq", seq).
-			Str("answer", excerpt(res.refusal, s.token.current()))
+			Str("answer", excerpt(res.refusal, s.token.Current()))
 		if res.status == http.StatusRequestEntityTooLarge {
 			ev.Int("body_bytes", res.sent).Msg("reporting API refuses bodies this large, not one event: its body limit is too small; events kept, retrying")
 		} else {
@@ -188,7 +188,7 @@ func (s *Sender) probe(ctx context.Context, seq uint64, event []byte, res result
 // setAside moves the refused event at seq to the store's dead-letter area
 // with the API's status and an excerpt of its answer.
 func (s *Sender) setAside(ctx context.Context, seq uint64, event []byte, res result) (bool, time.Duration, bool) {
-	answer := excerpt(res.refusal, s.token.current())
+	answer := excerpt(res.refusal, s.token.Current())
 	detail := "HTTP " + strconv.Itoa(res.status)
 	if answer != "" {
 		detail += ": " + answer

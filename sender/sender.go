@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/redact"
+	"github.com/tally-billing/tally-openstack-collector/internal/tokenfile"
 )
 
 // Store is what the sender needs from the outbox.
@@ -93,7 +93,7 @@ type Sender struct {
 	endpoint string
 	client   *http.Client
 	log      zerolog.Logger
-	token    *tokenSource
+	token    *tokenfile.Source
 
 	mu       sync.Mutex // one delivery at a time (Run, Flush)
 	batch    int        // current batch limit
@@ -134,7 +134,7 @@ func New(store Store, opts Options) (*Sender, error) {
 	if err != nil {
 		return nil, err
 	}
-	ts, err := newTokenSource(opts.Token, opts.TokenFile)
+	ts, err := newTokenSource(opts.Token, opts.TokenFile, opts.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -295,7 +295,7 @@ func (s *Sender) sleep(ctx context.Context, d time.Duration, wakeOnToken bool) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	var tick <-chan time.Time
-	if wakeOnToken && s.token.file != "" {
+	if wakeOnToken && s.token.File() != "" {
 		tk := time.NewTicker(time.Second)
 		defer tk.Stop()
 		tick = tk.C
@@ -307,7 +307,7 @@ func (s *Sender) sleep(ctx context.Context, d time.Duration, wakeOnToken bool) {
 		case <-t.C:
 			return
 		case <-tick:
-			if s.token.changed() {
+			if s.token.Changed() {
 				return
 			}
 		}
@@ -404,8 +404,8 @@ func (s *Sender) step(ctx context.Context) (empty bool, wait time.Duration, wake
 	case res.status == http.StatusUnauthorized || res.status == http.StatusForbidden:
 		s.setReady(fmt.Errorf("%w (HTTP %d)", ErrTokenRefused, res.status))
 		src := "REPORTING_TOKEN"
-		if s.token.file != "" {
-			src = "REPORTING_TOKEN_FILE " + s.token.file
+		if s.token.File() != "" {
+			src = "REPORTING_TOKEN_FILE " + s.token.File()
 		}
 		s.log.Error().Int("status", res.status).Str("token_from", src).Dur("retry_in", s.opts.AuthRetryInterval).Int("events", n).
 			Msg("reporting API refused the token; events kept, retrying slowly; check the token")
@@ -502,7 +502,7 @@ func (s *Sender) post(ctx context.Context, events [][]byte) result {
 	}
 	body = append(body, "]}"...)
 
-	tok, err := s.token.get()
+	tok, err := s.token.Get()
 	if err != nil {
 		s.log.Error().Err(err).Msg("reading the token file failed; using the previous token")
 	}
@@ -575,18 +575,9 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 	return 0
 }
 
-// tokenSource holds the bearer token, re-reading the file when it changes.
-type tokenSource struct {
-	static string
-	file   string
-
-	mu    sync.Mutex
-	cur   string
-	mtime time.Time
-	size  int64
-}
-
-func newTokenSource(token, file string) (*tokenSource, error) {
+// newTokenSource is the token of REPORTING_TOKEN, or the file of
+// REPORTING_TOKEN_FILE, re-read when it changes (tokenfile.Source).
+func newTokenSource(token, file string, log zerolog.Logger) (*tokenfile.Source, error) {
 	token = strings.TrimSpace(token)
 	switch {
 	case token != "" && file != "":
@@ -595,69 +586,16 @@ func newTokenSource(token, file string) (*tokenSource, error) {
 		if strings.ContainsAny(token, "\r\n") {
 			return nil, fmt.Errorf("%w: the token contains a line break", ErrNoToken)
 		}
-		return &tokenSource{static: token, cur: token}, nil
+		return tokenfile.Static(token), nil
 	case file != "":
-		t := &tokenSource{file: file}
-		if _, err := t.reload(); err != nil {
+		t, err := tokenfile.Open(file, log)
+		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrNoToken, err)
 		}
 		return t, nil
 	default:
 		return nil, fmt.Errorf("%w: set REPORTING_TOKEN or REPORTING_TOKEN_FILE", ErrNoToken)
 	}
-}
-
-func (t *tokenSource) changed() bool {
-	if t.file == "" {
-		return false
-	}
-	fi, err := os.Stat(t.file)
-	if err != nil {
-		return false
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return !fi.ModTime().Equal(t.mtime) || fi.Size() != t.size
-}
-
-// current is the token last read, without checking the file.
-func (t *tokenSource) current() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.cur
-}
-
-func (t *tokenSource) get() (string, error) {
-	if t.file == "" {
-		return t.static, nil
-	}
-	if !t.changed() {
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		return t.cur, nil
-	}
-	return t.reload()
-}
-
-// reload reads the file; on error or an empty file the previous token is
-// kept and returned with the error.
-func (t *tokenSource) reload() (string, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	fi, err := os.Stat(t.file)
-	if err != nil {
-		return t.cur, fmt.Errorf("token file: %w", err)
-	}
-	b, err := os.ReadFile(t.file)
-	if err != nil {
-		return t.cur, fmt.Errorf("token file: %w", err)
-	}
-	tok := strings.TrimSpace(string(b))
-	if tok == "" || strings.ContainsAny(tok, "\r\n") {
-		return t.cur, fmt.Errorf("token file %s is empty or holds more than one line", t.file)
-	}
-	t.cur, t.mtime, t.size = tok, fi.ModTime(), fi.Size()
-	return t.cur, nil
 }
 
 func newMetrics() metrics {

@@ -55,12 +55,14 @@ type Config struct {
 
 	MappersPromote    catalog.PromoteMode
 	ControlToken      string
+	ControlTokenFile  string
 	MapperMemoryLimit uint32
 	MapperCallTimeout time.Duration
 	MapperPoolSize    int
 	MapperCacheDir    string
 
-	DebugPprof bool
+	DebugPprof     bool
+	DebugPprofAddr string
 
 	StopTimeout  time.Duration
 	FlushTimeout time.Duration

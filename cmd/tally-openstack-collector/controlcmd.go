@@ -11,10 +11,12 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/tokenfile"
 	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
 )
 
@@ -22,8 +24,9 @@ const mappersUsage = `Usage: tally-openstack-collector mappers [promote NAME | a
 
 Without arguments: every event type pattern of the running daemon, its module,
 version and migration state, and the last reload. promote and abort end the
-shadow migration of the module NAME. The daemon is reached on HTTP_ADDR; the
-control commands send CONTROL_TOKEN.
+shadow migration of the module NAME. The daemon is reached on HTTP_ADDR; every
+command sends the control token (CONTROL_TOKEN or CONTROL_TOKEN_FILE) when one
+is set.
 
 Flags:
 `
@@ -34,8 +37,8 @@ const deadletterUsage = `Usage: tally-openstack-collector deadletter list [--aft
 
 Notifications a mapper failed on, kept in the running daemon's outbox. replay
 maps them again through the current modules (all of them without SEQ) and
-commits the events. The daemon is reached on HTTP_ADDR; replay sends
-CONTROL_TOKEN.
+commits the events. The daemon is reached on HTTP_ADDR; every command sends the
+control token (CONTROL_TOKEN or CONTROL_TOKEN_FILE) when one is set.
 
 Flags:
 `
@@ -45,14 +48,14 @@ func controlFlags(name string) *pflag.FlagSet {
 	fs.SortFlags = false
 	addSettingFlags(fs)
 	for _, s := range settings {
-		if s.key != "http_addr" && s.key != "control_token" {
+		if s.key != "http_addr" && s.key != "control_token" && s.key != "control_token_file" {
 			_ = fs.MarkHidden(s.flag())
 		}
 	}
 	return fs
 }
 
-// controlClient reads HTTP_ADDR and CONTROL_TOKEN; an unspecified listen host
+// controlClient reads HTTP_ADDR and CONTROL_TOKEN or CONTROL_TOKEN_FILE; an unspecified listen host
 // (0.0.0.0, ::) is reached on loopback.
 func controlClient(fs *pflag.FlagSet, environ []string) (*catalog.Client, error) {
 	cfg, err := loadConfig(fs, environ, modeOffline)
@@ -66,7 +69,16 @@ func controlClient(fs *pflag.FlagSet, environ []string) (*catalog.Client, error)
 	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
 		host = "127.0.0.1"
 	}
-	return &catalog.Client{BaseURL: "http://" + net.JoinHostPort(host, port), Token: cfg.ControlToken}, nil
+	token := strings.TrimSpace(cfg.ControlToken)
+	if cfg.ControlTokenFile != "" {
+		if token != "" {
+			return nil, fmt.Errorf("%sCONTROL_TOKEN and %sCONTROL_TOKEN_FILE are both set: set one", envPrefix, envPrefix)
+		}
+		if token, _, err = tokenfile.Read(cfg.ControlTokenFile); err != nil {
+			return nil, fmt.Errorf("%sCONTROL_TOKEN_FILE: %w", envPrefix, err)
+		}
+	}
+	return &catalog.Client{BaseURL: "http://" + net.JoinHostPort(host, port), Token: token}, nil
 }
 
 func printJSON(w io.Writer, v any) error {

@@ -79,6 +79,7 @@ type daemon struct {
 	probes   *probes
 	ln       net.Listener
 	srv      *http.Server
+	pprofSrv *http.Server
 }
 
 func runDaemon(cfg *Config, base zerolog.Logger, b buildInfo) error {
@@ -125,7 +126,7 @@ func (d *daemon) run(ctx context.Context) error {
 		live: newLivenessTracker(d.cfg.UnhealthyThreshold, nil),
 		log:  component(d.base, "probes"),
 	}
-	if err := d.listen(proc.controlHandler(d.cfg, ob, component(d.base, "catalog"))); err != nil {
+	if err := d.listen(proc.controlHandler(ob, component(d.base, "catalog"))); err != nil {
 		d.closeMappers(ctx)
 		d.closeOutbox()
 		return err
@@ -296,42 +297,77 @@ func (d *daemon) sampleReady(ctx context.Context) {
 	}
 }
 
+// listen starts the HTTP server on HTTP_ADDR and, with DEBUG_PPROF, the
+// profiler's on DEBUG_PPROF_ADDR (loopback only, checked with the settings).
+// Both put every route but the probes and the metrics behind one controlAuth.
 func (d *daemon) listen(control http.Handler) error {
+	tok, err := controlToken(d.cfg, component(d.base, "http"))
+	if err != nil {
+		return fmt.Errorf("control token: %w", err)
+	}
+	loopback := isLoopbackAddr(d.cfg.HTTPAddr)
+	guard := newControlAuth(tok, loopback, component(d.base, "http"), d.reg)
+	switch {
+	case tok == nil && loopback:
+		d.log.Warn().Str("http_addr", d.cfg.HTTPAddr).
+			Msg("no control token: the mapper, dead-letter and replay routes are open to every process of this host; set TALLY_OSC_CONTROL_TOKEN_FILE where other users or containers share it")
+	case tok == nil:
+		d.log.Warn().Str("http_addr", d.cfg.HTTPAddr).
+			Msg("no control token and a listener beyond loopback: only /livez, /readyz and /metrics answer; set TALLY_OSC_CONTROL_TOKEN_FILE to use the control commands")
+	}
 	ln, err := net.Listen("tcp", d.cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", d.cfg.HTTPAddr, err)
 	}
 	d.ln = ln
-	mux := newMux(d.probes, d.reg, control)
+	d.srv = newHTTPServer(newMux(d.probes, d.reg, guard, control), 60*time.Second)
+	d.serve(d.srv, ln)
 	if d.cfg.DebugPprof {
+		pln, err := net.Listen("tcp", d.cfg.DebugPprofAddr)
+		if err != nil {
+			d.shutdownHTTP()
+			return fmt.Errorf("listen on %s (DEBUG_PPROF_ADDR): %w", d.cfg.DebugPprofAddr, err)
+		}
+		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		d.pprofSrv = newHTTPServer(guard.wrap(mux), 90*time.Second) // a CPU profile takes 30 s
+		d.serve(d.pprofSrv, pln)
+		d.log.Info().Str("addr", pln.Addr().String()).Msg("profiler listening")
 	}
-	d.srv = &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      60 * time.Second, // a CPU profile takes 30 s
-		IdleTimeout:       60 * time.Second,
-	}
-	go func() {
-		if err := d.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			d.log.Error().Err(err).Msg("http server")
-		}
-	}()
 	return nil
 }
 
-func (d *daemon) shutdownHTTP() {
-	if d.srv == nil {
-		return
+func newHTTPServer(h http.Handler, write time.Duration) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      write,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    64 << 10,
 	}
+}
+
+func (d *daemon) serve(srv *http.Server, ln net.Listener) {
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.log.Error().Err(err).Msg("http server")
+		}
+	}()
+}
+
+func (d *daemon) shutdownHTTP() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_ = d.srv.Shutdown(ctx)
+	for _, srv := range []*http.Server{d.srv, d.pprofSrv} {
+		if srv != nil {
+			_ = srv.Shutdown(ctx)
+		}
+	}
 }
 
 func (d *daemon) closeMappers(ctx context.Context) {

@@ -183,17 +183,17 @@ func plain(w http.ResponseWriter, code int, body string) {
 	_, _ = w.Write([]byte(body))
 }
 
-// newMux routes the probes, the metrics of reg and, when control is not nil,
-// the catalogue's routes (/mappers, /deadletters).
-func newMux(p *probes, reg *prometheus.Registry, control http.Handler) *http.ServeMux {
+// newMux routes the probes and the metrics of reg, open to every caller, and
+// every other path through guard to control (the catalogue's /mappers and
+// /deadletters routes; nil: nothing else is served).
+func newMux(p *probes, reg *prometheus.Registry, guard *controlAuth, control http.Handler) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /readyz", p.readyz)
 	mux.HandleFunc("GET /livez", p.livez)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	if control != nil {
-		for _, path := range []string{"/mappers", "/mappers/", "/deadletters", "/deadletters/"} {
-			mux.Handle(path, control)
-		}
+	if control == nil {
+		control = http.NotFoundHandler()
 	}
+	mux.Handle("/", guard.wrap(control))
 	return mux
 }

@@ -155,7 +155,7 @@ var settings = []setting{
 			return err
 		}},
 	{key: "http_addr", def: "127.0.0.1:9469", modes: daemonOnly,
-		usage: "listen address of /livez, /readyz and /metrics",
+		usage: "listen address of /livez, /readyz and /metrics (open) and of the mapper and dead-letter routes (control token)",
 		field: func(c *Config) any { return &c.HTTPAddr },
 		check: func(c *Config) error {
 			if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
@@ -205,8 +205,11 @@ var settings = []setting{
 			return nil
 		}},
 	{key: "control_token", secret: true, modes: daemonOnly,
-		usage: "bearer token of the control routes (promote, abort, replay); without it they are open on a loopback HTTP_ADDR only",
+		usage: "bearer token of every route but /livez, /readyz and /metrics (mapper state, dead letters, promote, abort, replay, the profiler); without it they are open on a loopback HTTP_ADDR only",
 		field: func(c *Config) any { return &c.ControlToken }},
+	{key: "control_token_file", modes: daemonOnly,
+		usage: "file holding the control token (instead of control_token); re-read when it changes",
+		field: func(c *Config) any { return &c.ControlTokenFile }},
 	{key: "mapper_memory_limit_mib", def: "64", modes: mapperModes,
 		usage: "linear memory per mapper instance, MiB",
 		parse: func(c *Config, raw string) error {
@@ -224,8 +227,17 @@ var settings = []setting{
 		usage: "on-disk compilation cache of mapper modules (empty: none)",
 		field: func(c *Config) any { return &c.MapperCacheDir }},
 	{key: "debug_pprof", def: "false", modes: daemonOnly,
-		usage: "serve Go's profiler under /debug/pprof/ on HTTP_ADDR (keep HTTP_ADDR on loopback)",
+		usage: "serve Go's profiler under /debug/pprof/ on DEBUG_PPROF_ADDR",
 		field: func(c *Config) any { return &c.DebugPprof }},
+	{key: "debug_pprof_addr", def: "127.0.0.1:9470", modes: daemonOnly,
+		usage: "listen address of the profiler; loopback only (reach it with kubectl port-forward or an SSH tunnel)",
+		field: func(c *Config) any { return &c.DebugPprofAddr },
+		check: func(c *Config) error {
+			if _, _, err := net.SplitHostPort(c.DebugPprofAddr); err != nil {
+				return fmt.Errorf("%q is not host:port", c.DebugPprofAddr)
+			}
+			return nil
+		}},
 	{key: "reporting_timeout", def: "30s", modes: daemonOnly,
 		usage: "deadline of one POST to the Reporting API",
 		field: func(c *Config) any { return &c.ReportingTimeout }},

@@ -3,11 +3,12 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/url"
-	"os"
 	"strconv"
-	"strings"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/tokenfile"
 )
 
 // validate checks the rules between settings for mode m; each value alone was
@@ -32,18 +33,35 @@ func (c *Config) validate(m mode) []string {
 	case c.ReportingToken == "" && c.ReportingTokenFile == "":
 		add("%sREPORTING_TOKEN or %sREPORTING_TOKEN_FILE: one is required", envPrefix, envPrefix)
 	case c.ReportingTokenFile != "":
-		b, err := os.ReadFile(c.ReportingTokenFile)
-		switch {
-		case err != nil:
-			add("%sREPORTING_TOKEN_FILE: %v", envPrefix, errors.Unwrap(err))
-		case strings.TrimSpace(string(b)) == "":
-			add("%sREPORTING_TOKEN_FILE: %s is empty", envPrefix, c.ReportingTokenFile)
+		if _, _, err := tokenfile.Read(c.ReportingTokenFile); err != nil {
+			add("%sREPORTING_TOKEN_FILE: %v", envPrefix, pathErr(err))
 		}
+	}
+	switch {
+	case c.ControlToken != "" && c.ControlTokenFile != "":
+		add("%sCONTROL_TOKEN and %sCONTROL_TOKEN_FILE (control_token_file) are both set: set one", envPrefix, envPrefix)
+	case c.ControlTokenFile != "":
+		if _, _, err := tokenfile.Read(c.ControlTokenFile); err != nil {
+			add("%sCONTROL_TOKEN_FILE: %v", envPrefix, pathErr(err))
+		}
+	}
+	if c.DebugPprof && !isLoopbackAddr(c.DebugPprofAddr) {
+		add("%sDEBUG_PPROF_ADDR (%s) must be a loopback address: the profiler shows the command line, the heap and the goroutines", envPrefix, c.DebugPprofAddr)
 	}
 	if c.FlushTimeout > 0 && c.StopTimeout > 0 && c.FlushTimeout >= c.StopTimeout {
 		add("%sFLUSH_TIMEOUT (%s) must be shorter than %sSTOP_TIMEOUT (%s)", envPrefix, c.FlushTimeout, envPrefix, c.StopTimeout)
 	}
 	return p
+}
+
+// pathErr is the cause of a failed file operation without the operation and
+// the path, which the setting's name already gives.
+func pathErr(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 func checkReportingURL(raw string, insecure bool) error {

@@ -11,11 +11,13 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/tokenfile"
 	"github.com/tally-billing/tally-openstack-collector/mappers"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
@@ -222,14 +224,23 @@ func offlineMappers(ctx context.Context, cfg *Config, base zerolog.Logger) (*map
 }
 
 // controlHandler serves the catalogue's routes (/mappers, /deadletters) on the
-// daemon's HTTP server. The control routes need CONTROL_TOKEN, or are open when
-// the server listens on loopback only.
-func (m *mapperSet) controlHandler(cfg *Config, ob outboxHandle, log zerolog.Logger) http.Handler {
+// daemon's HTTP server, behind the daemon's controlAuth (newMux).
+func (m *mapperSet) controlHandler(ob outboxHandle, log zerolog.Logger) http.Handler {
 	return catalog.NewHandler(m.catalog, catalog.HandlerOptions{
-		Token:       cfg.ControlToken,
-		OpenControl: catalog.IsLoopback(cfg.HTTPAddr),
-		Outbox:      ob,
-		Pipeline:    m.pipeline,
-		Logger:      log,
+		Outbox:   ob,
+		Pipeline: m.pipeline,
+		Logger:   log,
 	})
+}
+
+// controlToken is the token of CONTROL_TOKEN or CONTROL_TOKEN_FILE; nil when
+// neither is set.
+func controlToken(cfg *Config, log zerolog.Logger) (*tokenfile.Source, error) {
+	switch {
+	case cfg.ControlTokenFile != "":
+		return tokenfile.Open(cfg.ControlTokenFile, log)
+	case strings.TrimSpace(cfg.ControlToken) != "":
+		return tokenfile.Static(strings.TrimSpace(cfg.ControlToken)), nil
+	}
+	return nil, nil
 }

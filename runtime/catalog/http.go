@@ -1,12 +1,9 @@
 package catalog
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -20,13 +17,6 @@ import (
 
 // HandlerOptions configure NewHandler.
 type HandlerOptions struct {
-	// Token is the bearer token the control routes (promote, abort, replay)
-	// require. Compared in constant time; never logged.
-	Token string
-	// OpenControl allows the control routes without a token. Set it only when
-	// the HTTP server listens on a loopback address. With neither Token nor
-	// OpenControl the control routes answer 403.
-	OpenControl bool
 	// Outbox and Pipeline serve the dead-letter routes; nil Outbox: they
 	// answer 404. Replay needs both.
 	Outbox   *outbox.Outbox
@@ -36,33 +26,12 @@ type HandlerOptions struct {
 	Logger        zerolog.Logger
 }
 
-// IsLoopback reports whether a listen address (host:port) is on a loopback
-// interface only: what HandlerOptions.OpenControl may be set from.
-//
-//	catalog.IsLoopback("127.0.0.1:9469") // true
-//	catalog.IsLoopback("[::1]:9469")     // true
-//	catalog.IsLoopback("localhost:9469") // true
-//	catalog.IsLoopback("0.0.0.0:9469")   // false
-//	catalog.IsLoopback(":9469")          // false
-func IsLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
 // maxListLimit bounds one page of GET /deadletters.
 const maxListLimit = 1000
 
 type handler struct {
 	c        *Catalog
 	opts     HandlerOptions
-	tokenSum [32]byte
 	replayMu sync.Mutex
 }
 
@@ -70,52 +39,30 @@ type handler struct {
 // for cmd to mount on its server:
 //
 //	GET  /mappers                  Status
-//	POST /mappers/{name}/promote   Promote (control)
-//	POST /mappers/{name}/abort     Abort (control)
+//	POST /mappers/{name}/promote   Promote
+//	POST /mappers/{name}/abort     Abort
 //	GET  /deadletters?after=N&limit=N   ListDeadLetters ({"dead_letters":[...]})
 //	GET  /deadletters/{seq}        ShowDeadLetter
-//	POST /deadletters/replay       Replay (control); optional body {"seqs":[...]}
+//	POST /deadletters/replay       Replay; optional body {"seqs":[...]}
 //
-// Control routes need "Authorization: Bearer <Token>" (see HandlerOptions).
-// Errors are JSON: {"error":"..."}. To mount it beside other routes:
+// The handler authenticates no one: every route, the reading ones included
+// (dead letters hold whole notifications), must be mounted behind the
+// server's authentication. Client sends its Token as a bearer token, and maps
+// 401 and 403 to ErrUnauthorized. Errors are JSON: {"error":"..."}. To mount
+// it beside other routes:
 //
-//	h := catalog.NewHandler(cat, catalog.HandlerOptions{Token: tok, OpenControl: catalog.IsLoopback(addr), Outbox: ob, Pipeline: p})
-//	for _, prefix := range []string{"/mappers", "/mappers/", "/deadletters", "/deadletters/"} {
-//		mux.Handle(prefix, h)
-//	}
+//	h := catalog.NewHandler(cat, catalog.HandlerOptions{Outbox: ob, Pipeline: p})
+//	mux.Handle("/", requireToken(h))
 func NewHandler(c *Catalog, opts HandlerOptions) http.Handler {
-	h := &handler{c: c, opts: opts, tokenSum: sha256.Sum256([]byte(opts.Token))}
+	h := &handler{c: c, opts: opts}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /mappers", h.status)
-	mux.HandleFunc("POST /mappers/{name}/promote", h.control(h.promote))
-	mux.HandleFunc("POST /mappers/{name}/abort", h.control(h.abort))
+	mux.HandleFunc("POST /mappers/{name}/promote", h.promote)
+	mux.HandleFunc("POST /mappers/{name}/abort", h.abort)
 	mux.HandleFunc("GET /deadletters", h.listDead)
 	mux.HandleFunc("GET /deadletters/{seq}", h.showDead)
-	mux.HandleFunc("POST /deadletters/replay", h.control(h.replay))
+	mux.HandleFunc("POST /deadletters/replay", h.replay)
 	return mux
-}
-
-// control wraps a route with the bearer-token check.
-func (h *handler) control(next http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if h.opts.Token == "" {
-			if !h.opts.OpenControl {
-				writeError(w, http.StatusForbidden, "control routes are disabled: set a control token, or listen on a loopback address")
-				return
-			}
-			next(w, r)
-			return
-		}
-		auth := r.Header.Get("Authorization")
-		tok, ok := strings.CutPrefix(auth, "Bearer ")
-		sum := sha256.Sum256([]byte(tok))
-		if !ok || subtle.ConstantTimeCompare(sum[:], h.tokenSum[:]) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="tally-openstack-collector"`)
-			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
-			return
-		}
-		next(w, r)
-	}
 }
 
 func (h *handler) status(w http.ResponseWriter, r *http.Request) {
