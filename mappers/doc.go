@@ -2,7 +2,8 @@
 // binary.
 //
 // The modules are built from mappers/<service> (nova, cinder, neutron,
-// glance, octavia), one WebAssembly module per OpenStack service, by `make`
+// glance, octavia, manila, designate, swift, trove, ironic), one WebAssembly
+// module per OpenStack service (MAPPER_NAMES in mappers.mk), by `make`
 // into mappers/dist/<service>.wasm; this package embeds that directory, so a
 // binary built with `make build` needs no file beside it. A binary built
 // without the modules (plain `go build` on a fresh clone) still compiles and
@@ -14,7 +15,7 @@
 // # Layout below mappers/
 //
 //	<service>/main.go       the mapper (package main, guest side, SDK only; the
-//	                        helpers all five share are the SDK's wasm-sdk/openstack)
+//	                        helpers they all share are the SDK's wasm-sdk/openstack)
 //	<service>/golden_test.go a few lines handing the mapper to fixture.Golden
 //	<service>/testdata/     fixture pairs <case>.in.json -> <case>.out.json and PROVENANCE.tsv
 //	fixture/                fixture walking, comparison and the shared golden test (host side)

@@ -145,6 +145,7 @@ func TestBuiltinHostile(t *testing.T) {
 	types := map[string]string{
 		"nova": "compute.instance.exists", "cinder": "volume.attach.end", "neutron": "port.create.end",
 		"glance": "image.upload", "octavia": "octavia.loadbalancer.create.end",
+		"manila": "share.create.end", "designate": "dns.domain.create",
 	}
 	for _, s := range services {
 		for _, in := range fixture.HostileInputs(types[s]) {
@@ -193,7 +194,8 @@ func TestBuiltinUnclaimed(t *testing.T) {
 	}
 	types = append(types, "image.member.create", "volume_type.create", "capacity.backend.foo",
 		"compute_task.build_instances", "volume.usage", "port_forwarding.create.end",
-		"octavia.listener.create.end", "scheduler.select_destinations.end")
+		"octavia.listener.create.end", "scheduler.select_destinations.end",
+		"dns.zone.create", "dns.zone.exists", "share_network.create.end", "dns.recordset.create")
 	sort.Strings(types)
 	for _, et := range types {
 		for name, m := range mods {
@@ -216,6 +218,10 @@ func TestBuiltinUnclaimed(t *testing.T) {
 		"backup.create.end":                             "cinder",
 		"firewall_group.delete.end":                     "neutron",
 		"ipsec_site_connection.create.end":              "neutron",
+		"share.extend.end":                              "manila",
+		"share_snapshot.delete.end":                     "manila",
+		"dns.domain.update":                             "designate",
+		"dns.zone.touch":                                "designate",
 	}
 	for et, want := range claimed {
 		for name, m := range mods {

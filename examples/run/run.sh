@@ -5,8 +5,9 @@
 #   2. the service exchanges on the local RabbitMQ, declared the way the
 #      OpenStack services declare them
 #   3. the collector (bin/tally-openstack-collector), consuming from its own queue
-#   4. a realistic mix of notifications of nova, cinder, neutron, glance and
-#      octavia, published through the real oslo.messaging Notifier when
+#   4. a realistic mix of notifications of every service a built-in mapper
+#      reads (nova, cinder, neutron, glance, octavia, manila, designate ...),
+#      published through the real oslo.messaging Notifier when
 #      /usr/bin/python3 has it, else through the Go publisher that writes the
 #      same wire format
 #   5. the events arriving at the API, then a graceful stop
@@ -25,7 +26,9 @@ BROKER_PORT=${BROKER_PORT:-5672}
 BROKER_URL="amqp://guest:guest@${BROKER_HOST}:${BROKER_PORT}/"
 QUEUE=${QUEUE:-tally-make-run}
 COUNT=${COUNT:-20} # copies of each sample notification
-EXCHANGES=nova,neutron,openstack,glance,octavia
+# The services whose samples are published (examples/run/notifications/<service>).
+SERVICES=(nova cinder neutron glance octavia manila designate)
+EXCHANGES=nova,neutron,openstack,glance,octavia,designate
 GO=${GO:-go}
 
 say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
@@ -105,9 +108,11 @@ else
 	PUBLISHER_URL=$BROKER_URL
 	note "python3-oslo.messaging is not installed: publishing with bin/publisher, which writes oslo's wire format"
 fi
-# service -> exchange (cinder publishes on oslo's default exchange, openstack)
-declare -A EXCHANGE=([nova]=nova [cinder]=openstack [neutron]=neutron [glance]=glance [octavia]=octavia)
-declare -A PUBLISHER_ID=([nova]=compute.host1 [cinder]=volume.host1 [neutron]=network.controller1 [glance]=image.localhost [octavia]=octavia-worker.controller1)
+# service -> exchange (cinder and manila publish on oslo's default exchange, openstack)
+declare -A EXCHANGE=([nova]=nova [cinder]=openstack [neutron]=neutron [glance]=glance [octavia]=octavia
+	[manila]=openstack [designate]=designate)
+declare -A PUBLISHER_ID=([nova]=compute.host1 [cinder]=volume.host1 [neutron]=network.controller1 [glance]=image.localhost
+	[octavia]=octavia-worker.controller1 [manila]=share.host1 [designate]=central.host1)
 
 publish() { # service count files...
 	local svc=$1 count=$2
@@ -122,7 +127,7 @@ publish() { # service count files...
 say "Declaring the service exchanges, as the services would ($EXCHANGES)"
 warmup="$RUN_DIR/warmup.json"
 printf '{"event_type":"tally.make_run.warmup","priority":"INFO","payload":{}}\n' >"$warmup"
-for svc in nova cinder neutron glance octavia; do
+for svc in "${SERVICES[@]}"; do
 	publish "$svc" 1 "$warmup" >/dev/null
 done
 
@@ -160,17 +165,19 @@ note "ready: consuming from queue $QUEUE"
 
 # --- the notifications ---------------------------------------------------------------
 N=examples/run/notifications
-say "Publishing $COUNT copies of each sample notification (nova, cinder, neutron, glance, octavia)"
+say "Publishing $COUNT copies of each sample notification (${SERVICES[*]})"
 expected=0
-for svc in nova cinder neutron glance octavia; do
+for svc in "${SERVICES[@]}"; do
 	files=("$N/$svc"/*.json)
 	publish "$svc" "$COUNT" "${files[@]}" >/dev/null
 	note "$svc: $((COUNT * ${#files[@]})) notifications on exchange ${EXCHANGE[$svc]}"
 	expected=$((expected + COUNT * ${#files[@]}))
 done
-# One of the samples is of a type no mapper claims (compute.metrics.update):
-# it is acknowledged and counted as skipped.
-mapped=$((expected - COUNT))
+# Samples of types no mapper claims: acknowledged and counted as skipped.
+# dns.zone.update is the twin designate publishes beside dns.domain.update,
+# which is the one mapped (docs/events.md, "One change, one event").
+UNCLAIMED_SAMPLES=(nova/compute.metrics.update__ceilometer__1.json designate/dns.zone.update__dual__1.json)
+mapped=$((expected - ${#UNCLAIMED_SAMPLES[@]} * COUNT))
 note "$expected published; $mapped of them are of types the built-in mappers claim"
 
 # --- the events at the API ----------------------------------------------------------

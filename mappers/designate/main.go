@@ -1,0 +1,70 @@
+// Command designate is the built-in mapper for designate's zone
+// notifications. Build it to WebAssembly with
+//
+//	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o designate.wasm .
+//
+// Every notification it claims yields one "dns_zone" event; see
+// docs/events.md for the members and the payload paths each one is read
+// from.
+//
+// # One change, one event
+//
+// Designate called zones domains until its v2 API. Releases before the
+// rename publish dns.domain.* only; every release since publishes each zone
+// change twice, as dns.domain.<action> and as dns.zone.<action>, with the
+// same payload (central's create, update and delete carry both names, and
+// the producer's periodic exists task sends both). The module therefore
+// claims the dns.domain.* family, which every release publishes, and of
+// dns.zone.* only dns.zone.touch, the one type that has no dns.domain
+// twin. The other dns.zone.* types stay unclaimed, so the collector counts
+// them as skipped (reason "unclaimed") and never bills a change twice.
+//
+// Should a later designate stop publishing dns.domain.*, the zone changes
+// would show up as unclaimed dns.zone.* in the skipped counters and in the
+// summary of `tally-openstack-collector map`: the claims then have to move
+// to dns.zone.*.
+package main
+
+import (
+	sdk "github.com/tally-billing/tally-openstack-collector/wasm-sdk"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/openstack"
+)
+
+var manifest = sdk.Manifest{
+	Name:       "designate",
+	Version:    "1.0.0",
+	EventTypes: []string{"dns.domain.*", "dns.zone.touch"},
+	Releases:   []string{"kilo", "mitaka", "2024.1"},
+}
+
+func init() { sdk.Register(manifest, mapDesignate) }
+
+func main() {}
+
+func mapDesignate(m *sdk.Message, out *sdk.Output) {
+	et, ok := openstack.EventType(m)
+	if !ok {
+		return
+	}
+	e := out.Event()
+	openstack.WriteHeader(m, e, et, "designate", "dns_zone", -1)
+	openstack.WriteStr(e, "resource_id", openstack.First(m, "payload.id", "payload.zone_id"))
+	openstack.WriteProject(m, e, openstack.First(m, "payload.tenant_id", "payload.project_id"))
+	openstack.WriteUser(m, e, sdk.Value{})
+	if et.HasPrefix("dns.zone.") {
+		openstack.WriteAction(e, et, "dns.zone.")
+	} else {
+		openstack.WriteAction(e, et, "dns.domain.")
+	}
+	a := e.Object("attributes")
+	openstack.WriteStr(a, "name", m.Get("payload.name"))
+	openstack.WriteStr(a, "zone_type", m.Get("payload.type"))
+	openstack.WriteStr(a, "status", m.Get("payload.status"))
+	a.NumValue("ttl", m.Get("payload.ttl"))
+	a.NumValue("serial", m.Get("payload.serial"))
+	if openstack.IsExists(et) {
+		openstack.WriteAuditPeriod(a, m.Get("payload.audit_period_beginning"), m.Get("payload.audit_period_ending"))
+	}
+	a.End()
+	e.End()
+}
