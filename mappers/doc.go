@@ -2,7 +2,7 @@
 // binary.
 //
 // The modules are built from mappers/<service> (nova, cinder, neutron,
-// glance, octavia, manila, designate, swift, trove, ironic), one WebAssembly
+// glance, octavia, manila, designate), one WebAssembly
 // module per OpenStack service (MAPPER_NAMES in mappers.mk), by `make`
 // into mappers/dist/<service>.wasm; this package embeds that directory, so a
 // binary built with `make build` needs no file beside it. A binary built
@@ -18,7 +18,6 @@
 //	                        helpers they all share are the SDK's wasm-sdk/openstack)
 //	<service>/golden_test.go a few lines handing the mapper to fixture.Golden
 //	<service>/testdata/     fixture pairs <case>.in.json -> <case>.out.json and PROVENANCE.tsv
-//	fixture/                fixture walking, comparison and the shared golden test (host side)
 //	testdata/envelope/      AMQP bodies and the events the pipeline must make of them
 //	testdata/unclaimed/     real samples of types no built-in mapper claims
 //	testdata/worked-example/ the example of docs/writing-mappers.md
