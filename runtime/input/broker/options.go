@@ -42,7 +42,8 @@ const (
 // configuration itself: cmd/ fills this from its settings.
 type Options struct {
 	// TransportURL is amqp://, amqps:// (TLS, certificate verified) or oslo's
-	// rabbit://u:p@h1:5672,u:p@h2:5672/vhost (hosts tried in order).
+	// rabbit://u:p@h1:5672,u:p@h2:5672/vhost (hosts tried in order), read by
+	// ParseTransportURL.
 	TransportURL string
 	// TLSConfig, when set, is used for amqps (tests, a private CA). The server
 	// certificate is always verified; InsecureSkipVerify is refused.
