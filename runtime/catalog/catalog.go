@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"golang.org/x/mod/semver"
 
 	"github.com/tally-billing/tally-openstack-collector/runtime"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
@@ -826,39 +826,11 @@ func (c *Catalog) closeAll(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// semverLess compares MAJOR.MINOR.PATCH numerically; a pre-release sorts before
-// its release. Build metadata is ignored.
+// semverLess reports whether version a has a lower precedence than b
+// (semver.org, item 11): MAJOR.MINOR.PATCH numerically, a pre-release below
+// its release, pre-release identifiers one by one (numeric ones as numbers and
+// below alphanumeric ones). Build metadata is ignored. The manifest check
+// guarantees both are MAJOR.MINOR.PATCH[-pre][+build].
 func semverLess(a, b string) bool {
-	core := func(v string) ([3]int, string) {
-		if i := strings.IndexByte(v, '+'); i >= 0 {
-			v = v[:i]
-		}
-		pre := ""
-		if i := strings.IndexByte(v, '-'); i >= 0 {
-			v, pre = v[:i], v[i+1:]
-		}
-		var n [3]int
-		for i, p := range strings.SplitN(v, ".", 3) {
-			n[i], _ = strconv.Atoi(p)
-		}
-		return n, pre
-	}
-	an, ap := core(a)
-	bn, bp := core(b)
-	if an != bn {
-		for i := range an {
-			if an[i] != bn[i] {
-				return an[i] < bn[i]
-			}
-		}
-	}
-	switch {
-	case ap == bp:
-		return false
-	case ap == "":
-		return false
-	case bp == "":
-		return true
-	}
-	return ap < bp
+	return semver.Compare("v"+a, "v"+b) < 0
 }

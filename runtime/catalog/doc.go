@@ -33,7 +33,8 @@
 //   - At a first start (New, nothing saved; see Restarts), every valid module
 //     of the directory is active at once, overriding a built-in of the same
 //     name: the directory as it stands is the configuration. Two files of one
-//     name: the higher version wins, the other is parked.
+//     name: the higher version by semver precedence wins (1.0.0-rc.10 is above
+//     1.0.0-rc.2), the other is parked.
 //   - Later, a module whose name is new is active at once.
 //   - Later, a module with the name of an active one is a new version: it
 //     starts as the candidate in shadow (Options.Promote = PromoteShadow, the

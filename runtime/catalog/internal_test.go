@@ -26,6 +26,35 @@ func TestSemverLess(t *testing.T) {
 	}
 }
 
+// TestSemverLessPreReleasePrecedence: pre-releases compare by semver
+// precedence, not as strings (1.0.0-rc.10 is above 1.0.0-rc.2).
+func TestSemverLessPreReleasePrecedence(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		less bool
+	}{
+		// Pre-release precedence (semver.org, item 11): numeric identifiers
+		// compare as numbers and below alphanumeric ones; a longer set of
+		// identifiers wins when the shorter is its prefix.
+		{"1.0.0-rc.2", "1.0.0-rc.10", true},
+		{"1.0.0-rc.10", "1.0.0-rc.2", false},
+		{"1.0.0-alpha.9", "1.0.0-alpha.10", true},
+		{"1.0.0-alpha", "1.0.0-alpha.1", true},
+		{"1.0.0-alpha.1", "1.0.0-alpha.beta", true},
+		{"1.0.0-alpha.beta", "1.0.0-beta", true},
+		{"1.0.0-beta.2", "1.0.0-beta.11", true},
+		{"1.0.0-beta.11", "1.0.0-rc.1", true},
+		{"1.0.0-9", "1.0.0-10", true},
+		{"1.0.0-10", "1.0.0-a", true},
+		{"1.0.0-rc.1+b2", "1.0.0-rc.1+b1", false},
+		{"1.2.3-rc.1", "1.2.10-rc.1", true},
+	} {
+		if got := semverLess(tc.a, tc.b); got != tc.less {
+			t.Errorf("semverLess(%s, %s) = %v", tc.a, tc.b, got)
+		}
+	}
+}
+
 func TestSameOutcome(t *testing.T) {
 	ev := func(s string) runtime.Result { return runtime.Result{Events: [][]byte{[]byte(s)}} }
 	trap := &runtime.MapError{Reason: runtime.ReasonTrap, Err: errors.New("unreachable")}
