@@ -14,9 +14,10 @@ const maxReply = 65507
 
 // command is the outcome of a version 0 command packet.
 type command struct {
-	reply   []byte // nil: no answer
-	kill    bool   // a permitted KILL: stop gracefully
-	refused string // the command refused, for the log
+	reply     []byte // nil: no answer
+	kill      bool   // a permitted KILL: stop gracefully
+	refused   string // the command refused, for the log
+	untrusted bool   // refused for its source, not for the listener's switches
 }
 
 // commandEnv is what the commands need from their listener.
@@ -24,8 +25,13 @@ type commandEnv struct {
 	allowEnvi bool
 	allowKill bool
 	canStop   bool
-	snapshot  func() Snapshot
-	environ   func() []string
+	// trusted: the packet's source is in Options.TrustedSources. Only a
+	// trusted source gets a reply larger than its request (STAT, ENVI) or may
+	// stop the daemon (KILL): a UDP source address is easily forged, and a
+	// 6-byte STAT would otherwise send kilobytes to whoever it names.
+	trusted  bool
+	snapshot func() Snapshot
+	environ  func() []string
 }
 
 // runCommand answers the packet body after the two leading bytes (\0\0): four
@@ -45,6 +51,10 @@ func runCommand(st *stats, env commandEnv, body []byte) (command, bool) {
 		return command{reply: reply}, true
 	case "STAT":
 		st.v0Commands.Add(1)
+		if !env.trusted {
+			st.v0Untrusted.Add(1)
+			return command{refused: name, untrusted: true}, true
+		}
 		b, err := json.Marshal(env.snapshot())
 		if err != nil {
 			st.exceptions.Add(1)
@@ -53,6 +63,10 @@ func runCommand(st *stats, env commandEnv, body []byte) (command, bool) {
 		return command{reply: b}, true
 	case "ENVI":
 		st.v0Commands.Add(1)
+		if !env.trusted {
+			st.v0Untrusted.Add(1)
+			return command{refused: name, untrusted: true}, true
+		}
 		if !env.allowEnvi {
 			st.v0RefusedCommands.Add(1)
 			return command{refused: name}, true
@@ -60,6 +74,10 @@ func runCommand(st *stats, env commandEnv, body []byte) (command, bool) {
 		return command{reply: redactedEnviron(env.environ())}, true
 	case "KILL":
 		st.v0Commands.Add(1)
+		if !env.trusted {
+			st.v0Untrusted.Add(1)
+			return command{refused: name, untrusted: true}, true
+		}
 		if !env.allowKill || !env.canStop {
 			st.v0RefusedCommands.Add(1)
 			return command{refused: name}, true

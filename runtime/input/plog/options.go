@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -50,6 +51,7 @@ const (
 	DefaultMaxLineBytes    = 1 << 20
 	DefaultIdleTimeout     = 60 * time.Second
 	DefaultMaxConnections  = 256
+	DefaultMaxPerSource    = 16
 	DefaultBatchMax        = 1000
 	DefaultBatchLinger     = 5 * time.Millisecond
 	DefaultQueueBytes      = 32 << 20
@@ -71,6 +73,9 @@ type Settings struct {
 	MaxLineBytes   int           // longest line; a longer one is skipped and counted; default 1 MiB
 	IdleTimeout    time.Duration // each line must arrive within this; default 60 s
 	MaxConnections int           // concurrent connections; more are closed at once; default 256
+	// MaxConnectionsPerSource bounds the connections of one source address;
+	// more are closed at once; default 16.
+	MaxConnectionsPerSource int
 
 	// Both
 	Workers     int           // goroutines calling the pipeline; default 2
@@ -121,10 +126,12 @@ func Merge(s, defaults Settings) Settings {
 		MaxLineBytes:    pick(s.MaxLineBytes, pick(defaults.MaxLineBytes, DefaultMaxLineBytes)),
 		IdleTimeout:     pickDur(s.IdleTimeout, pickDur(defaults.IdleTimeout, DefaultIdleTimeout)),
 		MaxConnections:  pick(s.MaxConnections, pick(defaults.MaxConnections, DefaultMaxConnections)),
-		Workers:         pick(s.Workers, pick(defaults.Workers, 2)),
-		QueueBytes:      pick64(s.QueueBytes, pick64(defaults.QueueBytes, DefaultQueueBytes)),
-		BatchMax:        pick(s.BatchMax, pick(defaults.BatchMax, DefaultBatchMax)),
-		BatchLinger:     pickDur(s.BatchLinger, pickDur(defaults.BatchLinger, DefaultBatchLinger)),
+		MaxConnectionsPerSource: pick(s.MaxConnectionsPerSource,
+			pick(defaults.MaxConnectionsPerSource, DefaultMaxPerSource)),
+		Workers:     pick(s.Workers, pick(defaults.Workers, 2)),
+		QueueBytes:  pick64(s.QueueBytes, pick64(defaults.QueueBytes, DefaultQueueBytes)),
+		BatchMax:    pick(s.BatchMax, pick(defaults.BatchMax, DefaultBatchMax)),
+		BatchLinger: pickDur(s.BatchLinger, pickDur(defaults.BatchLinger, DefaultBatchLinger)),
 	}
 }
 
@@ -148,6 +155,9 @@ func (s Settings) validate() []string {
 	}
 	if s.MaxConnections < 1 {
 		bad = append(bad, "max connections < 1")
+	}
+	if s.MaxConnectionsPerSource < 1 {
+		bad = append(bad, "max connections per source < 1")
 	}
 	if s.Workers < 1 {
 		bad = append(bad, "workers < 1")
@@ -187,6 +197,12 @@ type Options struct {
 	// Stop is called (once) by a permitted KILL command; it should start the
 	// daemon's graceful stop. Nil: KILL is refused even where allowed.
 	Stop func()
+	// TrustedSources are the source addresses that may receive STAT and ENVI
+	// answers and send KILL (each still subject to AllowENVI and AllowKILL);
+	// default loopback (127.0.0.0/8, ::1). Linux drops packets with a
+	// loopback source arriving on any other interface, so loopback cannot be
+	// forged from the network.
+	TrustedSources []netip.Prefix
 	// Version is reported by STAT; default "unknown".
 	Version string
 	// DrainTimeout bounds how long Run spends committing what was received once

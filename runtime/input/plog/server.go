@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"strings"
 	"sync"
@@ -43,6 +44,7 @@ type Server struct {
 	done      chan struct{}
 	ran       atomic.Bool
 	closeOnce sync.Once
+	trusted   []netip.Prefix // Options.TrustedSources, or loopback
 }
 
 // ListenerInfo names a bound listener.
@@ -73,6 +75,7 @@ type listener struct {
 	byName map[string]pipeline.Mapper
 	st     stats
 	log    zerolog.Logger
+	cmdLog zerolog.Logger
 
 	udp    *net.UDPConn
 	tcp    *net.TCPListener
@@ -82,9 +85,10 @@ type listener struct {
 	queued  atomic.Int64
 	commits chan commitItem
 
-	connMu sync.Mutex
-	conns  map[net.Conn]struct{}
-	closed bool
+	connMu    sync.Mutex
+	conns     map[net.Conn]struct{}
+	perSource map[netip.Addr]int // open connections by source address
+	closed    bool
 }
 
 // New validates opts and binds every listener, so that an address in use stops
@@ -103,10 +107,14 @@ func New(opts Options) (*Server, error) {
 		opts.Environ = os.Environ
 	}
 	s := &Server{
-		opts: opts,
-		log:  opts.Logger,
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
+		opts:    opts,
+		log:     opts.Logger,
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+		trusted: opts.TrustedSources,
+	}
+	if len(s.trusted) == 0 {
+		s.trusted = defaultTrusted
 	}
 	for _, lo := range opts.Listeners {
 		l, err := s.bind(lo)
@@ -129,14 +137,15 @@ func (s *Server) bind(lo Listener) (*listener, error) {
 	addr, _ := normalizeAddress(lo.Address)
 	set := Merge(lo.Settings, s.opts.Defaults)
 	l := &listener{
-		srv:     s,
-		net:     lo.Network,
-		set:     set,
-		chain:   lo.Mappers,
-		byName:  make(map[string]pipeline.Mapper),
-		queue:   make(chan item, queueSlots),
-		commits: make(chan commitItem, queueSlots),
-		conns:   make(map[net.Conn]struct{}),
+		srv:       s,
+		net:       lo.Network,
+		set:       set,
+		chain:     lo.Mappers,
+		byName:    make(map[string]pipeline.Mapper),
+		queue:     make(chan item, queueSlots),
+		commits:   make(chan commitItem, queueSlots),
+		conns:     make(map[net.Conn]struct{}),
+		perSource: make(map[netip.Addr]int),
 	}
 	for _, m := range lo.Mappers {
 		for _, n := range []string{m.Manifest().Name, m.ID()} {
@@ -173,6 +182,7 @@ func (s *Server) bind(lo Listener) (*listener, error) {
 		l.name = "tcp://" + c.Addr().String()
 	}
 	l.log = s.log.With().Str("listener", l.name).Logger()
+	l.cmdLog = sampledCommandLog(l.log)
 	return l, nil
 }
 
@@ -479,20 +489,39 @@ func (l *listener) appendEvents(ctx context.Context, events [][]byte, msgs int) 
 	}
 }
 
-func (l *listener) trackConn(c net.Conn) bool {
+// trackConn registers c, unless the listener is closed (closed) or its
+// source already holds MaxConnectionsPerSource connections (overSource).
+func (l *listener) trackConn(c net.Conn) (closed, overSource bool) {
 	l.connMu.Lock()
 	defer l.connMu.Unlock()
 	if l.closed {
-		return false
+		return true, false
 	}
+	src := sourceOf(c)
+	if l.perSource[src] >= l.set.MaxConnectionsPerSource {
+		return false, true
+	}
+	l.perSource[src]++
 	l.conns[c] = struct{}{}
-	return true
+	return false, false
 }
 
 func (l *listener) untrackConn(c net.Conn) {
+	src := sourceOf(c)
 	l.connMu.Lock()
 	delete(l.conns, c)
+	if l.perSource[src]--; l.perSource[src] <= 0 {
+		delete(l.perSource, src)
+	}
 	l.connMu.Unlock()
+}
+
+// sourceOf is the remote address of a connection, without its port.
+func sourceOf(c net.Conn) netip.Addr {
+	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		return ta.AddrPort().Addr().Unmap()
+	}
+	return netip.Addr{}
 }
 
 func (l *listener) closeConns() {

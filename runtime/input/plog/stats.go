@@ -26,6 +26,9 @@ type stats struct {
 
 	// Counters the seed does not list.
 	v0RefusedCommands   atomic.Uint64
+	v0Untrusted         atomic.Uint64
+	v0RateLimited       atomic.Uint64
+	tcpRefusedPerSource atomic.Uint64
 	v0DuplicateFrags    atomic.Uint64
 	holesFromNewMessage atomic.Uint64
 	holesFromDeadPort   atomic.Uint64
@@ -83,28 +86,31 @@ type Snapshot struct {
 	Cache                    Cache                             `json:"cache"`
 	Kafka                    map[string]Rate                   `json:"kafka"`
 
-	V0RefusedCommands   uint64 `json:"v0_refused_commands"`
-	V0DuplicateFrags    uint64 `json:"v0_duplicate_fragments"`
-	HolesFromNewMessage uint64 `json:"holes_from_new_message"`
-	HolesFromDeadPort   uint64 `json:"holes_from_dead_port"`
-	UDPEmpty            uint64 `json:"udp_empty_messages"`
-	SocketDrops         uint64 `json:"socket_drops"`
-	OutboxFull          uint64 `json:"outbox_full"`
-	Mapped              uint64 `json:"mapped"`
-	Skipped             uint64 `json:"skipped"`
-	Unparseable         uint64 `json:"unparseable"`
-	Failed              uint64 `json:"failed"`
-	UnknownRoute        uint64 `json:"unknown_route"`
-	NullRoute           uint64 `json:"null_route"`
-	EventsCommitted     uint64 `json:"events_committed"`
-	TCPConnections      int64  `json:"tcp_connections"`
-	TCPRefused          uint64 `json:"tcp_refused_connections"`
-	TCPLines            uint64 `json:"tcp_lines"`
-	TCPReservedLines    uint64 `json:"tcp_reserved_lines"`
-	TCPOverlongLines    uint64 `json:"tcp_overlong_lines"`
-	TCPTimeouts         uint64 `json:"tcp_timeouts"`
-	DefragBytes         int64  `json:"defrag_bytes"`
-	DefragMessages      int64  `json:"defrag_messages"`
+	V0RefusedCommands     uint64 `json:"v0_refused_commands"`
+	V0UntrustedCommands   uint64 `json:"v0_untrusted_commands"`
+	V0RateLimitedCommands uint64 `json:"v0_rate_limited_commands"`
+	TCPRefusedPerSource   uint64 `json:"tcp_refused_per_source"`
+	V0DuplicateFrags      uint64 `json:"v0_duplicate_fragments"`
+	HolesFromNewMessage   uint64 `json:"holes_from_new_message"`
+	HolesFromDeadPort     uint64 `json:"holes_from_dead_port"`
+	UDPEmpty              uint64 `json:"udp_empty_messages"`
+	SocketDrops           uint64 `json:"socket_drops"`
+	OutboxFull            uint64 `json:"outbox_full"`
+	Mapped                uint64 `json:"mapped"`
+	Skipped               uint64 `json:"skipped"`
+	Unparseable           uint64 `json:"unparseable"`
+	Failed                uint64 `json:"failed"`
+	UnknownRoute          uint64 `json:"unknown_route"`
+	NullRoute             uint64 `json:"null_route"`
+	EventsCommitted       uint64 `json:"events_committed"`
+	TCPConnections        int64  `json:"tcp_connections"`
+	TCPRefused            uint64 `json:"tcp_refused_connections"`
+	TCPLines              uint64 `json:"tcp_lines"`
+	TCPReservedLines      uint64 `json:"tcp_reserved_lines"`
+	TCPOverlongLines      uint64 `json:"tcp_overlong_lines"`
+	TCPTimeouts           uint64 `json:"tcp_timeouts"`
+	DefragBytes           int64  `json:"defrag_bytes"`
+	DefragMessages        int64  `json:"defrag_messages"`
 }
 
 // kafkaKeys are the seed's kafka statistics, kept by name and reported as zero.
@@ -128,28 +134,31 @@ func (s *stats) snapshot(version string) Snapshot {
 		},
 		Kafka: make(map[string]Rate, len(kafkaKeys)),
 
-		V0RefusedCommands:   s.v0RefusedCommands.Load(),
-		V0DuplicateFrags:    s.v0DuplicateFrags.Load(),
-		HolesFromNewMessage: s.holesFromNewMessage.Load(),
-		HolesFromDeadPort:   s.holesFromDeadPort.Load(),
-		UDPEmpty:            s.udpEmpty.Load(),
-		SocketDrops:         s.socketDrops.Load(),
-		OutboxFull:          s.outboxFull.Load(),
-		Mapped:              s.mapped.Load(),
-		Skipped:             s.skipped.Load(),
-		Unparseable:         s.unparseable.Load(),
-		Failed:              s.failed.Load(),
-		UnknownRoute:        s.unknownRoute.Load(),
-		NullRoute:           s.nullRoute.Load(),
-		EventsCommitted:     s.eventsCommitted.Load(),
-		TCPConnections:      s.tcpConnections.Load(),
-		TCPRefused:          s.tcpRefused.Load(),
-		TCPLines:            s.tcpLines.Load(),
-		TCPReservedLines:    s.tcpReservedLines.Load(),
-		TCPOverlongLines:    s.tcpOverlongLines.Load(),
-		TCPTimeouts:         s.tcpTimeouts.Load(),
-		DefragBytes:         s.defragBytes.Load(),
-		DefragMessages:      s.defragMessages.Load(),
+		V0RefusedCommands:     s.v0RefusedCommands.Load(),
+		V0UntrustedCommands:   s.v0Untrusted.Load(),
+		V0RateLimitedCommands: s.v0RateLimited.Load(),
+		TCPRefusedPerSource:   s.tcpRefusedPerSource.Load(),
+		V0DuplicateFrags:      s.v0DuplicateFrags.Load(),
+		HolesFromNewMessage:   s.holesFromNewMessage.Load(),
+		HolesFromDeadPort:     s.holesFromDeadPort.Load(),
+		UDPEmpty:              s.udpEmpty.Load(),
+		SocketDrops:           s.socketDrops.Load(),
+		OutboxFull:            s.outboxFull.Load(),
+		Mapped:                s.mapped.Load(),
+		Skipped:               s.skipped.Load(),
+		Unparseable:           s.unparseable.Load(),
+		Failed:                s.failed.Load(),
+		UnknownRoute:          s.unknownRoute.Load(),
+		NullRoute:             s.nullRoute.Load(),
+		EventsCommitted:       s.eventsCommitted.Load(),
+		TCPConnections:        s.tcpConnections.Load(),
+		TCPRefused:            s.tcpRefused.Load(),
+		TCPLines:              s.tcpLines.Load(),
+		TCPReservedLines:      s.tcpReservedLines.Load(),
+		TCPOverlongLines:      s.tcpOverlongLines.Load(),
+		TCPTimeouts:           s.tcpTimeouts.Load(),
+		DefragBytes:           s.defragBytes.Load(),
+		DefragMessages:        s.defragMessages.Load(),
 	}
 	for _, k := range kafkaKeys {
 		out.Kafka[k] = Rate{}

@@ -9,8 +9,10 @@ import (
 	"time"
 )
 
-// acceptTCP accepts connections up to MaxConnections; one over the cap is
-// closed at once (counted in tcp_refused_connections) rather than left waiting.
+// acceptTCP accepts connections up to MaxConnections, and up to
+// MaxConnectionsPerSource from one source address; one over either cap is
+// closed at once (counted in tcp_refused_connections or
+// tcp_refused_per_source) rather than left waiting.
 func (l *listener) acceptTCP(ctx context.Context) {
 	backoff := 5 * time.Millisecond
 	defer func() {
@@ -37,9 +39,17 @@ func (l *listener) acceptTCP(ctx context.Context) {
 			_ = c.Close()
 			continue
 		}
-		if !l.trackConn(c) {
+		closed, overSource := l.trackConn(c)
+		if closed {
 			_ = c.Close()
 			return
+		}
+		if overSource {
+			l.st.tcpRefusedPerSource.Add(1)
+			l.cmdLog.Warn().Stringer("from", c.RemoteAddr()).Int("cap", l.set.MaxConnectionsPerSource).
+				Msg("plog tcp connection refused: too many from this source")
+			_ = c.Close()
+			continue
 		}
 		l.st.tcpConnections.Add(1)
 		go func() {

@@ -20,6 +20,7 @@ func (l *listener) readUDP(ctx context.Context) {
 		hd = newHoles(max(l.set.DefragMaxAge, 10*time.Second), &l.st)
 	}
 	defer df.drop()
+	lim := newCommandLimiter(commandSources, commandRate, commandBurst)
 	env := commandEnv{
 		allowEnvi: *l.set.AllowENVI,
 		allowKill: *l.set.AllowKILL,
@@ -62,12 +63,12 @@ func (l *listener) readUDP(ctx context.Context) {
 				l.st.socketDrops.Store(uint64(drops))
 			}
 		}
-		l.datagram(ctx, time.Now(), buf[:n], from, df, hd, env)
+		l.datagram(ctx, time.Now(), buf[:n], from, df, hd, lim, env)
 	}
 }
 
 // datagram dispatches one datagram by its first two bytes.
-func (l *listener) datagram(ctx context.Context, now time.Time, d []byte, from netip.AddrPort, df *defrag, hd *holes, env commandEnv) {
+func (l *listener) datagram(ctx context.Context, now time.Time, d []byte, from netip.AddrPort, df *defrag, hd *holes, lim *commandLimiter, env commandEnv) {
 	if len(d) == 0 {
 		l.st.udpEmpty.Add(1)
 		return
@@ -91,6 +92,12 @@ func (l *listener) datagram(ctx context.Context, now time.Time, d []byte, from n
 	}
 	switch d[1] {
 	case packetCommand:
+		if !lim.allow(from.Addr().Unmap(), now) {
+			l.st.v0RateLimited.Add(1)
+			l.cmdLog.Warn().Stringer("from", from).Msg("plog command dropped: more than 10 a second from this source")
+			return
+		}
+		env.trusted = trusted(l.srv.trusted, from.Addr())
 		cmd, _ := runCommand(&l.st, env, d[2:])
 		if cmd.reply != nil {
 			if _, err := l.udp.WriteToUDPAddrPort(cmd.reply, from); err != nil {
@@ -100,8 +107,12 @@ func (l *listener) datagram(ctx context.Context, now time.Time, d []byte, from n
 		if cmd.kill {
 			l.srv.kill()
 		}
-		if cmd.refused != "" {
-			l.log.Warn().Str("command", cmd.refused).Stringer("from", from).
+		switch {
+		case cmd.untrusted:
+			l.cmdLog.Warn().Str("command", cmd.refused).Stringer("from", from).
+				Msg("plog command refused: answered to trusted (loopback) sources only")
+		case cmd.refused != "":
+			l.cmdLog.Warn().Str("command", cmd.refused).Stringer("from", from).
 				Msg("plog command refused: not enabled on this listener")
 		}
 	case packetFragment:

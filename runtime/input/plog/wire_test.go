@@ -454,6 +454,7 @@ func TestCommands(t *testing.T) {
 		snapshot: func() Snapshot { return st.snapshot("1.2.3") },
 		environ:  func() []string { return []string{"A=1"} },
 		canStop:  true,
+		trusted:  true,
 	}
 	c, known := runCommand(st, env, []byte("PingFor42\n\n"))
 	if !known || string(c.reply) != "PONGFor42\n\n" {

@@ -1,0 +1,223 @@
+package plog
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// untrustedLoopback is a trusted set that leaves 127.0.0.1 out, so the
+// test's own loopback datagrams take the path of a remote source. No traffic
+// goes to the prefix itself.
+var untrustedLoopback = []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}
+
+// TestUDPCommandsFromUntrustedSource: STAT (a reply of several KB to a 6-byte
+// request, to a source address anyone can forge) gets no answer from a
+// source outside the trusted set, nor ENVI; KILL is refused even where it is
+// enabled; PING, whose reply is smaller than its request, is answered. Each
+// refusal is counted.
+func TestUDPCommandsFromUntrustedSource(t *testing.T) {
+	var stopped atomic.Int32
+	o := Options{Listeners: []Listener{{Network: UDP, Settings: Settings{AllowENVI: ptr(true), AllowKILL: ptr(true)}}}}
+	o.Stop = func() { stopped.Add(1) }
+	o.TrustedSources = untrustedLoopback
+	h := newHarness(t, 0, o)
+	ctx := context.Background()
+	c := h.dial(0)
+	// The reader handles datagrams in order: the PONG that follows proves
+	// the three commands before it got no answer.
+	for _, cmd := range []string{"STAT", "ENVI", "KILL"} {
+		if _, err := c.conn.Write([]byte("\x00\x00" + cmd)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := c.Command(ctx, "PING", []byte("after"))
+	if err != nil || string(got) != "PONGafter" {
+		t.Fatalf("the first answer after STAT, ENVI, KILL: %q %v", got, err)
+	}
+	if stopped.Load() != 0 {
+		t.Fatal("KILL from an untrusted source stopped the daemon")
+	}
+	s := h.srv.Stats(0)
+	if s.V0UntrustedCommands != 3 {
+		t.Errorf("untrusted commands counted: %d, want 3", s.V0UntrustedCommands)
+	}
+	// The same listener answers STAT and obeys KILL from a trusted source.
+	h2 := newHarness(t, 0, Options{Listeners: []Listener{{Network: UDP, Settings: Settings{AllowKILL: ptr(true)}}},
+		Stop: func() { stopped.Add(1) }})
+	c2 := h2.dial(0)
+	if stat, err := c2.Command(ctx, "STAT", nil); err != nil || !bytes.Contains(stat, []byte(`"version"`)) {
+		t.Fatalf("STAT from loopback: %q %v", stat, err)
+	}
+	c2.conn.Write([]byte("\x00\x00KILL"))
+	h2.waitStat(0, "KILL handled", func(Snapshot) bool { return stopped.Load() == 1 })
+}
+
+// TestUDPCommandRateLimitPerSource: a source sending commands faster than the
+// bucket refills gets answers for the burst and then at the refill rate; the
+// rest are dropped and counted. Another source has a bucket of its own.
+func TestUDPCommandRateLimitPerSource(t *testing.T) {
+	h := newHarness(t, 0, udpOnly())
+	flooder := h.dial(0)
+	const n = 200
+	var replies atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		buf := make([]byte, 64)
+		for {
+			flooder.conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+			if _, err := flooder.conn.Read(buf); err != nil {
+				return
+			}
+			replies.Add(1)
+		}
+	}()
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		flooder.conn.Write([]byte("\x00\x00PING"))
+	}
+	s := h.waitStat(0, "every PING handled", func(s Snapshot) bool { return s.V0Commands+s.V0RateLimitedCommands >= n })
+	elapsed := time.Since(start)
+	allowed := commandBurst + int(elapsed.Seconds()*commandRate) + 1
+	if s.V0RateLimitedCommands == 0 || int(s.V0Commands) > allowed {
+		t.Fatalf("%d answered, %d limited in %s; at most %d may be answered", s.V0Commands, s.V0RateLimitedCommands, elapsed, allowed)
+	}
+	// A second source address (127.0.0.2) is not held back by the first
+	// one's flood.
+	other, err := net.DialUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2)}, net.UDPAddrFromAddrPort(netip.MustParseAddrPort(h.addr(0))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	other.Write([]byte("\x00\x00PING2"))
+	other.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 16)
+	if n, err := other.Read(buf); err != nil || string(buf[:n]) != "PONG2" {
+		t.Fatalf("another source: %q %v", buf[:n], err)
+	}
+	wg.Wait()
+	if int(replies.Load()) != int(s.V0Commands) {
+		t.Errorf("%d replies received for %d answered", replies.Load(), s.V0Commands)
+	}
+}
+
+// TestCommandLimiterTableBounded: a flood of (forged) sources never grows the
+// table past its bound; sources beyond it share one bucket.
+func TestCommandLimiterTableBounded(t *testing.T) {
+	lim := newCommandLimiter(8, 1, 2)
+	now := time.Unix(1000, 0)
+	allowed := 0
+	for i := 0; i < 1000; i++ {
+		a := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+		if lim.allow(a, now) {
+			allowed++
+		}
+	}
+	if len(lim.buckets) > 8 {
+		t.Fatalf("table grew to %d entries", len(lim.buckets))
+	}
+	// 8 sources with a bucket each (one command each), the rest sharing one
+	// bucket of 2.
+	if allowed != 8+2 {
+		t.Fatalf("%d allowed", allowed)
+	}
+	// Idle entries are recycled once their bucket is full again.
+	later := now.Add(10 * time.Second)
+	if !lim.allow(netip.MustParseAddr("10.9.9.9"), later) {
+		t.Fatal("a new source after the others went idle was refused")
+	}
+}
+
+// TestTCPConnectionsPerSource: one source holds at most
+// MaxConnectionsPerSource connections; one more is closed at once and
+// counted, and the connections it already has are served.
+func TestTCPConnectionsPerSource(t *testing.T) {
+	h := newHarness(t, 0, tcpOnly(Settings{MaxConnectionsPerSource: 3}))
+	var conns []net.Conn
+	for i := 0; i < 3; i++ {
+		c, err := net.Dial("tcp", h.addr(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns = append(conns, c)
+	}
+	h.waitStat(0, "three connections", func(s Snapshot) bool { return s.TCPConnections == 3 })
+	extra, err := net.Dial("tcp", h.addr(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Close()
+	extra.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := extra.Read(make([]byte, 1)); err != io.EOF && !isReset(err) {
+		t.Fatalf("a fourth connection from the same source: %v", err)
+	}
+	s := h.waitStat(0, "refusal counted", func(s Snapshot) bool { return s.TCPRefusedPerSource == 1 })
+	if s.TCPConnections != 3 {
+		t.Fatalf("connections %d", s.TCPConnections)
+	}
+	conns[2].Write(append(canonical("kept"), '\n'))
+	h.events(1)
+	// A closed connection frees its place.
+	conns[0].Close()
+	h.waitStat(0, "a place freed", func(s Snapshot) bool { return s.TCPConnections == 2 })
+	again, err := net.Dial("tcp", h.addr(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	again.Write(append(canonical("again"), '\n'))
+	h.events(2)
+}
+
+// syncWriter collects log lines from several goroutines.
+type syncWriter struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// TestRefusedCommandsLogSampled: a stream of refused commands is counted in
+// full and logged a few times only.
+func TestRefusedCommandsLogSampled(t *testing.T) {
+	logs := &syncWriter{}
+	o := udpOnly()
+	o.TrustedSources = untrustedLoopback
+	h := newHarness(t, 0, o)
+	h.srv.log = zerolog.New(logs) // after newHarness, which gives a Nop logger
+	for _, l := range h.srv.listeners {
+		l.log = h.srv.log
+		l.cmdLog = sampledCommandLog(h.srv.log)
+	}
+	c := h.dial(0)
+	const n = 12 // within one source's burst: refused, not rate-limited
+	for i := 0; i < n; i++ {
+		c.conn.Write([]byte("\x00\x00KILL"))
+	}
+	h.waitStat(0, "every KILL refused", func(s Snapshot) bool { return s.V0UntrustedCommands == n })
+	if lines := strings.Count(logs.String(), "plog command"); lines == 0 || lines > 5 {
+		t.Fatalf("%d log lines for %d refusals:\n%s", lines, n, logs.String())
+	}
+}
