@@ -75,6 +75,7 @@ type daemon struct {
 	exit    func(code int)
 
 	stopping atomic.Bool
+	notify   *notifier
 	p        parts
 	probes   *probes
 	ln       net.Listener
@@ -90,6 +91,7 @@ func runDaemon(cfg *Config, base zerolog.Logger, b buildInfo) error {
 	d := &daemon{
 		cfg: cfg, base: base, log: component(base, "main"), reg: reg,
 		metrics: newDaemonMetrics(reg), build: b, signals: sig, exit: os.Exit,
+		notify: newNotifier(component(base, "main")),
 	}
 	return d.run(context.Background())
 }
@@ -212,18 +214,35 @@ func (d *daemon) run(ctx context.Context) error {
 		start(fmt.Sprintf("plog[%d] %s", i, d.cfg.Plog[i].Address), in)
 	}
 	d.log.Info().Str("http_addr", d.ln.Addr().String()).Msg("started")
+	// systemd (Type=notify): READY=1 once the broker session consumes (the
+	// outbox is open since step 1); WATCHDOG=1 while /livez would pass.
+	go d.notify.ready(sampleCtx, func() error {
+		if err := ob.Healthy(); err != nil {
+			return err
+		}
+		if r, ok := cons.(readyPart); ok {
+			return r.Ready()
+		}
+		return nil
+	})
+	go d.notify.pingWatchdog(sampleCtx, d.probes.live.check)
 
 	// Run until a signal or a part that failed for good.
 	var runErr error
 	select {
 	case s := <-d.signals:
+		// Not ready from the first signal on: a load balancer or Kubernetes
+		// stops sending before the inputs are even cancelled.
+		d.stopping.Store(true)
+		d.notify.stopping()
 		d.log.Info().Str("signal", s.String()).Dur("budget", d.cfg.StopTimeout).
 			Msg("stopping: no new deliveries; finishing in-flight ones, then flushing the outbox (a second signal exits at once)")
 	case r := <-done:
 		runErr = fmt.Errorf("%s: %w", r.name, r.err)
 		d.log.Error().Err(runErr).Msg("stopping after a failure")
+		d.stopping.Store(true)
+		d.notify.stopping()
 	}
-	d.stopping.Store(true)
 	d.metrics.stopping.Set(1)
 	go func() {
 		if s, ok := <-d.signals; ok {
