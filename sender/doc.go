@@ -19,7 +19,8 @@
 //	             back off when it is absent
 //	401, 403     keep the events, retry every AuthRetryInterval (or as soon
 //	             as the token file changes), log an error, Ready != nil
-//	other        back off exponentially with jitter up to BackoffMax
+//	other        back off: a wait uniform in [0, step] (full jitter), the
+//	             step doubling from BackoffBase to BackoffMax
 //
 // After a 413 the limit grows back gradually: by a quarter after every
 // few full batches that succeed, never straight to BatchMax, and not past

@@ -1,6 +1,7 @@
 package sender
 
 import (
+	"math/rand/v2"
 	"net/http"
 	"strings"
 	"testing"
@@ -25,25 +26,31 @@ func TestParseRetryAfter(t *testing.T) {
 	}
 }
 
+// The backoff is full jitter: every wait lies in [0, step], the step doubling
+// from BackoffBase to BackoffMax; over many draws the waits fill the step.
 func TestBackoffGrowsWithJitterToCap(t *testing.T) {
-	s := &Sender{opts: Options{BackoffBase: 100 * time.Millisecond, BackoffMax: 2 * time.Second}}
-	var prevMax time.Duration
+	opts := Options{BackoffBase: 100 * time.Millisecond, BackoffMax: 2 * time.Second}
+	s := &Sender{opts: opts, jitter: rand.New(rand.NewPCG(3, 4))}
 	for i := range 40 {
-		d := s.backoff()
-		ceil := min(100*time.Millisecond<<i, 2*time.Second)
-		if i > 30 {
-			ceil = 2 * time.Second
+		ceil := 2 * time.Second
+		if i < 5 {
+			ceil = 100 * time.Millisecond << i
 		}
-		if d < ceil/2 || d > ceil {
-			t.Fatalf("attempt %d: %v outside [%v, %v]", i, d, ceil/2, ceil)
+		var lo, hi time.Duration = ceil, 0
+		for range 400 {
+			s.failures = i
+			d := s.backoff()
+			if d < 0 || d > ceil {
+				t.Fatalf("attempt %d: %v outside [0, %v]", i, d, ceil)
+			}
+			lo, hi = min(lo, d), max(hi, d)
 		}
-		prevMax = max(prevMax, d)
-	}
-	if prevMax > 2*time.Second {
-		t.Fatalf("backoff passed the cap: %v", prevMax)
+		if lo > ceil/10 || hi < ceil*9/10 {
+			t.Errorf("attempt %d: waits span [%v, %v] of [0, %v]", i, lo, hi, ceil)
+		}
 	}
 	// Jitter: two senders at the same attempt do not wait the same.
-	a, b := &Sender{opts: s.opts}, &Sender{opts: s.opts}
+	a, b := &Sender{opts: opts}, &Sender{opts: opts}
 	same := 0
 	for range 20 {
 		if a.backoff() == b.backoff() {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -18,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/backoff"
 	"github.com/tally-billing/tally-openstack-collector/internal/redact"
 	"github.com/tally-billing/tally-openstack-collector/internal/tokenfile"
 )
@@ -68,8 +68,8 @@ type Options struct {
 	MaxEventBytes     int           // an event larger than this refused alone with 413 is set aside at once; default 64 KiB
 	RequestTimeout    time.Duration // per POST; default 30s
 	IdleInterval      time.Duration // poll interval while the store is empty; default 200ms
-	BackoffBase       time.Duration // first backoff after a failure; default 500ms
-	BackoffMax        time.Duration // backoff cap; default 60s
+	BackoffBase       time.Duration // first backoff step after a failure; default 500ms
+	BackoffMax        time.Duration // backoff step cap; default 60s (each wait is uniform in [0, step])
 	AuthRetryInterval time.Duration // retry interval while the token is refused; default 30s
 	MaxRetryAfter     time.Duration // cap on a Retry-After; default 10m
 
@@ -95,12 +95,13 @@ type Sender struct {
 	log      zerolog.Logger
 	token    *tokenfile.Source
 
-	mu       sync.Mutex // one delivery at a time (Run, Flush)
-	batch    int        // current batch limit
-	ceiling  int        // smallest size refused with 413 since; 0: none
-	streak   int        // consecutive full batches delivered at the current limit
-	failures int        // consecutive failures, for the backoff
-	lastPost time.Time  // when the last POST began; zero: none yet
+	mu       sync.Mutex     // one delivery at a time (Run, Flush)
+	batch    int            // current batch limit
+	ceiling  int            // smallest size refused with 413 since; 0: none
+	streak   int            // consecutive full batches delivered at the current limit
+	failures int            // consecutive failures, for the backoff
+	jitter   backoff.Source // nil: math/rand/v2; tests seed their own
+	lastPost time.Time      // when the last POST began; zero: none yet
 	refusal  refusalState
 
 	y yieldState // Run's goroutine only
@@ -449,16 +450,14 @@ func (s *Sender) grow(n int) {
 	s.m.batchLimit.Set(float64(s.batch))
 }
 
-// backoff returns the next wait after a failure: exponential from
-// BackoffBase, capped at BackoffMax, with jitter over its upper half.
+// backoff returns the next wait after a failure (internal/backoff): full
+// jitter, uniform in [0, step], the step doubling from BackoffBase with each
+// consecutive failure up to BackoffMax.
 func (s *Sender) backoff() time.Duration {
-	d := s.opts.BackoffBase << min(s.failures, 30)
-	if d <= 0 || d > s.opts.BackoffMax {
-		d = s.opts.BackoffMax
-	}
+	p := backoff.Policy{Min: s.opts.BackoffBase, Max: s.opts.BackoffMax, Jitter: true, Rand: s.jitter}
+	d := p.Delay(s.failures)
 	s.failures++
-	half := d / 2
-	return half + time.Duration(rand.Int64N(int64(half)+1))
+	return d
 }
 
 type answer struct {

@@ -12,6 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/backoff"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
@@ -127,12 +128,13 @@ func (c *Consumer) Backlogged() bool {
 func (c *Consumer) sinceEpoch() int64 { return max(int64(time.Since(c.epoch)), 1) }
 
 // Run consumes until ctx is done, reconnecting forever with capped exponential
-// backoff and jitter. It returns nil when ctx is done.
+// backoff and full jitter (a delay uniform in [0, step], the step doubling
+// from ReconnectMin to ReconnectMax). It returns nil when ctx is done.
 func (c *Consumer) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: run called twice", ErrOptions)
 	}
-	bo := backoff{min: c.opts.ReconnectMin, max: c.opts.ReconnectMax, jitter: true}
+	bo := c.opts.reconnectBackoff()
 	for {
 		consumed, err := c.session(ctx)
 		if ctx.Err() != nil {
@@ -141,9 +143,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 		c.setReady(fmt.Errorf("%w: %w", ErrNotConsuming, err))
 		if consumed {
-			bo.reset()
+			bo.Reset()
 		}
-		d := bo.next()
+		d := bo.Next()
 		ev := c.log.Warn()
 		if errors.Is(err, ErrQuorumUnsupported) || errors.Is(err, ErrQueueTypeMismatch) || errors.Is(err, ErrNoExchanges) {
 			ev = c.log.Error()
@@ -205,8 +207,8 @@ func (c *Consumer) session(ctx context.Context) (consumed bool, err error) {
 	defer s.bind.close()
 	s.missing = make(map[string]*probeState)
 	for _, m := range missing {
-		s.missing[m] = &probeState{bo: backoff{min: c.opts.ProbeMin, max: c.opts.ProbeMax}}
-		s.missing[m].next = time.Now().Add(s.missing[m].bo.next())
+		s.missing[m] = &probeState{bo: c.opts.probeBackoff()}
+		s.missing[m].next = time.Now().Add(s.missing[m].bo.Next())
 	}
 	if len(missing) > 0 {
 		log.Warn().Strs("missing", missing).Strs("present", present).
@@ -236,7 +238,7 @@ func (c *Consumer) session(ctx context.Context) (consumed bool, err error) {
 }
 
 type probeState struct {
-	bo   backoff
+	bo   *backoff.Backoff
 	next time.Time
 }
 
@@ -279,7 +281,7 @@ type sess struct {
 	probeC   <-chan time.Time
 	resumeC  <-chan time.Time // pause at the bound ends
 	refuseC  <-chan time.Time // wait after a refused insert ends
-	pauseBo  backoff
+	pauseBo  *backoff.Backoff
 	lastNack time.Time
 }
 
@@ -317,7 +319,7 @@ func (s *sess) waitAllExchanges(ctx context.Context) error {
 				s.log.Info().Str("exchange", name).Msg("exchange appeared")
 				continue
 			}
-			st.next = time.Now().Add(st.bo.next())
+			st.next = time.Now().Add(st.bo.Next())
 		}
 		s.c.m.missingExchanges.Set(float64(len(s.missing)))
 		if len(s.missing) > 0 {
@@ -386,7 +388,7 @@ func (s *sess) probeDue() error {
 			return err
 		}
 		if !ok {
-			d := st.bo.next()
+			d := st.bo.Next()
 			st.next = time.Now().Add(d)
 			s.log.Debug().Str("exchange", name).Dur("next_probe", d).Msg("exchange still missing")
 			continue

@@ -10,8 +10,10 @@
 //
 // # Session
 //
-// Run loops over sessions forever, with capped exponential backoff and jitter
-// between them (Options.ReconnectMin..ReconnectMax), until its context ends.
+// Run loops over sessions forever, with capped exponential backoff and full
+// jitter between them (a wait uniform in [0, step], the step doubling from
+// Options.ReconnectMin to ReconnectMax; internal/backoff), until its context
+// ends.
 // One session is one connection:
 //
 //  1. Dial the endpoints of TRANSPORT_URL in order (oslo's rabbit:// form may

@@ -85,8 +85,8 @@ func Dump(ctx context.Context, opts Options, w io.Writer) error {
 
 	probes := make(map[string]*probeState, len(missing))
 	for _, m := range missing {
-		st := &probeState{bo: backoff{min: opts.ProbeMin, max: opts.ProbeMax}}
-		st.next = time.Now().Add(st.bo.next())
+		st := &probeState{bo: opts.probeBackoff()}
+		st.next = time.Now().Add(st.bo.Next())
 		probes[m] = st
 	}
 	tick := time.NewTicker(opts.ProbeMin)
@@ -108,7 +108,7 @@ func Dump(ctx context.Context, opts Options, w io.Writer) error {
 					return err
 				}
 				if !ok {
-					st.next = time.Now().Add(st.bo.next())
+					st.next = time.Now().Add(st.bo.Next())
 					continue
 				}
 				if _, err := b.bindExchange(name); err != nil {

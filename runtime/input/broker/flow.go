@@ -131,7 +131,7 @@ func (s *sess) loop(ctx context.Context) error {
 			s.probeT.Stop()
 		}
 	}()
-	s.pauseBo = backoff{min: s.c.opts.PauseMin, max: s.c.opts.PauseMax}
+	s.pauseBo = s.c.opts.pauseBackoff()
 	s.startFlow()
 	defer s.stopFlow()
 	defer func() {
@@ -365,7 +365,7 @@ func (s *sess) ack(b *batch) error {
 		s.maxTag = 0
 	}
 	s.c.m.acked.Add(float64(b.n))
-	s.pauseBo.reset()
+	s.pauseBo.Reset()
 	return nil
 }
 
@@ -431,7 +431,7 @@ func (s *sess) pause() error {
 	if err := s.nackHeld(n); err != nil {
 		return err
 	}
-	d := s.pauseBo.next()
+	d := s.pauseBo.Next()
 	s.c.m.paused.Set(1)
 	s.log.Warn().Int("requeued", n).Dur("pause", d).Msg("outbox at its bound; consumption paused")
 	s.resumeC = time.After(d)

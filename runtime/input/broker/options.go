@@ -77,7 +77,7 @@ type Options struct {
 	// It stays far below RabbitMQ's consumer_timeout (30 min by default).
 	CommitTimeout time.Duration
 	// Retry schedules (zero = default). Reconnect: capped exponential backoff
-	// with jitter. Probe: a missing exchange is probed again after ProbeMin,
+	// with full jitter (each wait uniform in [0, step]). Probe: a missing exchange is probed again after ProbeMin,
 	// doubling to ProbeMax. RefusedRetry: the nack interval while the outbox
 	// refuses inserts. Pause: how long consumption stops at the buffer bound
 	// before trying again (doubling to PauseMax).

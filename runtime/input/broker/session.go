@@ -4,15 +4,15 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
 	"strconv"
 	"strings"
-	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/rs/zerolog"
+	"github.com/tally-billing/tally-openstack-collector/internal/backoff"
 )
 
 // conn is one AMQP connection with the broker it reached.
@@ -194,26 +194,22 @@ func (b *binder) close() {
 	}
 }
 
-// backoff is a capped exponential schedule with full jitter in [d/2, d].
-type backoff struct {
-	min, max, cur time.Duration
-	jitter        bool
+// The retry schedules (internal/backoff). Reconnecting waits a full-jitter
+// delay, uniform in [0, step], the step doubling from ReconnectMin to
+// ReconnectMax, so many collectors cut off by one broker restart do not come
+// back together. Probes of a missing exchange and pauses at the outbox bound
+// are deterministic: the step itself, doubling to its cap.
+func (o *Options) reconnectBackoff() *backoff.Backoff {
+	return backoff.New(backoff.Policy{Min: o.ReconnectMin, Max: o.ReconnectMax, Jitter: true})
 }
 
-func (b *backoff) next() time.Duration {
-	if b.cur == 0 {
-		b.cur = b.min
-	} else {
-		b.cur = min(b.cur*2, b.max)
-	}
-	d := b.cur
-	if b.jitter && d > 1 {
-		d = d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
-	}
-	return d
+func (o *Options) probeBackoff() *backoff.Backoff {
+	return backoff.New(backoff.Policy{Min: o.ProbeMin, Max: o.ProbeMax})
 }
 
-func (b *backoff) reset() { b.cur = 0 }
+func (o *Options) pauseBackoff() *backoff.Backoff {
+	return backoff.New(backoff.Policy{Min: o.PauseMin, Max: o.PauseMax})
+}
 
 func connectionName(kind string) string {
 	h, _ := os.Hostname()

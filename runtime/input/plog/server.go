@@ -14,6 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/backoff"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
@@ -455,12 +456,17 @@ func (l *listener) commitLoop(ctx context.Context) {
 	}
 }
 
+// appendRetry is the wait between two attempts of a TCP batch the outbox
+// refused (internal/backoff): 10 ms doubling to 1 s, no jitter (the retries
+// are local; nothing else contends).
+var appendRetry = backoff.Policy{Min: 10 * time.Millisecond, Max: time.Second}
+
 // appendEvents commits one batch. UDP cannot push back, so a full or failing
 // outbox drops the batch (counted in failed_to_send and outbox_full). TCP retries
 // until the outbox takes it, which stops the workers, then the readers, then the
 // clients (back-pressure), or until the drain deadline.
 func (l *listener) appendEvents(ctx context.Context, events [][]byte, msgs int) {
-	backoff := 10 * time.Millisecond
+	retry := backoff.New(appendRetry)
 	for {
 		err := l.srv.opts.Outbox.Append(ctx, events)
 		if err == nil {
@@ -483,9 +489,8 @@ func (l *listener) appendEvents(ctx context.Context, events [][]byte, msgs int) 
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(backoff):
+		case <-time.After(retry.Next()):
 		}
-		backoff = min(2*backoff, time.Second)
 	}
 }
 

@@ -7,14 +7,20 @@ import (
 	"io"
 	"net"
 	"time"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/backoff"
 )
+
+// acceptRetry is the wait after a failed accept (out of file descriptors, say):
+// 5 ms doubling to 1 s, no jitter, back to 5 ms after a success.
+var acceptRetry = backoff.Policy{Min: 5 * time.Millisecond, Max: time.Second}
 
 // acceptTCP accepts connections up to MaxConnections, and up to
 // MaxConnectionsPerSource from one source address; one over either cap is
 // closed at once (counted in tcp_refused_connections or
 // tcp_refused_per_source) rather than left waiting.
 func (l *listener) acceptTCP(ctx context.Context) {
-	backoff := 5 * time.Millisecond
+	retry := backoff.New(acceptRetry)
 	defer func() {
 		l.closeConns()
 		for l.st.tcpConnections.Load() > 0 {
@@ -29,11 +35,10 @@ func (l *listener) acceptTCP(ctx context.Context) {
 			}
 			l.st.exceptions.Add(1)
 			l.log.Warn().Err(err).Msg("plog tcp accept failed")
-			time.Sleep(backoff)
-			backoff = min(2*backoff, time.Second)
+			time.Sleep(retry.Next())
 			continue
 		}
-		backoff = 5 * time.Millisecond
+		retry.Reset()
 		if l.st.tcpConnections.Load() >= int64(l.set.MaxConnections) {
 			l.st.tcpRefused.Add(1)
 			_ = c.Close()
