@@ -2,7 +2,7 @@
 // binary.
 //
 // The modules are built from mappers/<service> (nova, cinder, neutron,
-// glance, octavia, manila, designate), one WebAssembly
+// glance, octavia, manila, designate, swift, trove, ironic), one WebAssembly
 // module per OpenStack service (MAPPER_NAMES in mappers.mk), by `make`
 // into mappers/dist/<service>.wasm; this package embeds that directory, so a
 // binary built with `make build` needs no file beside it. A binary built

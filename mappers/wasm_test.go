@@ -146,6 +146,8 @@ func TestBuiltinHostile(t *testing.T) {
 		"nova": "compute.instance.exists", "cinder": "volume.attach.end", "neutron": "port.create.end",
 		"glance": "image.upload", "octavia": "octavia.loadbalancer.create.end",
 		"manila": "share.create.end", "designate": "dns.domain.create",
+		"swift": "objectstore.http.request", "trove": "trove.instance.exists",
+		"ironic": "baremetal.node.provision_set.end",
 	}
 	for _, s := range services {
 		for _, in := range fixture.HostileInputs(types[s]) {
@@ -195,7 +197,9 @@ func TestBuiltinUnclaimed(t *testing.T) {
 	types = append(types, "image.member.create", "volume_type.create", "capacity.backend.foo",
 		"compute_task.build_instances", "volume.usage", "port_forwarding.create.end",
 		"octavia.listener.create.end", "scheduler.select_destinations.end",
-		"dns.zone.create", "dns.zone.exists", "share_network.create.end", "dns.recordset.create")
+		"dns.zone.create", "dns.zone.exists", "share_network.create.end", "dns.recordset.create",
+		"objectstore.http.response", "dbaas.instance_create.start", "baremetal.port.create.end",
+		"baremetal.chassis.update.end")
 	sort.Strings(types)
 	for _, et := range types {
 		for name, m := range mods {
@@ -222,6 +226,9 @@ func TestBuiltinUnclaimed(t *testing.T) {
 		"share_snapshot.delete.end":                     "manila",
 		"dns.domain.update":                             "designate",
 		"dns.zone.touch":                                "designate",
+		"objectstore.http.request":                      "swift",
+		"trove.instance.modify_volume":                  "trove",
+		"baremetal.node.power_state_corrected.success":  "ironic",
 	}
 	for et, want := range claimed {
 		for name, m := range mods {

@@ -27,8 +27,10 @@ BROKER_URL="amqp://guest:guest@${BROKER_HOST}:${BROKER_PORT}/"
 QUEUE=${QUEUE:-tally-make-run}
 COUNT=${COUNT:-20} # copies of each sample notification
 # The services whose samples are published (examples/run/notifications/<service>).
-SERVICES=(nova cinder neutron glance octavia manila designate)
-EXCHANGES=nova,neutron,openstack,glance,octavia,designate
+SERVICES=(nova cinder neutron glance octavia manila designate swift trove ironic)
+EXCHANGES=nova,neutron,openstack,glance,octavia,designate,swift,trove,ironic
+# ironic publishes on a topic of its own (docs/events.md, ironic).
+TOPICS=notifications,ironic_versioned_notifications
 GO=${GO:-go}
 
 say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
@@ -110,14 +112,17 @@ else
 fi
 # service -> exchange (cinder and manila publish on oslo's default exchange, openstack)
 declare -A EXCHANGE=([nova]=nova [cinder]=openstack [neutron]=neutron [glance]=glance [octavia]=octavia
-	[manila]=openstack [designate]=designate)
+	[manila]=openstack [designate]=designate [swift]=swift [trove]=trove [ironic]=ironic)
 declare -A PUBLISHER_ID=([nova]=compute.host1 [cinder]=volume.host1 [neutron]=network.controller1 [glance]=image.localhost
-	[octavia]=octavia-worker.controller1 [manila]=share.host1 [designate]=central.host1)
+	[octavia]=octavia-worker.controller1 [manila]=share.host1 [designate]=central.host1
+	[swift]=ceilometermiddleware [trove]=taskmanager.host1 [ironic]=ironic-conductor.host1)
+declare -A TOPIC=([ironic]=ironic_versioned_notifications)
 
 publish() { # service count files...
 	local svc=$1 count=$2
 	shift 2
 	"${PUBLISHER[@]}" --url "$PUBLISHER_URL" --exchange "${EXCHANGE[$svc]}" \
+		--topic "${TOPIC[$svc]:-notifications}" \
 		--publisher-id "${PUBLISHER_ID[$svc]}" --count "$count" "$@"
 }
 
@@ -138,6 +143,7 @@ note "The default, a quorum queue with x-delivery-limit -1, needs RabbitMQ 4.0 o
 note "older brokers read -1 as a limit and would drop a message on its first requeue."
 TALLY_OSC_TRANSPORT_URL=$BROKER_URL \
 TALLY_OSC_EXCHANGES=$EXCHANGES \
+TALLY_OSC_TOPICS=$TOPICS \
 TALLY_OSC_QUEUE=$QUEUE \
 TALLY_OSC_QUEUE_TYPE=classic \
 TALLY_OSC_BUFFER_PATH="$RUN_DIR/outbox" \
