@@ -105,6 +105,7 @@ func (o *Outbox) setDeadLetters(txn *badger.Txn, letters []DeadLetter) (uint64, 
 func (o *Outbox) deadLettersCommitted(last uint64) {
 	o.deadCount.Add(int64(last - o.lastDead))
 	o.lastDead = last
+	o.witnessed(0, last)
 }
 
 // DeadLetterCount is the number of dead letters held.

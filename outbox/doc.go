@@ -77,6 +77,21 @@
 //     where a full disk would surface as a fatal SIGBUS instead of an error;
 //     the reserve keeps the store from ever reaching that point.
 //
+// # Files and damage
+//
+// The directory is 0700 and its files 0600 whatever the umask (see Open).
+// Beside Badger's files, the outbox keeps COMMITTED: the highest event and
+// dead-letter sequences committed, written in place after every commit
+// (not synced; it only ever lags the store). At Open, a store whose
+// sequences are below it, with a hole between the cursor and the last
+// event, or with a dead letter in the value log that fails its checksum,
+// lost acknowledged data that Badger dropped without an error (it replays
+// its write-ahead log only up to the first bad entry). Open then answers
+// ErrCorrupt naming docs/outbox.md, "When the store is damaged", unless the
+// operator created ACCEPT-DAMAGE in the directory: then the unreadable dead
+// letters are removed, the missing events counted in
+// tally_collector_outbox_damaged_events_total, and the store used as it is.
+//
 // # Draining
 //
 // The sender calls Peek(ctx, n) for the n oldest events and their first and

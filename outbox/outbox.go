@@ -91,6 +91,8 @@ type Outbox struct {
 	healthMu  sync.Mutex
 	healthErr error
 
+	wit *witness // the sequences committed, kept beside the store
+
 	closed    atomic.Bool
 	reclaimCh chan struct{}
 	done      chan struct{}
@@ -163,6 +165,10 @@ func badgerOptions(o Options) badger.Options {
 	// Verify every table when it is opened. (Block-level verification is not
 	// used: a failed block read ends an iteration early without an error.)
 	bo.ChecksumVerificationMode = options.OnTableRead
+	// Values too large for the tree (only dead letters of large bodies) live
+	// in the value log; a read checks them, so a damaged one is an error
+	// instead of short bytes.
+	bo.VerifyValueChecksum = true
 	bo.DetectConflicts = false
 	return bo
 }
@@ -221,16 +227,29 @@ func Open(opts Options) (*Outbox, error) {
 		reclaimCh: make(chan struct{}, 1),
 		done:      make(chan struct{}),
 	}
-	if err := o.load(); err != nil {
-		db.Close()
-		releaseUmask()
-		return nil, fmt.Errorf("%w: %s: %w (see docs/outbox.md, \"Recovery\")", ErrCorrupt, opts.Dir, err)
-	}
-	if err := o.register(opts.Registerer); err != nil {
+	fail := func(err error) (*Outbox, error) {
 		db.Close()
 		releaseUmask()
 		return nil, err
 	}
+	var report damageReport
+	if err := o.load(&report); err != nil {
+		return fail(fmt.Errorf("%w: %s: %w (%s)", ErrCorrupt, opts.Dir, err, docRecovery))
+	}
+	o.checkWitness(&report)
+	if err := o.register(opts.Registerer); err != nil {
+		return fail(err)
+	}
+	if len(report.problems) > 0 {
+		if err := o.acceptDamage(&report); err != nil {
+			return fail(err)
+		}
+	}
+	wit, err := openWitness(opts.Dir, o.lastSeq, o.lastDead)
+	if err != nil {
+		return fail(fmt.Errorf("outbox: %s: %w", witnessFile, err))
+	}
+	o.wit = wit
 	o.wg.Add(1)
 	go o.reclaimLoop()
 	if o.depth.Load() == 0 {
@@ -248,12 +267,14 @@ func classifyOpenError(dir string, err error) error {
 	if errors.Is(err, syscall.EWOULDBLOCK) || strings.Contains(err.Error(), "Cannot acquire directory lock") {
 		return fmt.Errorf("%w: %s is locked; another collector already uses this BUFFER_PATH: %w", ErrLocked, dir, err)
 	}
-	return fmt.Errorf("%w: cannot open %s: %w (see docs/outbox.md, \"Recovery\")", ErrCorrupt, dir, err)
+	return fmt.Errorf("%w: cannot open %s: %w (%s)", ErrCorrupt, dir, err, docRecovery)
 }
 
 // load reads the metadata and counts what is buffered. Every table touched
-// is verified against its checksums.
-func (o *Outbox) load() error {
+// is verified against its checksums. Events missing between the cursor and
+// the last sequence, and dead letters whose value cannot be read, are added
+// to report.
+func (o *Outbox) load(report *damageReport) error {
 	return o.db.View(func(txn *badger.Txn) error {
 		old := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefixOldEvent}})
 		old.Rewind()
@@ -307,6 +328,15 @@ func (o *Outbox) load() error {
 			}
 			unreadable = 0
 		}
+		// expect is the first sequence the next live segment must start at
+		// (or before); 0 after an unreadable header, whose end is unknown.
+		expect := head
+		gap := func(first uint64) {
+			if expect != 0 && first > expect {
+				report.add("events %d..%d are missing", expect, first-1)
+				report.missing += int64(first - expect)
+			}
+		}
 		for it.Seek(seqKey(prefixEvent, 1)); it.Valid(); it.Next() {
 			item := it.Item()
 			first := binary.BigEndian.Uint64(item.Key()[1:])
@@ -320,6 +350,10 @@ func (o *Outbox) load() error {
 			})
 			if errors.Is(err, errSegment) {
 				o.log.Error().Err(err).Msg("an outbox segment header cannot be read; it will be set aside when the sender reaches it")
+				if first >= head {
+					gap(first)
+				}
+				expect = 0
 				unreadable = first
 				if headSeg == 0 {
 					headSeg = first
@@ -338,6 +372,8 @@ func (o *Outbox) load() error {
 			if last < head {
 				continue // delivered; deleted with the cursor's move, so not expected
 			}
+			gap(first)
+			expect = last + 1
 			if headSeg == 0 {
 				headSeg = first
 				head = max(head, first)
@@ -346,6 +382,9 @@ func (o *Outbox) load() error {
 			size += seg.bytesFrom(head)
 		}
 		it.Close()
+		if unreadable == 0 {
+			gap(o.lastSeq + 1)
+		}
 		countUnreadable(o.lastSeq + 1)
 		if headSeg == 0 { // empty: the cursor starts after the last sequence ever used
 			head = max(head, o.lastSeq+1)
@@ -358,12 +397,22 @@ func (o *Outbox) load() error {
 
 		dit := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefixDead}})
 		var dead int64
+		threshold := badgerOptions(o.opts).ValueThreshold
 		for dit.Rewind(); dit.Valid(); dit.Next() {
-			seq := binary.BigEndian.Uint64(dit.Item().Key()[1:])
+			item := dit.Item()
+			seq := binary.BigEndian.Uint64(item.Key()[1:])
 			if seq > o.lastDead {
 				o.lastDead = seq
 			}
 			dead++
+			// A value too large for the tree is in the value log, whose
+			// damage the tables' checksums do not cover: read it now.
+			if item.ValueSize() >= threshold-64 {
+				if _, err := decodeDead(item); err != nil {
+					report.add("dead letter %d cannot be read (%v)", seq, err)
+					report.badDead = append(report.badDead, item.KeyCopy(nil))
+				}
+			}
 		}
 		dit.Close()
 		o.deadCount.Store(dead)
@@ -477,6 +526,7 @@ func (o *Outbox) Append(ctx context.Context, events [][]byte) error {
 			return err
 		}
 		o.lastSeq = seq
+		o.witnessed(seq, 0)
 		o.depth.Add(int64(seq - committed))
 		o.bytes.Add(size - committedSize)
 		committed, committedSize = seq, size
@@ -530,6 +580,13 @@ func (o *Outbox) Append(ctx context.Context, events [][]byte) error {
 	}
 	o.setHealth(nil)
 	return nil
+}
+
+// witnessed records committed sequences in the witness file.
+func (o *Outbox) witnessed(seq, dead uint64) {
+	if err := o.wit.committed(seq, dead); err != nil {
+		o.log.Warn().Err(err).Msg("the record of committed sequences could not be written; damage to the store may go unnoticed at the next start")
+	}
 }
 
 // txnEntryOverhead approximates what Badger counts per entry beyond its key and
@@ -958,6 +1015,12 @@ func (o *Outbox) Close() error {
 	o.writeMu.Lock()
 	defer o.writeMu.Unlock()
 	err := o.db.Close()
+	if err == nil {
+		// After the store closed, so that it is never ahead of it.
+		err = o.wit.close()
+	} else {
+		o.wit.close()
+	}
 	releaseUmask()
 	if err != nil {
 		return fmt.Errorf("outbox: close %s: %w", o.dir, err)
