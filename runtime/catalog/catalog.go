@@ -85,6 +85,19 @@ type Options struct {
 	// directory as it stands is the configuration at every start. See the
 	// package documentation, "Restarts".
 	State StateStore
+	// Replica names this collector among the replicas of one deployment (the
+	// daemon's REPLICA_NAME). It signs the decisions handed to OnDecision,
+	// and ApplyDecision ignores the decisions signed with it: its own, come
+	// back. "" for a collector that shares no decisions.
+	Replica string
+	// OnDecision, when set, is called after an operator's Promote or Abort
+	// took effect here, with the decision as the other replicas should
+	// apply it (see ApplyDecision). It runs on the caller's goroutine
+	// without the catalogue's locks and may block for the ctx of the call.
+	// nil error: the decision is on its way to the other replicas; an
+	// error: it is not yet (the hook's owner keeps it and tries again), and
+	// Promote and Abort say so in MigrationOutcome.Replicas.
+	OnDecision func(ctx context.Context, d Decision) error
 	// BuiltinOptions and DropInOptions are passed to Engine.Load.
 	BuiltinOptions []runtime.ModuleOption
 	DropInOptions  []runtime.ModuleOption
@@ -142,6 +155,9 @@ type Catalog struct {
 	saved     *savedState
 	lastSaved []byte
 	scanned   bool
+	// deferred are the decisions of other replicas waiting for their
+	// candidate, oldest first (decision.go); saved with the decisions.
+	deferred []Decision
 
 	retiring sync.WaitGroup
 }
@@ -225,7 +241,7 @@ func (c *Catalog) start(ctx context.Context) error {
 	}
 	c.mu.Lock()
 	c.saved = nil
-	c.save()
+	_ = c.save() // logged
 	c.mu.Unlock()
 	return nil
 }
@@ -282,7 +298,7 @@ func (c *Catalog) publish() {
 		c.closeRetired(ld)
 	}
 	c.pending = nil
-	c.save()
+	_ = c.save() // logged; the next change tries again
 }
 
 // retire schedules a replaced drop-in module to be closed once the next
@@ -399,6 +415,9 @@ func (c *Catalog) place(ld *loaded, initial bool, res *ReloadResult) {
 	s := c.slots[name]
 	role := "active"
 	defer func() {
+		if r := c.applyDeferred(name, ld); r != "" {
+			role += "; " + r
+		}
 		res.Loaded = append(res.Loaded, fmt.Sprintf("%s (%s): %s", ld.mod.ID(), ld.file, role))
 		c.log.Info().Str("mapper", ld.mod.ID()).Str("file", ld.file).Str("role", role).Msg("mapper loaded")
 	}()
@@ -678,41 +697,77 @@ func (c *Catalog) loadDropIn(ctx context.Context, f found, ct content) (*loaded,
 
 // Promote makes the candidate of the module name active; the previous active
 // module finishes its calls in flight and is freed (a built-in stays loaded as
-// the fallback of its name).
+// the fallback of its name). With Options.OnDecision the decision is then
+// handed over for the other replicas, and the outcome says whether it left
+// (MigrationOutcome.Replicas).
 func (c *Catalog) Promote(ctx context.Context, name string) (MigrationOutcome, error) {
-	if err := ctx.Err(); err != nil {
-		return MigrationOutcome{}, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	s, err := c.migrating(name)
-	if err != nil {
-		return MigrationOutcome{}, err
-	}
-	cand := s.mig.cand
-	c.replaceActive(s, cand, "superseded: "+cand.mod.ID()+" was promoted")
-	c.endMigration(s, "promoted", "")
-	c.publish()
-	return *s.last, nil
+	return c.decide(ctx, DecisionPromote, name)
 }
 
 // Abort ends the migration of the module name: the candidate is freed and its
 // file parked until its content changes. The active module is unaffected.
+// With Options.OnDecision the decision is handed over as with Promote.
 func (c *Catalog) Abort(ctx context.Context, name string) (MigrationOutcome, error) {
+	return c.decide(ctx, DecisionAbort, name)
+}
+
+// decide carries out an operator's promote or abort here, then hands the
+// decision to Options.OnDecision without holding a lock.
+func (c *Catalog) decide(ctx context.Context, action, name string) (MigrationOutcome, error) {
 	if err := ctx.Err(); err != nil {
 		return MigrationOutcome{}, err
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	s, err := c.migrating(name)
 	if err != nil {
+		c.mu.Unlock()
 		return MigrationOutcome{}, err
 	}
-	cf := s.mig.cand.file
-	c.endMigration(s, "aborted", "")
-	c.park(cf, "migration aborted; remove the file")
+	cand := s.mig.cand
+	d := Decision{Action: action, Module: name, Candidate: cand.mod.ID(), SHA256: cand.sha,
+		By: c.opts.Replica, At: time.Now().UTC()}
+	if action == DecisionPromote {
+		c.promoteCandidate(s, "")
+	} else {
+		c.abortCandidate(s, "")
+	}
+	// An operator's decision here is newer than any decision of another
+	// replica still waiting for its candidate.
+	c.supersedeDeferred(d)
 	c.publish()
-	return *s.last, nil
+	out := *s.last
+	c.mu.Unlock()
+	if c.opts.OnDecision == nil {
+		return out, nil
+	}
+	if err := c.opts.OnDecision(ctx, d); err != nil {
+		out.Replicas, out.ReplicasError = ReplicasPending, err.Error()
+		c.log.Warn().Err(err).Str("mapper", name).Str("candidate", d.Candidate).Str("action", action).
+			Msg("mapper decision in effect on this replica only for now; it is sent to the other replicas once the broker confirms it")
+		return out, nil
+	}
+	out.Replicas = ReplicasShared
+	return out, nil
+}
+
+// promoteCandidate makes the candidate of s active. c.mu held; the caller
+// publishes.
+func (c *Catalog) promoteCandidate(s *slot, reason string) {
+	cand := s.mig.cand
+	c.replaceActive(s, cand, "superseded: "+cand.mod.ID()+" was promoted")
+	c.endMigration(s, "promoted", reason)
+}
+
+// abortCandidate retires the candidate of s and parks its file. c.mu held;
+// the caller publishes.
+func (c *Catalog) abortCandidate(s *slot, reason string) {
+	cf := s.mig.cand.file
+	c.endMigration(s, "aborted", reason)
+	why := "migration aborted; remove the file"
+	if reason != "" {
+		why = "migration aborted (" + reason + "); remove the file"
+	}
+	c.park(cf, why)
 }
 
 func (c *Catalog) migrating(name string) (*slot, error) {
@@ -737,6 +792,8 @@ func (c *Catalog) Status() Status {
 		Generation: c.gen,
 		Dir:        c.opts.Dir,
 		Promote:    c.opts.Promote.String(),
+		Replica:    c.opts.Replica,
+		Deferred:   append([]Decision(nil), c.deferred...),
 		Reloads:    map[string]int{"ok": c.reloads["ok"], "error": c.reloads["error"]},
 	}
 	names := make([]string, 0, len(c.slots))

@@ -57,7 +57,8 @@
 // With Options.State (the daemon passes its outbox) the catalogue saves its
 // decisions after every change that alters them: per module name the
 // SHA-256 of the version in service and of the candidate shadowing it (with
-// the migration's start), and the SHA-256 and reason of every parked file.
+// the migration's start), the SHA-256 and reason of every parked file, and
+// the decisions of other replicas still deferred (see Replicas).
 // Versions are known by content, so renaming a file changes nothing. The
 // start-up scan places the drop-ins against what was saved, the version that
 // was in service first:
@@ -81,6 +82,36 @@
 // failed save is logged, and the decisions hold in memory until the next
 // change saves them. The record is a few hundred bytes and is written only
 // when a decision changes, never on the mapping path.
+//
+// # Replicas
+//
+// Several collectors may serve one deployment, each with its own drop-in
+// directory and outbox. A promote or abort is an operator's decision about
+// one candidate, which the catalogue hands, once it took effect here, to
+// Options.OnDecision as a Decision: the action, the module name, the
+// candidate's SHA-256, the replica (Options.Replica) and the time. The
+// catalogue knows nothing of how it travels; cmd gives it to the broker's
+// control link, which delivers it to every replica, and hands what it
+// receives to ApplyDecision. There:
+//
+//   - a candidate in shadow with that SHA-256 is promoted or aborted, the
+//     outcome's reason naming the replica that decided;
+//   - the replica's own decision, come back, and a decision already in
+//     effect (the version in service, or its file parked) are ignored;
+//   - a decision whose candidate is not in shadow here (the file has not
+//     arrived, or was rejected) is deferred: kept with the saved decisions,
+//     so a restart keeps it, and applied as soon as that version becomes a
+//     candidate here. A newer promote of a module replaces a deferred one;
+//     at most MaxDeferred wait, the oldest dropped past that;
+//   - a decision that contradicts what this replica did (promoting a version
+//     parked here, aborting the version in service here) is ignored and
+//     logged. Versions are only compared by content, so the same file under
+//     another name is the same candidate.
+//
+// An operator's decision here supersedes the deferred decisions about the
+// same candidate (and, for a promote, the deferred promotes of the module).
+// Decisions are counted in tally_collector_mapper_decisions_received_total
+// and shown, while deferred, in Status.Deferred.
 //
 // # Shadowing
 //
@@ -117,6 +148,8 @@
 //	tally_collector_mapper_last_reload_ok          1 when the last such reload took every change
 //	tally_collector_mapper_shadow_comparisons_total{mapper,result}   match, difference
 //	tally_collector_mapper_migrations              migrations in progress
+//	tally_collector_mapper_decisions_received_total{action,result}   decisions of other replicas: applied, deferred, ignored
+//	tally_collector_mapper_decisions_deferred      decisions waiting for their candidate
 //
 // # Dead letters
 //

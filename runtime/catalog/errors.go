@@ -16,6 +16,10 @@ var (
 	ErrUnauthorized = errors.New("catalog: unauthorized")
 	// ErrReplayBusy is returned by the replay route while another replay runs.
 	ErrReplayBusy = errors.New("catalog: a replay is already running")
+	// ErrNotSaved is returned by ApplyDecision when the decisions could not
+	// be saved (the outbox refused the write, or the drop-in directory was
+	// not read yet, so nothing may be saved): offer the decision again later.
+	ErrNotSaved = errors.New("catalog: decisions not saved")
 	// ErrNoDeadLetters is returned by the dead-letter routes and Client methods
 	// when the daemon serves no outbox.
 	ErrNoDeadLetters = errors.New("catalog: no dead-letter area")

@@ -7,6 +7,8 @@ type metrics struct {
 	shadow     *prometheus.CounterVec
 	migrations prometheus.Gauge
 	lastOK     prometheus.Gauge
+	decisions  *prometheus.CounterVec
+	deferred   prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -27,12 +29,25 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "tally_collector_mapper_last_reload_ok",
 			Help: "1 when the last reload of the drop-in mapper directory took every change, 0 when it rejected something or failed.",
 		}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tally_collector_mapper_decisions_received_total",
+			Help: "Promote and abort decisions of other replicas, by action (promote, abort) and result (applied, deferred, ignored); a deferred decision counts again when its candidate appears.",
+		}, []string{"action", "result"}),
+		deferred: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tally_collector_mapper_decisions_deferred",
+			Help: "Decisions of other replicas kept until their candidate reaches this one.",
+		}),
+	}
+	for _, a := range []string{DecisionPromote, DecisionAbort} {
+		for _, r := range []string{DecisionApplied, DecisionDeferred, DecisionIgnored} {
+			m.decisions.WithLabelValues(a, r)
+		}
 	}
 	m.reloads.WithLabelValues("ok")
 	m.reloads.WithLabelValues("error")
 	m.lastOK.Set(1)
 	if reg != nil {
-		reg.MustRegister(m.reloads, m.shadow, m.migrations, m.lastOK)
+		reg.MustRegister(m.reloads, m.shadow, m.migrations, m.lastOK, m.decisions, m.deferred)
 	}
 	return m
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/tally-billing/tally-openstack-collector/outbox"
@@ -21,6 +22,11 @@ type collector struct {
 	state   string
 	builtin map[string][]byte
 	promote catalog.PromoteMode
+	// replica and onDecision: see catalog.Options (decision_test.go).
+	replica    string
+	onDecision func(context.Context, catalog.Decision) error
+	reg        *prometheus.Registry // a new one at every start when set
+	handed     []catalog.Decision
 
 	ob *outbox.Outbox
 	c  *catalog.Catalog
@@ -38,7 +44,13 @@ func (k *collector) start() *catalog.Catalog {
 	}
 	k.ob = ob
 	k.t.Cleanup(func() { _ = ob.Close() })
-	k.c = newCatalog(k.t, catalog.Options{Builtin: k.builtin, Dir: k.dir, State: ob, Promote: k.promote})
+	opts := catalog.Options{Builtin: k.builtin, Dir: k.dir, State: ob, Promote: k.promote,
+		Replica: k.replica, OnDecision: k.onDecision}
+	if k.reg != nil {
+		k.reg = prometheus.NewRegistry()
+		opts.Registerer = k.reg
+	}
+	k.c = newCatalog(k.t, opts)
 	return k.c
 }
 

@@ -3,6 +3,7 @@ package catalog
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -32,6 +33,9 @@ type savedState struct {
 	// Parked maps the SHA-256 of every parked drop-in to the reason it was
 	// parked.
 	Parked map[string]string `json:"parked,omitempty"`
+	// Deferred are the decisions of other replicas whose candidate this one
+	// does not hold in shadow yet, oldest first (decision.go).
+	Deferred []Decision `json:"deferred,omitempty"`
 }
 
 type savedSlot struct {
@@ -65,16 +69,22 @@ func (c *Catalog) loadState() {
 	}
 	c.saved = &st
 	c.lastSaved = b
+	for _, d := range st.Deferred {
+		if d.check() == nil {
+			c.deferred = append(c.deferred, d)
+		}
+	}
+	c.metrics.deferred.Set(float64(len(c.deferred)))
 }
 
 // save records the decisions as they stand, if they changed since the last
 // save. It does nothing before the directory was read once (a start that
 // could not read it must not erase what the last run decided). A failed
-// save is logged; the decisions hold in memory and the next change tries
-// again. c.mu held.
-func (c *Catalog) save() {
+// save is logged and returned; the decisions hold in memory and the next
+// change tries again. c.mu held.
+func (c *Catalog) save() error {
 	if c.opts.State == nil || c.opts.Dir == "" || !c.scanned || c.closed {
-		return
+		return nil
 	}
 	st := savedState{Format: stateFormat, Names: make(map[string]savedSlot, len(c.slots))}
 	for n, s := range c.slots {
@@ -92,15 +102,20 @@ func (c *Catalog) save() {
 			st.Parked[fs.sha] = fs.reason
 		}
 	}
+	st.Deferred = c.deferred
 	b, err := json.Marshal(st)
-	if err != nil || bytes.Equal(b, c.lastSaved) {
-		return
+	if err != nil {
+		return fmt.Errorf("catalog: encode the decisions: %w", err)
+	}
+	if bytes.Equal(b, c.lastSaved) {
+		return nil
 	}
 	if err := c.opts.State.SaveRecord(stateRecord, b); err != nil {
 		c.log.Error().Err(err).Msg("could not save the mapper decisions; they hold until the collector stops, and the next change tries again")
-		return
+		return fmt.Errorf("%w: %w", ErrNotSaved, err)
 	}
 	c.lastSaved = b
+	return nil
 }
 
 // restore says how the start-up scan places a drop-in when the last run

@@ -115,7 +115,22 @@ type MigrationOutcome struct {
 	At          time.Time `json:"at"`
 	Matches     int64     `json:"matches"`
 	Differences int64     `json:"differences"`
+	// Replicas is set in the answer to an operator's Promote or Abort when
+	// the collector shares its decisions (Options.OnDecision):
+	// ReplicasShared, or ReplicasPending with the reason in ReplicasError.
+	Replicas      string `json:"replicas,omitempty"`
+	ReplicasError string `json:"replicas_error,omitempty"`
 }
+
+// Values of MigrationOutcome.Replicas.
+const (
+	// ReplicasShared: the decision is on its way to every replica (the
+	// broker confirmed it).
+	ReplicasShared = "shared"
+	// ReplicasPending: the decision is in effect on this replica only for
+	// now; it is kept and sent again until the broker confirms it.
+	ReplicasPending = "pending"
+)
 
 // ModuleStatus is everything the catalogue knows about one module name.
 type ModuleStatus struct {
@@ -169,9 +184,13 @@ type ReloadResult struct {
 
 // Status is the catalogue as the `mappers` command and GET /mappers show it.
 type Status struct {
-	Generation uint64          `json:"generation"`
-	Dir        string          `json:"dir,omitempty"`
-	Promote    string          `json:"promote"`
+	Generation uint64 `json:"generation"`
+	Dir        string `json:"dir,omitempty"`
+	Promote    string `json:"promote"`
+	Replica    string `json:"replica,omitempty"`
+	// Deferred are decisions of other replicas waiting for their candidate
+	// to reach this one, oldest first.
+	Deferred   []Decision      `json:"deferred,omitempty"`
 	Patterns   []PatternStatus `json:"patterns"`
 	Modules    []ModuleStatus  `json:"modules"`
 	Files      []FileStatus    `json:"files,omitempty"`
@@ -209,6 +228,13 @@ func (s Status) WriteText(w io.Writer) error {
 		fmt.Fprintf(w, "\n%s: %s: %s", f.File, f.State, f.Reason)
 	}
 	if len(s.Files) > 0 {
+		fmt.Fprintln(w)
+	}
+	for _, d := range s.Deferred {
+		fmt.Fprintf(w, "\ndeferred: %s %s (sha256 %s), decided on %s at %s: waiting for the file",
+			d.Action, d.Candidate, shortSHA(d.SHA256), d.By, d.At.Format(time.RFC3339))
+	}
+	if len(s.Deferred) > 0 {
 		fmt.Fprintln(w)
 	}
 	for _, c := range s.Conflicts {
