@@ -16,21 +16,24 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
 
+	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
 	"github.com/tally-billing/tally-openstack-collector/runtime/fixture"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
 
-const mapUsage = `Usage: tally-openstack-collector map [--mappers DIR] [FILE...]
+const mapUsage = `Usage: tally-openstack-collector map [--mappers DIR] [FILE|DIR...]
 
 Maps notifications offline with the built-in mappers and the drop-ins of DIR,
-as the daemon would. Input (FILEs, or stdin without any): JSON, one document
-per file or one per line; each is an AMQP body (the oslo envelope), a bare
-oslo message, or a line of --dump output. One canonical event per line on
-stdout; a summary on stderr. Exit 0 when every input was read.
+as the daemon would. Input (FILEs, the files below each DIR, or stdin without
+any): JSON, one document per file or one per line; each is an AMQP body (the
+oslo envelope), a bare oslo message, or a line of --dump output. One canonical
+event per line on stdout; on stderr a summary, in total and by service (read,
+mapped, skipped with the reason, failed). Exit 0 when every input was read.
 
 Flags:
 `
@@ -103,10 +106,8 @@ func runMap(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) i
 
 	out := bufio.NewWriter(stdout)
 	defer out.Flush()
-	var sum mapSummary
-	sum.reasons = map[string]int{}
+	sum := newMapSummary(serviceOf(ms.catalog.Status().Patterns))
 	process := func(doc []byte) {
-		sum.read++
 		msg := pipeline.Message{Body: doc}
 		var top struct {
 			Exchange    string `json:"exchange"`
@@ -117,16 +118,15 @@ func runMap(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) i
 			msg.Exchange, msg.RoutingKey = top.Exchange, top.RoutingKey
 			if top.Unparseable != nil {
 				// A --dump line for a body the dump could not read.
-				sum.count(pipeline.Unparseable, "dump_unparseable")
+				sum.count(pipeline.Result{Outcome: pipeline.Unparseable, Reason: "dump_unparseable"})
 				return
 			}
 		}
 		r := ms.pipeline.Process(ctx, msg)
-		sum.count(r.Outcome, r.Reason)
+		sum.count(r)
 		for _, e := range r.Events {
 			out.Write(e)
 			out.WriteByte('\n')
-			sum.events++
 		}
 	}
 	if fs.NArg() == 0 {
@@ -137,7 +137,12 @@ func runMap(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) i
 		}
 		splitDocuments(b, process)
 	} else {
-		for _, f := range fs.Args() {
+		files, err := inputFiles(fs.Args())
+		if err != nil {
+			fmt.Fprintf(stderr, "map: %v\n", err)
+			return 1
+		}
+		for _, f := range files {
 			b, err := os.ReadFile(f)
 			if err != nil {
 				out.Flush()
@@ -152,7 +157,44 @@ func runMap(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) i
 		return 1
 	}
 	fmt.Fprintln(stderr, sum.String())
+	_ = sum.writeByService(stderr)
 	return 0
+}
+
+// inputFiles expands the arguments of map: a file stands for itself, a
+// directory for every regular file below it whose name does not begin with
+// a dot, in lexical order.
+func inputFiles(args []string) ([]string, error) {
+	var files []string
+	for _, a := range args {
+		fi, err := os.Stat(a)
+		if err != nil {
+			return nil, err
+		}
+		if !fi.IsDir() {
+			files = append(files, a)
+			continue
+		}
+		err = filepath.WalkDir(a, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if p != a && strings.HasPrefix(d.Name(), ".") {
+				if d.IsDir() {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			if d.Type().IsRegular() {
+				files = append(files, p)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return files, nil
 }
 
 // splitDocuments calls f with the whole input when it is one JSON document,
@@ -173,42 +215,152 @@ func splitDocuments(b []byte, f func([]byte)) {
 	}
 }
 
-type mapSummary struct {
+// tally counts the outcomes of a set of inputs: all of them, or those of
+// one service.
+type tally struct {
 	read, mapped, skipped, unparseable, failed, events int
 	reasons                                            map[string]int // outcome/reason -> count
 }
 
-func (s *mapSummary) count(o pipeline.Outcome, reason string) {
-	switch o {
+func (t *tally) count(r pipeline.Result) {
+	if t.reasons == nil {
+		t.reasons = map[string]int{}
+	}
+	t.read++
+	switch r.Outcome {
 	case pipeline.Mapped:
-		s.mapped++
+		t.mapped++
+		t.events += len(r.Events)
 		return
 	case pipeline.Skipped:
-		s.skipped++
+		t.skipped++
 	case pipeline.Unparseable:
-		s.unparseable++
+		t.unparseable++
 	case pipeline.Failed:
-		s.failed++
+		t.failed++
 	}
-	s.reasons[o.String()+"/"+reason]++
+	t.reasons[r.Outcome.String()+"/"+r.Reason]++
 }
 
-func (s *mapSummary) String() string {
-	detail := func(prefix string) string {
-		var parts []string
-		for k, n := range s.reasons {
-			if r, ok := strings.CutPrefix(k, prefix+"/"); ok {
-				parts = append(parts, fmt.Sprintf("%s: %d", r, n))
-			}
+// detail lists the reasons counted under outcome prefix: " (unclaimed: 2)".
+func (t *tally) detail(prefix string) string {
+	var parts []string
+	for k, n := range t.reasons {
+		if r, ok := strings.CutPrefix(k, prefix+"/"); ok {
+			parts = append(parts, fmt.Sprintf("%s: %d", r, n))
 		}
-		if len(parts) == 0 {
-			return ""
-		}
-		sort.Strings(parts)
-		return " (" + strings.Join(parts, ", ") + ")"
 	}
+	if len(parts) == 0 {
+		return ""
+	}
+	sort.Strings(parts)
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+func (t *tally) String() string {
 	return fmt.Sprintf("read %d, mapped %d (%d events), skipped %d%s, unparseable %d%s, failed %d%s",
-		s.read, s.mapped, s.events, s.skipped, detail("skipped"), s.unparseable, detail("unparseable"), s.failed, detail("failed"))
+		t.read, t.mapped, t.events, t.skipped, t.detail("skipped"), t.unparseable, t.detail("unparseable"), t.failed, t.detail("failed"))
+}
+
+// mapSummary is the summary map prints on stderr: the total, and the same
+// counts by service, so that a capture of a cloud's traffic shows at a glance
+// which services are mapped and what is skipped, and why.
+type mapSummary struct {
+	tally
+	services map[string]*tally
+	// bySegment names the service of an event type by its first segment
+	// ("compute" -> "nova"), from the include patterns of the active modules.
+	bySegment map[string]string
+}
+
+func newMapSummary(bySegment map[string]string) *mapSummary {
+	return &mapSummary{services: map[string]*tally{}, bySegment: bySegment}
+}
+
+func (s *mapSummary) count(r pipeline.Result) {
+	s.tally.count(r)
+	key := s.service(r)
+	t := s.services[key]
+	if t == nil {
+		t = &tally{}
+		s.services[key] = t
+	}
+	t.count(r)
+}
+
+// service names the service an input belongs to: the module that mapped it
+// (or failed on it); else the module whose patterns begin with the same
+// segment as its type ("compute.metrics.update" belongs to nova, which claims
+// compute.instance.*); else the type's first segment as a family
+// ("identity.*"); "(no event type)" for an input without one.
+func (s *mapSummary) service(r pipeline.Result) string {
+	if r.Module != "" {
+		name, _, _ := strings.Cut(r.Module, "@")
+		return name
+	}
+	if r.EventType == "" {
+		return "(no event type)"
+	}
+	seg, _, _ := strings.Cut(r.EventType, ".")
+	if name, ok := s.bySegment[seg]; ok {
+		return name
+	}
+	return seg + ".*"
+}
+
+// writeByService writes one line per service, sorted by name.
+func (s *mapSummary) writeByService(w io.Writer) error {
+	keys := make([]string, 0, len(s.services))
+	for k := range s.services {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "by service:")
+	for _, k := range keys {
+		fmt.Fprintf(tw, "  %s\t%s\n", k, s.services[k].short())
+	}
+	return tw.Flush()
+}
+
+// short is String without the outcomes that did not occur (read and mapped
+// always show).
+func (t *tally) short() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "read %d, mapped %d (%d events)", t.read, t.mapped, t.events)
+	for _, o := range []struct {
+		name string
+		n    int
+	}{{"skipped", t.skipped}, {"unparseable", t.unparseable}, {"failed", t.failed}} {
+		if o.n > 0 {
+			fmt.Fprintf(&b, ", %s %d%s", o.name, o.n, t.detail(o.name))
+		}
+	}
+	return b.String()
+}
+
+// serviceOf maps the first segment of each include pattern of the active
+// modules to the module's name ("compute.instance.*" -> "compute": "nova").
+// A segment that holds a wildcard, or that two modules share, names no
+// service.
+func serviceOf(patterns []catalog.PatternStatus) map[string]string {
+	out := map[string]string{}
+	shared := map[string]bool{}
+	for _, p := range patterns {
+		seg, _, _ := strings.Cut(strings.TrimPrefix(p.Pattern, "!"), ".")
+		if seg == "" || strings.ContainsAny(seg, "*?[") || strings.HasPrefix(p.Pattern, "!") {
+			continue
+		}
+		name, _, _ := strings.Cut(p.Active, "@")
+		if prev, ok := out[seg]; ok && prev != name {
+			shared[seg] = true
+		}
+		out[seg] = name
+	}
+	for seg := range shared {
+		delete(out, seg)
+	}
+	return out
 }
 
 func runMapperTest(args, environ []string, stdout, stderr io.Writer) int {
