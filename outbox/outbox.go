@@ -16,6 +16,8 @@ import (
 	"github.com/dgraph-io/badger/v4/options"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	imetrics "github.com/tally-billing/tally-openstack-collector/internal/metrics"
 )
 
 // Defaults applied by Open to zero-valued Options fields.
@@ -442,9 +444,6 @@ func (o *Outbox) register(r prometheus.Registerer) error {
 		Help:    "Time a disk reclaim took.",
 		Buckets: prometheus.ExponentialBuckets(0.01, 4, 7),
 	})
-	if r == nil {
-		return nil
-	}
 	cs := []prometheus.Collector{
 		o.refusedFull, o.refusedIO, o.damaged, o.reclaims, o.reclaimSeconds,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -468,10 +467,8 @@ func (o *Outbox) register(r prometheus.Registerer) error {
 			Help: "Dead letters held in the outbox's dead-letter area.",
 		}, func() float64 { return float64(o.DeadLetterCount()) }),
 	}
-	for _, c := range cs {
-		if err := r.Register(c); err != nil {
-			return fmt.Errorf("outbox: register metrics: %w", err)
-		}
+	if err := imetrics.Register(r, cs...); err != nil {
+		return fmt.Errorf("outbox: %w", err)
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/backoff"
+	imetrics "github.com/tally-billing/tally-openstack-collector/internal/metrics"
 	"github.com/tally-billing/tally-openstack-collector/internal/redact"
 	"github.com/tally-billing/tally-openstack-collector/internal/tokenfile"
 )
@@ -645,13 +646,9 @@ func newMetrics() metrics {
 }
 
 func (m metrics) register(r prometheus.Registerer) error {
-	if r == nil {
-		return nil
-	}
-	for _, c := range []prometheus.Collector{m.sent, m.duplicates, m.rejected, m.setAside, m.requests, m.batchSize, m.batchLimit, m.duration, m.yielding, m.yieldSeconds} {
-		if err := r.Register(c); err != nil {
-			return fmt.Errorf("sender: register metrics: %w", err)
-		}
+	err := imetrics.Register(r, m.sent, m.duplicates, m.rejected, m.setAside, m.requests, m.batchSize, m.batchLimit, m.duration, m.yielding, m.yieldSeconds)
+	if err != nil {
+		return fmt.Errorf("sender: %w", err)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	imetrics "github.com/tally-billing/tally-openstack-collector/internal/metrics"
 	"github.com/tally-billing/tally-openstack-collector/internal/tokenfile"
 )
 
@@ -45,7 +46,7 @@ const (
 const noTokenMessage = "this route needs a control token: set TALLY_OSC_CONTROL_TOKEN or TALLY_OSC_CONTROL_TOKEN_FILE " +
 	"(the daemon listens beyond loopback, so without a token only /livez, /readyz and /metrics answer)"
 
-func newControlAuth(token *tokenfile.Source, loopback bool, log zerolog.Logger, reg prometheus.Registerer) *controlAuth {
+func newControlAuth(token *tokenfile.Source, loopback bool, log zerolog.Logger, reg prometheus.Registerer) (*controlAuth, error) {
 	a := &controlAuth{
 		token:    token,
 		loopback: loopback,
@@ -59,10 +60,10 @@ func newControlAuth(token *tokenfile.Source, loopback bool, log zerolog.Logger, 
 	for _, r := range []string{authMissing, authWrong, authNoToken} {
 		a.failures.WithLabelValues(r)
 	}
-	if reg != nil {
-		reg.MustRegister(a.failures)
+	if err := imetrics.Register(reg, a.failures); err != nil {
+		return nil, err
 	}
-	return a
+	return a, nil
 }
 
 // wrap puts the check in front of next.

@@ -87,10 +87,17 @@ func runDaemon(cfg *Config, base zerolog.Logger, b buildInfo) error {
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sig)
-	reg := newRegistry(b)
+	reg, err := newRegistry(b)
+	if err != nil {
+		return err
+	}
+	m, err := newDaemonMetrics(reg)
+	if err != nil {
+		return err
+	}
 	d := &daemon{
 		cfg: cfg, base: base, log: component(base, "main"), reg: reg,
-		metrics: newDaemonMetrics(reg), build: b, signals: sig, exit: os.Exit,
+		metrics: m, build: b, signals: sig, exit: os.Exit,
 		notify: newNotifier(component(base, "main")),
 	}
 	return d.run(context.Background())
@@ -325,7 +332,10 @@ func (d *daemon) listen(control http.Handler) error {
 		return fmt.Errorf("control token: %w", err)
 	}
 	loopback := isLoopbackAddr(d.cfg.HTTPAddr)
-	guard := newControlAuth(tok, loopback, component(d.base, "http"), d.reg)
+	guard, err := newControlAuth(tok, loopback, component(d.base, "http"), d.reg)
+	if err != nil {
+		return err
+	}
 	switch {
 	case tok == nil && loopback:
 		d.log.Warn().Str("http_addr", d.cfg.HTTPAddr).

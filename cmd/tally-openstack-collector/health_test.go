@@ -99,7 +99,15 @@ func newProbeServer(t *testing.T, threshold time.Duration, clk *fakeClock) (*htt
 		live:   newLivenessTracker(threshold, clk.now),
 		log:    zerolog.New(&syncWriter{w: &logs}),
 	}
-	srv := httptest.NewServer(newMux(p, newRegistry(buildInfo{Version: "v9.9.9", Commit: "abc"}), newControlAuth(nil, true, zerolog.Nop(), nil), nil))
+	reg, err := newRegistry(buildInfo{Version: "v9.9.9", Commit: "abc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	guard, err := newControlAuth(nil, true, zerolog.Nop(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(newMux(p, reg, guard, nil))
 	t.Cleanup(srv.Close)
 	return srv, ob, broker, snd, &logs
 }

@@ -5,23 +5,28 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	imetrics "github.com/tally-billing/tally-openstack-collector/internal/metrics"
 )
 
 // newRegistry is the registry every package registers its metrics on, with the
 // Go and process collectors and the metrics no package owns.
-func newRegistry(b buildInfo) *prometheus.Registry {
+func newRegistry(b buildInfo) (*prometheus.Registry, error) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	)
 	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "tally_collector_build_info",
 		Help: "Always 1; the labels say which build runs.",
 	}, []string{"version", "commit", "go_version"})
 	info.WithLabelValues(b.Version, b.Commit, runtime.Version()).Set(1)
-	reg.MustRegister(info)
-	return reg
+	err := imetrics.Register(reg,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		info,
+	)
+	if err != nil {
+		return nil, err
+	}
+	return reg, nil
 }
 
 // daemonMetrics are the daemon's own: its state, as seen by the probes.
@@ -30,7 +35,7 @@ type daemonMetrics struct {
 	stopping prometheus.Gauge
 }
 
-func newDaemonMetrics(reg prometheus.Registerer) *daemonMetrics {
+func newDaemonMetrics(reg prometheus.Registerer) (*daemonMetrics, error) {
 	m := &daemonMetrics{
 		ready: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tally_collector_ready",
@@ -41,8 +46,8 @@ func newDaemonMetrics(reg prometheus.Registerer) *daemonMetrics {
 			Help: "1 once a graceful stop has begun.",
 		}),
 	}
-	if reg != nil {
-		reg.MustRegister(m.ready, m.stopping)
+	if err := imetrics.Register(reg, m.ready, m.stopping); err != nil {
+		return nil, err
 	}
-	return m
+	return m, nil
 }

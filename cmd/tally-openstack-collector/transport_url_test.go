@@ -20,7 +20,10 @@ func TestTransportURLValidationAgreesWithTheBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ob.Close() })
-	p := pipeline.New(pipeline.Options{Logger: zerolog.Nop()})
+	p, err := pipeline.New(pipeline.Options{Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		url, password string
 	}{

@@ -117,11 +117,15 @@ func loadMappers(ctx context.Context, cfg *Config, base zerolog.Logger, reg prom
 		return nil, err
 	}
 	ms.catalog = cat
-	ms.pipeline = pipeline.New(pipeline.Options{
+	ms.pipeline, err = pipeline.New(pipeline.Options{
 		Router:     cat,
 		Logger:     component(base, "pipeline"),
 		Registerer: reg,
 	})
+	if err != nil {
+		_ = ms.Close(ctx)
+		return nil, err
+	}
 	// A plog listener's chain names modules; each name stands for whichever
 	// version the catalogue has active at the moment of a call, so chains
 	// follow hot reloads and promotions.

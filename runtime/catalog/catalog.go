@@ -186,6 +186,10 @@ func New(ctx context.Context, opts Options) (*Catalog, error) {
 	if err := c.start(ctx); err != nil {
 		return nil, err
 	}
+	if err := c.metrics.register(opts.Registerer); err != nil {
+		_ = c.Close(ctx)
+		return nil, fmt.Errorf("catalog: %w", err)
+	}
 	return c, nil
 }
 
@@ -202,7 +206,7 @@ func newCatalog(opts Options) *Catalog {
 	return &Catalog{
 		opts:    opts,
 		log:     opts.Logger,
-		metrics: newMetrics(opts.Registerer),
+		metrics: newMetrics(),
 		slots:   map[string]*slot{},
 		files:   map[string]*fileState{},
 		reloads: map[string]int{},

@@ -35,7 +35,10 @@ func Example() {
 	}
 	defer cat.Close(ctx)
 	// go cat.Run(ctx) would follow the directory; here it is reloaded by hand.
-	p := pipeline.New(pipeline.Options{Router: cat})
+	p, err := pipeline.New(pipeline.Options{Router: cat})
+	if err != nil {
+		panic(err)
+	}
 
 	_ = os.WriteFile(dir+"/echo.wasm", v2, 0o644)
 	cat.Reload(ctx)

@@ -134,7 +134,11 @@ func newCatalog(t testing.TB, opts catalog.Options) *catalog.Catalog {
 }
 
 func newPipeline(c *catalog.Catalog) *pipeline.Pipeline {
-	return pipeline.New(pipeline.Options{Router: c, Logger: zerolog.Nop()})
+	p, err := pipeline.New(pipeline.Options{Router: c, Logger: zerolog.Nop()})
+	if err != nil {
+		panic(err) // no registry: cannot fail
+	}
+	return p
 }
 
 // body is an oslo messagingv2 envelope around a notification.

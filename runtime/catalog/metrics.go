@@ -1,6 +1,10 @@
 package catalog
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	imetrics "github.com/tally-billing/tally-openstack-collector/internal/metrics"
+)
 
 type metrics struct {
 	reloads    *prometheus.CounterVec
@@ -11,7 +15,7 @@ type metrics struct {
 	deferred   prometheus.Gauge
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics() *metrics {
 	m := &metrics{
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tally_collector_mapper_reloads_total",
@@ -46,8 +50,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.reloads.WithLabelValues("ok")
 	m.reloads.WithLabelValues("error")
 	m.lastOK.Set(1)
-	if reg != nil {
-		reg.MustRegister(m.reloads, m.shadow, m.migrations, m.lastOK, m.decisions, m.deferred)
-	}
 	return m
+}
+
+// register registers the metrics on reg (nil: nowhere), all or none.
+func (m *metrics) register(reg prometheus.Registerer) error {
+	return imetrics.Register(reg, m.reloads, m.shadow, m.migrations, m.lastOK, m.decisions, m.deferred)
 }

@@ -14,7 +14,10 @@ import (
 func BenchmarkProcess(b *testing.B) {
 	e := engine(b)
 	nova := module(b, e, "mappers/dist/nova.wasm")
-	p := pipeline.New(pipeline.Options{Router: pipeline.Chain{nova}, Logger: zerolog.Nop()})
+	p, err := pipeline.New(pipeline.Options{Router: pipeline.Chain{nova}, Logger: zerolog.Nop()})
+	if err != nil {
+		b.Fatal(err)
+	}
 	msg := pipeline.Message{Body: body(b, "v2_nova_exists.body"), Exchange: "nova", RoutingKey: "notifications.info"}
 	ctx := context.Background()
 	if r := p.Process(ctx, msg); r.Outcome != pipeline.Mapped {

@@ -1,9 +1,11 @@
 package pipeline
 
 import (
-	"errors"
+	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	imetrics "github.com/tally-billing/tally-openstack-collector/internal/metrics"
 )
 
 type metrics struct {
@@ -13,7 +15,9 @@ type metrics struct {
 	failures    *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+// newMetrics builds the pipeline's metrics and registers them on reg (nil:
+// nowhere), all or none.
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		mapped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tally_collector_mapped_total",
@@ -39,27 +43,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, r := range []string{"trap", "timeout", "memory", "invalid_output", "abi", "guest_error"} {
 		m.failures.WithLabelValues(r)
 	}
-	if reg != nil {
-		m.mapped = register(reg, m.mapped)
-		m.skipped = register(reg, m.skipped)
-		m.unparseable = register(reg, m.unparseable)
-		m.failures = register(reg, m.failures)
+	if err := imetrics.Register(reg, m.mapped, m.skipped, m.unparseable, m.failures); err != nil {
+		return nil, fmt.Errorf("pipeline: %w", err)
 	}
-	return m
-}
-
-// register registers c, or returns the collector already registered under the
-// same description, so that several pipelines (a replay beside the live one)
-// share their counters.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-		panic(err)
-	}
-	return c
+	return m, nil
 }

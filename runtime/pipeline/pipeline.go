@@ -136,21 +136,26 @@ type scratch struct {
 	inflated     []byte
 }
 
-// New returns a Pipeline.
-func New(opts Options) *Pipeline {
+// New returns a Pipeline. It fails only when its metrics cannot be
+// registered on opts.Registerer (one already there: internal/metrics).
+func New(opts Options) (*Pipeline, error) {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	if opts.MaxEventBytes <= 0 {
 		opts.MaxEventBytes = DefaultMaxEventBytes
 	}
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
 	p := &Pipeline{
 		opts:    opts,
 		warn:    opts.Logger.Sample(&zerolog.BurstSampler{Burst: 20, Period: time.Second}),
-		metrics: newMetrics(opts.Registerer),
+		metrics: m,
 	}
 	p.scratch.New = func() any { return new(scratch) }
-	return p
+	return p, nil
 }
 
 // Process maps one message. The returned events are owned by the caller.

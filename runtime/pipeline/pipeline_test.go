@@ -84,7 +84,11 @@ func newFixture(t *testing.T, opts pipeline.Options) *fixture {
 	opts.Router = pipeline.Chain{f.nova}
 	opts.Registerer = f.reg
 	opts.Logger = zerolog.Nop()
-	f.p = pipeline.New(opts)
+	p, err := pipeline.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.p = p
 	return f
 }
 
@@ -268,7 +272,11 @@ func TestEventOverTheBoundIsSkipped(t *testing.T) {
 
 func TestMapperFailureIsReportedForDeadLettering(t *testing.T) {
 	f := newFixture(t, pipeline.Options{})
-	p := pipeline.New(pipeline.Options{Router: pipeline.Chain{f.trap}, Logger: zerolog.Nop(), Registerer: f.reg})
+	reg := prometheus.NewRegistry()
+	p, err := pipeline.New(pipeline.Options{Router: pipeline.Chain{f.trap}, Logger: zerolog.Nop(), Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
 	r := p.Process(context.Background(), pipeline.Message{Body: body(t, "v2_nova_001.body")})
 	if r.Outcome != pipeline.Failed || r.Reason != string(runtime.ReasonTrap) || r.Module != f.trap.ID() {
 		t.Fatalf("got %v %q module %q", r.Outcome, r.Reason, r.Module)
@@ -277,7 +285,7 @@ func TestMapperFailureIsReportedForDeadLettering(t *testing.T) {
 	if !errors.As(r.Err, &me) || me.Reason != runtime.ReasonTrap {
 		t.Fatalf("err %v is not a trap MapError", r.Err)
 	}
-	if got := metric(t, f.reg, "tally_collector_mapper_failures_total", "trap"); got != 1 {
+	if got := metric(t, reg, "tally_collector_mapper_failures_total", "trap"); got != 1 {
 		t.Errorf("mapper_failures_total{trap} = %v, want 1", got)
 	}
 	// The pipeline carries on: the next message maps.
@@ -348,4 +356,14 @@ func metric(t *testing.T, reg *prometheus.Registry, name, label string) float64 
 	}
 	t.Fatalf("metric %s{%s} not found", name, label)
 	return 0
+}
+
+// TestMetricsRegisteredOnce: a second pipeline on the same registry is an
+// error naming the metric; its counters are not shared.
+func TestMetricsRegisteredOnce(t *testing.T) {
+	f := newFixture(t, pipeline.Options{})
+	_, err := pipeline.New(pipeline.Options{Router: pipeline.Chain{f.nova}, Logger: zerolog.Nop(), Registerer: f.reg})
+	if err == nil || !strings.Contains(err.Error(), "tally_collector_mapped_total") {
+		t.Fatalf("second pipeline: %v", err)
+	}
 }

@@ -78,13 +78,17 @@ func New(proc Processor, box Outbox, opts Options) (*Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
 	c := &Consumer{
 		opts: opts,
 		eps:  eps,
 		proc: proc,
 		box:  box,
 		log:  componentLogger(opts.Logger),
-		m:    newMetrics(opts.Registerer),
+		m:    m,
 
 		epoch: time.Now(),
 	}

@@ -51,7 +51,11 @@ func novaProcessor(b *testing.B) Processor {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return pipeline.New(pipeline.Options{Router: pipeline.Chain{mod}, Logger: zerolog.Nop()})
+	p, err := pipeline.New(pipeline.Options{Router: pipeline.Chain{mod}, Logger: zerolog.Nop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return p
 }
 
 func benchDrain(b *testing.B, proc Processor) {

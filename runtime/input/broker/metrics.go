@@ -1,6 +1,12 @@
 package broker
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	imetrics "github.com/tally-billing/tally-openstack-collector/internal/metrics"
+)
 
 type metrics struct {
 	consumed         prometheus.Counter
@@ -14,7 +20,9 @@ type metrics struct {
 	commitSeconds    prometheus.Histogram
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+// newMetrics builds the consumer's metrics and registers them on reg (nil:
+// nowhere), all or none.
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		consumed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tally_collector_consumed_total",
@@ -54,9 +62,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}),
 	}
-	if reg != nil {
-		reg.MustRegister(m.consumed, m.acked, m.nacked, m.reconnects, m.missingExchanges,
-			m.refusedBindings, m.blocked, m.paused, m.commitSeconds)
+	err := imetrics.Register(reg, m.consumed, m.acked, m.nacked, m.reconnects, m.missingExchanges,
+		m.refusedBindings, m.blocked, m.paused, m.commitSeconds)
+	if err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
 	}
-	return m
+	return m, nil
 }

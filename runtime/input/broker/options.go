@@ -77,10 +77,11 @@ type Options struct {
 	// It stays far below RabbitMQ's consumer_timeout (30 min by default).
 	CommitTimeout time.Duration
 	// Retry schedules (zero = default). Reconnect: capped exponential backoff
-	// with full jitter (each wait uniform in [0, step]). Probe: a missing exchange is probed again after ProbeMin,
-	// doubling to ProbeMax. RefusedRetry: the nack interval while the outbox
-	// refuses inserts. Pause: how long consumption stops at the buffer bound
-	// before trying again (doubling to PauseMax).
+	// with full jitter (each wait uniform in [0, step]). Probe: a missing
+	// exchange is probed again after ProbeMin, doubling to ProbeMax.
+	// RefusedRetry: the nack interval while the outbox refuses inserts. Pause:
+	// how long consumption stops at the buffer bound before trying again
+	// (doubling to PauseMax).
 	ReconnectMin, ReconnectMax time.Duration
 	ProbeMin, ProbeMax         time.Duration
 	RefusedRetry               time.Duration

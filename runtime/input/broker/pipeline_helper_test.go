@@ -70,5 +70,9 @@ func newTestProcessor(t testing.TB) Processor {
 		&goMapper{name: "testmap", types: []string{"compute.*", "volume.*", "image.*", "test.*"}},
 		&goMapper{name: "failmap", types: []string{"test.fail"}, fail: true},
 	}
-	return pipeline.New(pipeline.Options{Router: r, Logger: zerolog.Nop()})
+	p, err := pipeline.New(pipeline.Options{Router: r, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

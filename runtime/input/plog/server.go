@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/backoff"
+	imetrics "github.com/tally-billing/tally-openstack-collector/internal/metrics"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
@@ -125,11 +126,9 @@ func New(opts Options) (*Server, error) {
 		}
 		s.listeners = append(s.listeners, l)
 	}
-	if opts.Registerer != nil {
-		if err := opts.Registerer.Register(&collector{srv: s}); err != nil {
-			s.closeSockets()
-			return nil, fmt.Errorf("plog: register metrics: %w", err)
-		}
+	if err := imetrics.Register(opts.Registerer, &collector{srv: s}); err != nil {
+		s.closeSockets()
+		return nil, fmt.Errorf("plog: %w", err)
 	}
 	return s, nil
 }

@@ -77,7 +77,11 @@ func newHarness(t testing.TB, maxEvents int64, opts Options, wrap ...func(Outbox
 	}
 	t.Cleanup(func() { box.Close() })
 	reg := prometheus.NewRegistry()
-	g := &gate{p: pipeline.New(pipeline.Options{Logger: zerolog.Nop()})}
+	p, err := pipeline.New(pipeline.Options{Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gate{p: p}
 	opts.Processor, opts.Outbox, opts.Registerer, opts.Logger = g, box, reg, zerolog.Nop()
 	for _, w := range wrap {
 		opts.Outbox = w(opts.Outbox)
