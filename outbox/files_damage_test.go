@@ -278,13 +278,13 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() == name {
-			for _, m := range mf.GetMetric() {
-				if m.GetCounter() != nil {
-					return m.GetCounter().GetValue()
-				}
-				return m.GetGauge().GetValue()
-			}
+		if mf.GetName() != name || len(mf.GetMetric()) == 0 {
+			continue
+		}
+		if m := mf.GetMetric()[0]; m.GetCounter() != nil {
+			return m.GetCounter().GetValue()
+		} else {
+			return m.GetGauge().GetValue()
 		}
 	}
 	return 0
