@@ -289,3 +289,26 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	return 0
 }
+
+// A damaged COMMITTED record is not damage to the store: the start goes on,
+// with a warning, and the record is written anew.
+func TestDamagedRecordOfCommitsIsOnlyAWarning(t *testing.T) {
+	dir := t.TempDir()
+	o := open(t, dir)
+	if err := o.Append(context.Background(), events(0, 10, 100)); err != nil {
+		t.Fatal(err)
+	}
+	o.Close()
+	garble(t, filepath.Join(dir, "COMMITTED"), 6, 2)
+	var log bytes.Buffer
+	o, err := outbox.Open(outbox.Options{Dir: dir, Logger: zerolog.New(&log), MinFreeBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Depth() != 10 || !strings.Contains(log.String(), "cannot check the store for lost events") {
+		t.Fatalf("depth %d, log %s", o.Depth(), log.String())
+	}
+	o.Close()
+	o = open(t, dir)
+	o.Close()
+}

@@ -160,7 +160,9 @@ func (o *Outbox) checkWitness(report *damageReport) {
 	seq, dead, found, err := readWitness(o.dir)
 	switch {
 	case err != nil:
-		report.add("%v", err)
+		// The record, not the store, is damaged (a torn write after a power
+		// loss, most likely): nothing says that data is missing.
+		o.log.Warn().Err(err).Msg("the record of committed sequences cannot be read; this start cannot check the store for lost events")
 	case !found:
 	default:
 		if o.lastSeq < seq {
