@@ -9,6 +9,8 @@ import (
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/redact"
 )
 
 // DeadLetter is a delivery the collector acknowledged without producing an
@@ -43,7 +45,12 @@ type StoredDeadLetter struct {
 }
 
 // AppendDeadLetters commits letters in one synced transaction. They do not
-// count against MaxEvents. Errors as for Append (ErrRefused, ErrClosed).
+// count against MaxEvents but against MaxDeadLetters and MaxDeadLetterBytes:
+// past either, nothing is written and the error wraps both ErrFull and
+// ErrDeadLettersFull (the consumer pauses as at the event bound), unless the
+// area is empty. Credentials in the bodies are replaced by the redaction
+// marker before they are written (internal/redact). Other errors as for
+// Append (ErrRefused, ErrClosed).
 func (o *Outbox) AppendDeadLetters(ctx context.Context, letters []DeadLetter) error {
 	if len(letters) == 0 {
 		return nil
@@ -54,6 +61,10 @@ func (o *Outbox) AppendDeadLetters(ctx context.Context, letters []DeadLetter) er
 	if o.closed.Load() {
 		return ErrClosed
 	}
+	values, size, err := encodeDeadLetters(letters, true)
+	if err != nil {
+		return fmt.Errorf("outbox: encode dead letters: %w", err)
+	}
 	if err := o.checkSpace(); err != nil {
 		o.refusedIO.Inc()
 		o.setHealth(err)
@@ -61,38 +72,84 @@ func (o *Outbox) AppendDeadLetters(ctx context.Context, letters []DeadLetter) er
 	}
 	o.deadMu.Lock()
 	defer o.deadMu.Unlock()
+	if err := o.deadRoom(len(values), size); err != nil {
+		return err
+	}
 	o.writeMu.RLock()
 	defer o.writeMu.RUnlock()
 	if o.closed.Load() {
 		return ErrClosed
 	}
 	var last uint64
-	err := o.db.Update(func(txn *badger.Txn) error {
+	err = o.db.Update(func(txn *badger.Txn) error {
 		var err error
-		last, err = o.setDeadLetters(txn, letters)
+		last, err = o.setDeadLetters(txn, values)
 		return err
 	})
 	if err != nil {
 		return o.refuse(err)
 	}
-	o.deadLettersCommitted(last)
+	o.deadLettersCommitted(last, size)
 	o.setHealth(nil)
 	return nil
 }
 
-// setDeadLetters writes letters into txn under the sequences after the last
-// one assigned, with the new last sequence, and returns it. The caller holds
-// deadMu and calls deadLettersCommitted once txn committed.
-func (o *Outbox) setDeadLetters(txn *badger.Txn, letters []DeadLetter) (uint64, error) {
-	seq := o.lastDead
+// encodeDeadLetters marshals letters (stamped now when At is zero), their
+// bodies redacted when asked, and returns them with their total size.
+func encodeDeadLetters(letters []DeadLetter, redactBodies bool) ([][]byte, int64, error) {
+	values := make([][]byte, 0, len(letters))
+	var size int64
 	for _, l := range letters {
 		if l.At.IsZero() {
 			l.At = time.Now().UTC()
 		}
+		if redactBodies && len(l.Body) > 0 {
+			l.Body = redact.JSON(make([]byte, 0, len(l.Body)), l.Body)
+		}
 		v, err := json.Marshal(l)
 		if err != nil {
-			return 0, err
+			return nil, 0, err
 		}
+		values = append(values, v)
+		size += int64(len(v))
+	}
+	return values, size, nil
+}
+
+// deadRoom answers nil when n more letters of size bytes fit under the
+// bounds (or the area is empty). Called with deadMu held.
+func (o *Outbox) deadRoom(n int, size int64) error {
+	count, bytes := o.deadCount.Load(), o.deadBytes.Load()
+	if count == 0 || (count+int64(n) <= o.opts.MaxDeadLetters && bytes+size <= o.opts.MaxDeadLetterBytes) {
+		return nil
+	}
+	o.deadRefused.Inc()
+	err := fmt.Errorf("%w: %w: %d dead letters of %d bytes held, %d more of %d bytes refused (bounds: %d dead letters, %d bytes)",
+		ErrFull, ErrDeadLettersFull, count, bytes, n, size, o.opts.MaxDeadLetters, o.opts.MaxDeadLetterBytes)
+	if !o.deadFull.Swap(true) {
+		o.log.Error().Int64("dead_letters", count).Int64("bytes", bytes).Int64("max_dead_letters", o.opts.MaxDeadLetters).
+			Int64("max_bytes", o.opts.MaxDeadLetterBytes).
+			Msg("dead-letter area full: new dead letters are refused and the input pauses until some are replayed or purged")
+	}
+	return err
+}
+
+// DeadLettersFull returns nil unless the last dead letters offered were
+// refused at the bound, and no dead letter was removed since; then an error
+// wrapping ErrDeadLettersFull. For the readiness probe.
+func (o *Outbox) DeadLettersFull() error {
+	if !o.deadFull.Load() {
+		return nil
+	}
+	return fmt.Errorf("%w: %d dead letters of %d bytes held; replay or purge some", ErrDeadLettersFull, o.deadCount.Load(), o.deadBytes.Load())
+}
+
+// setDeadLetters writes the encoded letters into txn under the sequences
+// after the last one assigned, with the new last sequence, and returns it.
+// The caller holds deadMu and calls deadLettersCommitted once txn committed.
+func (o *Outbox) setDeadLetters(txn *badger.Txn, values [][]byte) (uint64, error) {
+	seq := o.lastDead
+	for _, v := range values {
 		seq++
 		if err := txn.Set(seqKey(prefixDead, seq), v); err != nil {
 			return 0, err
@@ -101,11 +158,73 @@ func (o *Outbox) setDeadLetters(txn *badger.Txn, letters []DeadLetter) (uint64, 
 	return seq, txn.Set(metaLastDead, u64(seq))
 }
 
-// deadLettersCommitted records the dead letters up to last as stored.
-func (o *Outbox) deadLettersCommitted(last uint64) {
-	o.deadCount.Add(int64(last - o.lastDead))
+// deadLettersCommitted records the dead letters up to last, of size bytes,
+// as stored.
+func (o *Outbox) deadLettersCommitted(last uint64, size int64) {
+	if o.deadCount.Add(int64(last-o.lastDead)) == int64(last-o.lastDead) {
+		o.oldestDead.Store(0) // the area was empty: the oldest is new
+	}
+	o.deadBytes.Add(size)
 	o.lastDead = last
 	o.witnessed(0, last)
+}
+
+// deadLettersRemoved records n dead letters of size bytes as deleted.
+func (o *Outbox) deadLettersRemoved(n int, size int64) {
+	if n == 0 {
+		return
+	}
+	o.deadCount.Add(-int64(n))
+	if o.deadBytes.Add(-size) < 0 || o.deadCount.Load() == 0 {
+		o.deadBytes.Store(0)
+	}
+	o.oldestDead.Store(0)
+	if o.deadFull.Swap(false) {
+		o.log.Info().Int64("dead_letters", o.deadCount.Load()).Int64("bytes", o.deadBytes.Load()).Msg("dead-letter area has room again")
+	}
+}
+
+// DeadLetterBytes is the size of the dead letters held, as stored.
+func (o *Outbox) DeadLetterBytes() int64 { return o.deadBytes.Load() }
+
+// OldestDeadLetterAge is how long ago the dead letter stored first (the
+// lowest sequence) was written; 0 when there is none.
+func (o *Outbox) OldestDeadLetterAge() time.Duration {
+	if o.closed.Load() || o.deadCount.Load() == 0 {
+		return 0
+	}
+	if at := o.oldestDead.Load(); at != 0 {
+		return time.Since(time.Unix(0, at))
+	}
+	o.writeMu.RLock()
+	defer o.writeMu.RUnlock()
+	if o.closed.Load() {
+		return 0
+	}
+	var at int64
+	_ = o.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefixDead}})
+		defer it.Close()
+		it.Rewind()
+		if !it.Valid() {
+			return nil
+		}
+		return it.Item().Value(func(v []byte) error {
+			var d struct {
+				At time.Time `json:"at"`
+			}
+			if err := json.Unmarshal(v, &d); err != nil {
+				return err
+			}
+			at = d.At.UnixNano()
+			return nil
+		})
+	})
+	if at == 0 {
+		return 0
+	}
+	o.oldestDead.Store(at)
+	return time.Since(time.Unix(0, at))
 }
 
 // DeadLetterCount is the number of dead letters held.
@@ -194,27 +313,80 @@ func (o *Outbox) DeleteDeadLetters(ctx context.Context, seqs ...uint64) (int, er
 	if o.closed.Load() {
 		return 0, ErrClosed
 	}
-	n := 0
-	err := o.db.Update(func(txn *badger.Txn) error {
+	n, size, err := o.deleteDead(seqs, nil)
+	if err != nil {
+		return 0, o.refuse(err)
+	}
+	o.deadLettersRemoved(n, size)
+	return n, nil
+}
+
+// ReplaceDeadLetters removes the dead letters stale and stores renewed in
+// one synced transaction (a letter replayed again and failing differently):
+// never both, never neither. The bounds do not apply, since one replaces the
+// other; bodies are redacted as by AppendDeadLetters.
+func (o *Outbox) ReplaceDeadLetters(ctx context.Context, stale []uint64, renewed []DeadLetter) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if o.closed.Load() {
+		return ErrClosed
+	}
+	values, added, err := encodeDeadLetters(renewed, true)
+	if err != nil {
+		return fmt.Errorf("outbox: encode dead letters: %w", err)
+	}
+	o.deadMu.Lock()
+	defer o.deadMu.Unlock()
+	o.writeMu.RLock()
+	defer o.writeMu.RUnlock()
+	if o.closed.Load() {
+		return ErrClosed
+	}
+	var last uint64
+	n, removed, err := o.deleteDead(stale, func(txn *badger.Txn) error {
+		var err error
+		last, err = o.setDeadLetters(txn, values)
+		return err
+	})
+	if err != nil {
+		return o.refuse(err)
+	}
+	o.deadLettersRemoved(n, removed)
+	if len(values) > 0 {
+		o.deadLettersCommitted(last, added)
+	}
+	return nil
+}
+
+// deleteDead deletes the dead letters seqs (unknown ones ignored) in one
+// transaction, with also run in it, and reports how many existed and their
+// size. Called with deadMu and writeMu held.
+func (o *Outbox) deleteDead(seqs []uint64, also func(*badger.Txn) error) (n int, size int64, err error) {
+	err = o.db.Update(func(txn *badger.Txn) error {
 		for _, s := range seqs {
 			k := seqKey(prefixDead, s)
-			if _, err := txn.Get(k); errors.Is(err, badger.ErrKeyNotFound) {
+			item, err := txn.Get(k)
+			if errors.Is(err, badger.ErrKeyNotFound) {
 				continue
 			} else if err != nil {
 				return err
 			}
+			size += item.ValueSize()
 			if err := txn.Delete(k); err != nil {
 				return err
 			}
 			n++
 		}
+		if also != nil {
+			return also(txn)
+		}
 		return nil
 	})
 	if err != nil {
-		return 0, o.refuse(err)
+		return 0, 0, err
 	}
-	o.deadCount.Add(-int64(n))
-	return n, nil
+	return n, size, nil
 }
 
 func decodeDead(item *badger.Item) (StoredDeadLetter, error) {
@@ -237,7 +409,8 @@ const ReasonRefusedByAPI = "refused_by_reporting_api"
 // the drain cursor past it, in one synced transaction: the event is never in
 // neither place, and the sender goes on with the next. A seq already behind
 // the cursor is ignored (a repeated call is harmless); any other seq answers
-// ErrInvalidRange. Errors as for AppendDeadLetters.
+// ErrInvalidRange. Errors as for AppendDeadLetters, the bounds included: at
+// them the event stays where it is.
 func (o *Outbox) SetAside(ctx context.Context, seq uint64, reason, detail string) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -269,19 +442,28 @@ func (o *Outbox) SetAside(ctx context.Context, seq uint64, reason, detail string
 		o.setHealth(err)
 		return err
 	}
+	// The event is canonical, without credentials (the mappers' leak check):
+	// kept as it is, so that a replay sends exactly it.
+	letter := DeadLetter{Body: events[0], EventType: eventType(events[0]), Reason: reason, Detail: detail}
+	values, size, err := encodeDeadLetters([]DeadLetter{letter}, false)
+	if err != nil {
+		return fmt.Errorf("outbox: encode dead letter: %w", err)
+	}
 	o.deadMu.Lock()
 	defer o.deadMu.Unlock()
-	letter := DeadLetter{Body: events[0], EventType: eventType(events[0]), Reason: reason, Detail: detail}
+	if err := o.deadRoom(1, size); err != nil {
+		return err
+	}
 	var last uint64
 	err = o.advance(seq+1, func(txn *badger.Txn) error {
 		var err error
-		last, err = o.setDeadLetters(txn, []DeadLetter{letter})
+		last, err = o.setDeadLetters(txn, values)
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	o.deadLettersCommitted(last)
+	o.deadLettersCommitted(last, size)
 	o.setHealth(nil)
 	return nil
 }

@@ -8,6 +8,11 @@ var (
 	// has delivered some of the backlog.
 	ErrFull = errors.New("outbox: bound reached")
 
+	// ErrDeadLettersFull is wrapped, with ErrFull, by AppendDeadLetters and
+	// SetAside when the dead-letter area holds MaxDeadLetters letters or
+	// MaxDeadLetterBytes bytes. Nothing was written.
+	ErrDeadLettersFull = errors.New("outbox: dead-letter area full")
+
 	// ErrRefused is returned by Append and AppendDeadLetters when the write
 	// could not be made durable: the filesystem is short of space or an I/O
 	// error occurred. Nothing the caller may rely on was written. The error

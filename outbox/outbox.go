@@ -27,6 +27,9 @@ const (
 	DefaultBlockCacheBytes   = 8 << 20
 	DefaultIndexCacheBytes   = 4 << 20
 	DefaultReclaimAfterBytes = 4 << 20
+
+	DefaultMaxDeadLetters     = 100_000
+	DefaultMaxDeadLetterBytes = 256 << 20
 )
 
 // Options configures Open. Only Dir is required.
@@ -40,6 +43,14 @@ type Options struct {
 
 	Logger     zerolog.Logger
 	Registerer prometheus.Registerer // nil: no metrics are registered
+
+	// MaxDeadLetters and MaxDeadLetterBytes bound the dead-letter area
+	// (DEADLETTER_MAX_EVENTS, DEADLETTER_MAX_BYTES: letters, and their
+	// bytes as stored). Past either, AppendDeadLetters and SetAside write
+	// nothing and answer ErrFull wrapping ErrDeadLettersFull. Defaults
+	// 100,000 and 256 MiB.
+	MaxDeadLetters     int64
+	MaxDeadLetterBytes int64
 
 	// MinFreeBytes is the free space the outbox keeps on its filesystem:
 	// writes are refused (ErrRefused wrapping ErrDiskFull) below it, so
@@ -88,6 +99,9 @@ type Outbox struct {
 	depth        atomic.Int64
 	bytes        atomic.Int64
 	deadCount    atomic.Int64
+	deadBytes    atomic.Int64
+	deadFull     atomic.Bool  // the last dead letters offered were refused at the bound
+	oldestDead   atomic.Int64 // write time of the first dead letter, unix ns; 0: to be read
 	deletedBytes atomic.Int64 // delivered since the last reclaim
 
 	healthMu  sync.Mutex
@@ -105,6 +119,7 @@ type Outbox struct {
 	damaged        prometheus.Counter
 	reclaims       prometheus.Counter
 	reclaimSeconds prometheus.Histogram
+	deadRefused    prometheus.Counter
 }
 
 // Key layout (see doc.go).
@@ -203,6 +218,12 @@ func Open(opts Options) (*Outbox, error) {
 	}
 	if opts.ReclaimAfterBytes <= 0 {
 		opts.ReclaimAfterBytes = DefaultReclaimAfterBytes
+	}
+	if opts.MaxDeadLetters <= 0 {
+		opts.MaxDeadLetters = DefaultMaxDeadLetters
+	}
+	if opts.MaxDeadLetterBytes <= 0 {
+		opts.MaxDeadLetterBytes = DefaultMaxDeadLetterBytes
 	}
 	if opts.MinFreeBytes == 0 {
 		opts.MinFreeBytes = 16 * opts.MemTableBytes
@@ -398,7 +419,7 @@ func (o *Outbox) load(report *damageReport) error {
 		o.bytes.Store(size)
 
 		dit := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefixDead}})
-		var dead int64
+		var dead, deadBytes int64
 		threshold := badgerOptions(o.opts).ValueThreshold
 		for dit.Rewind(); dit.Valid(); dit.Next() {
 			item := dit.Item()
@@ -407,17 +428,20 @@ func (o *Outbox) load(report *damageReport) error {
 				o.lastDead = seq
 			}
 			dead++
+			deadBytes += item.ValueSize()
 			// A value too large for the tree is in the value log, whose
 			// damage the tables' checksums do not cover: read it now.
 			if item.ValueSize() >= threshold-64 {
 				if _, err := decodeDead(item); err != nil {
 					report.add("dead letter %d cannot be read (%v)", seq, err)
 					report.badDead = append(report.badDead, item.KeyCopy(nil))
+					report.badDeadBytes += item.ValueSize()
 				}
 			}
 		}
 		dit.Close()
 		o.deadCount.Store(dead)
+		o.deadBytes.Store(deadBytes)
 		return nil
 	})
 }
@@ -444,8 +468,29 @@ func (o *Outbox) register(r prometheus.Registerer) error {
 		Help:    "Time a disk reclaim took.",
 		Buckets: prometheus.ExponentialBuckets(0.01, 4, 7),
 	})
+	o.deadRefused = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tally_collector_deadletter_refused_total",
+		Help: "Dead letters refused because the dead-letter area is at DEADLETTER_MAX_EVENTS or DEADLETTER_MAX_BYTES (the input pauses).",
+	})
 	cs := []prometheus.Collector{
-		o.refusedFull, o.refusedIO, o.damaged, o.reclaims, o.reclaimSeconds,
+		o.refusedFull, o.refusedIO, o.damaged, o.reclaims, o.reclaimSeconds, o.deadRefused,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tally_collector_deadletter_bytes",
+			Help: "Bytes of the dead letters held, as stored.",
+		}, func() float64 { return float64(o.DeadLetterBytes()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tally_collector_deadletter_oldest_age_seconds",
+			Help: "Age of the dead letter stored first; 0 when there is none.",
+		}, func() float64 { return o.OldestDeadLetterAge().Seconds() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tally_collector_deadletter_full",
+			Help: "1 while dead letters are refused at DEADLETTER_MAX_EVENTS or DEADLETTER_MAX_BYTES (the input pauses), 0 otherwise.",
+		}, func() float64 {
+			if o.deadFull.Load() {
+				return 1
+			}
+			return 0
+		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tally_collector_outbox_depth",
 			Help: "Events buffered in the outbox, not yet delivered.",
@@ -872,7 +917,12 @@ func (o *Outbox) quarantine(d *damage) error {
 		Reason: ReasonDamagedSegment,
 		Detail: fmt.Sprintf("events %d..%d: %v", from, segLast, d.cause),
 	}
-	seq, err := o.setDeadLetters(txn, []DeadLetter{dl})
+	// Exempt from the bounds: the drain cannot go on otherwise.
+	values, dlSize, err := encodeDeadLetters([]DeadLetter{dl}, false)
+	if err != nil {
+		return fmt.Errorf("outbox: encode dead letter: %w", err)
+	}
+	seq, err := o.setDeadLetters(txn, values)
 	if err == nil {
 		err = txn.Delete(d.key)
 	}
@@ -885,7 +935,7 @@ func (o *Outbox) quarantine(d *damage) error {
 	if err := txn.Commit(); err != nil {
 		return o.refuse(err)
 	}
-	o.deadLettersCommitted(seq)
+	o.deadLettersCommitted(seq, dlSize)
 	o.head.Store(newHead)
 	o.headSeg.Store(next)
 	o.depth.Add(-lost)

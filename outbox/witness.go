@@ -144,6 +144,8 @@ type damageReport struct {
 	problems []string
 	missing  int64 // events known to be lost (gaps, a store behind the witness)
 	badDead  [][]byte
+	// badDeadBytes is their size as counted
+	badDeadBytes int64
 }
 
 func (d *damageReport) add(format string, a ...any) {
@@ -197,7 +199,7 @@ func (o *Outbox) acceptDamage(report *damageReport) error {
 		if err != nil {
 			return fmt.Errorf("outbox: remove unreadable dead letters: %w", err)
 		}
-		o.deadCount.Add(-int64(len(report.badDead)))
+		o.deadLettersRemoved(len(report.badDead), report.badDeadBytes)
 	}
 	o.damaged.Add(float64(report.missing))
 	if err := os.Remove(accept); err != nil {

@@ -78,6 +78,18 @@ func (cl *Client) Replay(ctx context.Context, opts ReplayOptions) (ReplayReport,
 	return rep.ReplayReport, err
 }
 
+// Purge is POST /deadletters/purge. On a failure after part of the letters
+// were removed, the report of that part is returned with the error.
+func (cl *Client) Purge(ctx context.Context, opts PurgeOptions) (PurgeReport, error) {
+	body, err := json.Marshal(opts)
+	if err != nil {
+		return PurgeReport{}, err
+	}
+	var rep purgeError
+	err = cl.do(ctx, http.MethodPost, "/deadletters/purge", body, &rep)
+	return rep.PurgeReport, err
+}
+
 // do sends one request and decodes the JSON answer into out; the answer of a
 // failed request is decoded too (a partial replay report), then the error
 // built from it returned.
@@ -133,6 +145,8 @@ func (cl *Client) do(ctx context.Context, method, path string, body []byte, out 
 		sentinel = ErrNoMigration
 	case resp.StatusCode == http.StatusConflict:
 		sentinel = ErrReplayBusy
+	case resp.StatusCode == http.StatusBadRequest && path == "/deadletters/purge":
+		sentinel = ErrInvalidPurge
 	default:
 		return fmt.Errorf("catalog client: %s %s: %s: %s", method, path, resp.Status, eb.Error)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/redact"
@@ -263,13 +264,98 @@ func replayBatch(ctx context.Context, ob *outbox.Outbox, p *pipeline.Pipeline, b
 		rep.Events += len(events)
 	}
 	if len(renewed) > 0 {
-		// The new version first: a crash in between leaves both, never none.
-		if err := ob.AppendDeadLetters(ctx, renewed); err != nil {
-			return fmt.Errorf("replay: update failing letters: %w", err)
-		}
-		if _, err := ob.DeleteDeadLetters(ctx, stale...); err != nil {
+		// One transaction: never both versions, never none, and not held
+		// to the dead-letter bounds (one replaces the other).
+		if err := ob.ReplaceDeadLetters(ctx, stale, renewed); err != nil {
 			return fmt.Errorf("replay: update failing letters: %w", err)
 		}
 	}
 	return nil
+}
+
+// PurgeOptions select the dead letters PurgeDeadLetters removes: those that
+// match every criterion given. At least one criterion, or All, is required.
+type PurgeOptions struct {
+	// From and To bound the sequence numbers, inclusive; 0 leaves that end
+	// open.
+	From uint64 `json:"from,omitempty"`
+	To   uint64 `json:"to,omitempty"`
+	// Mapper is a module name (every version of it) or name@version.
+	Mapper string `json:"mapper,omitempty"`
+	// OlderThan keeps letters written less than this long ago, as a Go
+	// duration ("72h").
+	OlderThan string `json:"older_than,omitempty"`
+	// All removes every dead letter when no other criterion is given.
+	All bool `json:"all,omitempty"`
+}
+
+// PurgeReport says what a purge did.
+type PurgeReport struct {
+	Examined int `json:"examined"`
+	Purged   int `json:"purged"`
+}
+
+// purgePage is the number of dead letters examined, and removed, at a time.
+const purgePage = 500
+
+// PurgeDeadLetters removes the dead letters opts selects, for good: the
+// way to make room in the dead-letter area for letters that will never be
+// replayed. It answers ErrInvalidPurge for options that select nothing
+// explicitly (or are malformed).
+func PurgeDeadLetters(ctx context.Context, ob *outbox.Outbox, opts PurgeOptions) (PurgeReport, error) {
+	var rep PurgeReport
+	var older time.Duration
+	if opts.OlderThan != "" {
+		d, err := time.ParseDuration(opts.OlderThan)
+		if err != nil || d <= 0 {
+			return rep, fmt.Errorf("%w: older_than %q is not a positive duration", ErrInvalidPurge, opts.OlderThan)
+		}
+		older = d
+	}
+	if opts.From == 0 && opts.To == 0 && opts.Mapper == "" && older == 0 && !opts.All {
+		return rep, fmt.Errorf("%w: give a sequence range, a mapper, an age, or all", ErrInvalidPurge)
+	}
+	if opts.To != 0 && opts.From > opts.To {
+		return rep, fmt.Errorf("%w: from %d is after to %d", ErrInvalidPurge, opts.From, opts.To)
+	}
+	cutoff := time.Now().Add(-older)
+	match := func(d outbox.StoredDeadLetter) bool {
+		if opts.Mapper != "" && d.Module != opts.Mapper && !strings.HasPrefix(d.Module, opts.Mapper+"@") {
+			return false
+		}
+		return older == 0 || d.At.Before(cutoff)
+	}
+	after := uint64(0)
+	if opts.From > 0 {
+		after = opts.From - 1
+	}
+	for {
+		page, err := ob.ListDeadLetters(ctx, after, purgePage)
+		if err != nil {
+			return rep, err
+		}
+		var seqs []uint64
+		done := len(page) == 0
+		for _, d := range page {
+			if opts.To != 0 && d.Seq > opts.To {
+				done = true
+				break
+			}
+			rep.Examined++
+			if match(d) {
+				seqs = append(seqs, d.Seq)
+			}
+		}
+		if len(seqs) > 0 {
+			n, err := ob.DeleteDeadLetters(ctx, seqs...)
+			rep.Purged += n
+			if err != nil {
+				return rep, err
+			}
+		}
+		if done {
+			return rep, nil
+		}
+		after = page[len(page)-1].Seq
+	}
 }

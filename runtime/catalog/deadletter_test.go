@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -320,5 +321,67 @@ func TestShowDeadLetterRedactsJSONInStrings(t *testing.T) {
 		if msg == "" || strings.Contains(msg, "SECRET") || !strings.Contains(msg, "[redacted]") {
 			t.Errorf("letter %d shown as %s", i, msg)
 		}
+	}
+}
+
+// Purge removes dead letters by sequence range, mapper and age, together or
+// alone, over HTTP too; it refuses options that select nothing explicitly.
+func TestPurgeDeadLetters(t *testing.T) {
+	ob := openOutbox(t)
+	ctx := context.Background()
+	old := time.Now().Add(-48 * time.Hour).UTC()
+	var letters []outbox.DeadLetter
+	for i := range 10 {
+		l := outbox.DeadLetter{Body: []byte(fmt.Sprintf(`{"n":%d}`, i)), Reason: "trap", Module: "nova@1.2.0"}
+		if i%2 == 1 {
+			l.Module = "cinder@0.3.0"
+		}
+		if i < 4 {
+			l.At = old
+		}
+		letters = append(letters, l)
+	}
+	if err := ob.AppendDeadLetters(ctx, letters); err != nil {
+		t.Fatal(err)
+	}
+	seqs := func() []uint64 {
+		list, err := catalog.ListDeadLetters(ctx, ob, 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []uint64
+		for _, d := range list {
+			out = append(out, d.Seq)
+		}
+		return out
+	}
+	for _, bad := range []catalog.PurgeOptions{{}, {OlderThan: "yesterday"}, {From: 5, To: 2}} {
+		if _, err := catalog.PurgeDeadLetters(ctx, ob, bad); !errors.Is(err, catalog.ErrInvalidPurge) {
+			t.Fatalf("purge %+v: %v", bad, err)
+		}
+	}
+	// Older than a day and from nova: letters 1 and 3 (sequences start at 1).
+	rep, err := catalog.PurgeDeadLetters(ctx, ob, catalog.PurgeOptions{Mapper: "nova", OlderThan: "24h"})
+	if err != nil || rep.Purged != 2 || rep.Examined != 10 {
+		t.Fatalf("purge by mapper and age: %+v %v", rep, err)
+	}
+	if got := fmt.Sprint(seqs()); got != "[2 4 5 6 7 8 9 10]" {
+		t.Fatalf("left %s", got)
+	}
+	srv := httptest.NewServer(catalog.NewHandler(nil, catalog.HandlerOptions{Outbox: ob}))
+	defer srv.Close()
+	cl := &catalog.Client{BaseURL: srv.URL}
+	rep, err = cl.Purge(ctx, catalog.PurgeOptions{From: 5, To: 8, Mapper: "cinder@0.3.0"})
+	if err != nil || rep.Purged != 2 || rep.Examined != 4 {
+		t.Fatalf("purge over HTTP: %+v %v", rep, err)
+	}
+	if got := fmt.Sprint(seqs()); got != "[2 4 5 7 9 10]" {
+		t.Fatalf("left %s", got)
+	}
+	if _, err := cl.Purge(ctx, catalog.PurgeOptions{}); !errors.Is(err, catalog.ErrInvalidPurge) {
+		t.Fatalf("empty purge over HTTP: %v", err)
+	}
+	if rep, err := cl.Purge(ctx, catalog.PurgeOptions{All: true}); err != nil || rep.Purged != 6 || ob.DeadLetterCount() != 0 {
+		t.Fatalf("purge all: %+v %v", rep, err)
 	}
 }

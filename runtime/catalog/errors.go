@@ -20,6 +20,9 @@ var (
 	// be saved (the outbox refused the write, or the drop-in directory was
 	// not read yet, so nothing may be saved): offer the decision again later.
 	ErrNotSaved = errors.New("catalog: decisions not saved")
+	// ErrInvalidPurge is returned by PurgeDeadLetters (and the purge route,
+	// as 400) for options that select nothing explicitly or are malformed.
+	ErrInvalidPurge = errors.New("catalog: invalid purge")
 	// ErrNoDeadLetters is returned by the dead-letter routes and Client methods
 	// when the daemon serves no outbox.
 	ErrNoDeadLetters = errors.New("catalog: no dead-letter area")

@@ -44,6 +44,7 @@ type handler struct {
 //	GET  /deadletters?after=N&limit=N   ListDeadLetters ({"dead_letters":[...]})
 //	GET  /deadletters/{seq}        ShowDeadLetter
 //	POST /deadletters/replay       Replay; optional body {"seqs":[...]}
+//	POST /deadletters/purge        PurgeDeadLetters; body {"from":N,"to":N,"mapper":"..","older_than":"72h"} or {"all":true}
 //
 // The handler authenticates no one: every route, the reading ones included
 // (dead letters hold whole notifications), must be mounted behind the
@@ -62,6 +63,7 @@ func NewHandler(c *Catalog, opts HandlerOptions) http.Handler {
 	mux.HandleFunc("GET /deadletters", h.listDead)
 	mux.HandleFunc("GET /deadletters/{seq}", h.showDead)
 	mux.HandleFunc("POST /deadletters/replay", h.replay)
+	mux.HandleFunc("POST /deadletters/purge", h.purge)
 	return mux
 }
 
@@ -168,6 +170,36 @@ func (h *handler) replay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, rep)
+}
+
+func (h *handler) purge(w http.ResponseWriter, r *http.Request) {
+	if h.opts.Outbox == nil {
+		writeError(w, http.StatusNotFound, ErrNoDeadLetters.Error())
+		return
+	}
+	var opts PurgeOptions
+	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<16))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&opts); err != nil {
+		writeError(w, http.StatusBadRequest, `request body: want {"from":N,"to":N,"mapper":"..","older_than":"72h"} or {"all":true}: `+err.Error())
+		return
+	}
+	rep, err := PurgeDeadLetters(r.Context(), h.opts.Outbox, opts)
+	h.opts.Logger.Info().Uint64("from", opts.From).Uint64("to", opts.To).Str("mapper", opts.Mapper).Str("older_than", opts.OlderThan).
+		Bool("all", opts.All).Int("examined", rep.Examined).Int("purged", rep.Purged).Err(err).Msg("dead letters purged")
+	switch {
+	case errors.Is(err, ErrInvalidPurge):
+		writeError(w, http.StatusBadRequest, err.Error())
+	case err != nil:
+		writeJSON(w, http.StatusServiceUnavailable, purgeError{PurgeReport: rep, Error: err.Error()})
+	default:
+		writeJSON(w, http.StatusOK, rep)
+	}
+}
+
+type purgeError struct {
+	PurgeReport
+	Error string `json:"error"`
 }
 
 type replayError struct {
