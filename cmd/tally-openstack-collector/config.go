@@ -37,6 +37,9 @@ type Config struct {
 	BufferMaxEvents int64
 	BatchMax        int
 
+	DeadLetterMaxEvents int64
+	DeadLetterMaxBytes  int64
+
 	ReportingURL       string
 	ReportingToken     string
 	ReportingTokenFile string

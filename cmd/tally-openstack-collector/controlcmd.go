@@ -1,7 +1,7 @@
 package main
 
 // The commands that talk to a running daemon over its HTTP server: mappers
-// (status, promote, abort) and deadletter (list, show, replay).
+// (status, promote, abort) and deadletter (list, show, replay, purge).
 
 import (
 	"context"
@@ -34,10 +34,13 @@ Flags:
 const deadletterUsage = `Usage: tally-openstack-collector deadletter list [--after SEQ] [--limit N]
        tally-openstack-collector deadletter show SEQ
        tally-openstack-collector deadletter replay [SEQ...]
+       tally-openstack-collector deadletter purge [--from SEQ] [--to SEQ] [--mapper NAME] [--older-than DURATION] [--all]
 
-Notifications a mapper failed on, kept in the running daemon's outbox. replay
-maps them again through the current modules (all of them without SEQ) and
-commits the events. The daemon is reached on HTTP_ADDR; every command sends the
+Notifications a mapper failed on, and events the Reporting API refused, kept
+in the running daemon's outbox. replay maps them again through the current
+modules (all of them without SEQ) and commits the events. purge removes for
+good the letters matching every criterion given (--all: every letter), to make
+room in the dead-letter area. The daemon is reached on HTTP_ADDR; every command sends the
 control token (CONTROL_TOKEN or CONTROL_TOKEN_FILE) when one is set.
 
 Flags:
@@ -135,6 +138,12 @@ func runDeadletter(args, environ []string, stdout, stderr io.Writer) int {
 	fs := controlFlags("deadletter")
 	after := fs.Uint64("after", 0, "list dead letters after this sequence number")
 	limit := fs.Int("limit", 100, "list at most this many")
+	var purge catalog.PurgeOptions
+	fs.Uint64Var(&purge.From, "from", 0, "purge: from this sequence number on")
+	fs.Uint64Var(&purge.To, "to", 0, "purge: up to this sequence number")
+	fs.StringVar(&purge.Mapper, "mapper", "", "purge: letters of this module (name, or name@version)")
+	fs.StringVar(&purge.OlderThan, "older-than", "", "purge: letters written longer ago than this (72h)")
+	fs.BoolVar(&purge.All, "all", false, "purge: every letter")
 	if err := parseFlags(fs, deadletterUsage, args, stdout, stderr); err != nil {
 		if errors.Is(err, errUsage) {
 			return 0
@@ -169,6 +178,12 @@ func runDeadletter(args, environ []string, stdout, stderr io.Writer) int {
 		out, err = cl.ShowDeadLetter(ctx, seqs[0])
 	case fs.Arg(0) == "replay":
 		out, err = cl.Replay(ctx, catalog.ReplayOptions{Seqs: seqs})
+	case fs.Arg(0) == "purge" && len(seqs) == 0:
+		out, err = cl.Purge(ctx, purge)
+		if errors.Is(err, catalog.ErrInvalidPurge) {
+			fmt.Fprintf(stderr, "deadletter purge: %v\n", err)
+			return 2
+		}
 	default:
 		fmt.Fprint(stderr, deadletterUsage)
 		return 2

@@ -128,9 +128,10 @@ func (d *daemon) run(ctx context.Context) error {
 	d.probes = &probes{
 		outbox: ob.Healthy,
 		ready: map[string]func() error{
-			"stopping": d.stoppingCheck,
-			"broker":   nil,
-			"sender":   nil,
+			"stopping":    d.stoppingCheck,
+			"broker":      nil,
+			"sender":      nil,
+			"deadletters": ob.DeadLettersFull,
 		},
 		live: newLivenessTracker(d.cfg.UnhealthyThreshold, nil),
 		log:  component(d.base, "probes"),

@@ -55,3 +55,57 @@ func TestEndToEndSecondCollectorOnTheSameOutbox(t *testing.T) {
 		t.Fatalf("first collector exit %d", code)
 	}
 }
+
+// At DEADLETTER_MAX_EVENTS the collector acknowledges nothing it cannot
+// store: consumption pauses with the failing notifications back on the
+// queue, /readyz fails and the metrics say why; `deadletter purge` makes
+// room and consumption resumes.
+func TestEndToEndDeadLetterBoundPauses(t *testing.T) {
+	b, v, a := novaStack(t)
+	dir := t.TempDir()
+	dropIn(t, dir, "flaky_v1", "flaky") // traps on every call
+	c := newCollector(t, b, v, a.url(), a.token, "TALLY_OSC_EXCHANGES=nova", "TALLY_OSC_MAPPERS_DIR="+dir,
+		"TALLY_OSC_DEADLETTER_MAX_EVENTS=3")
+	c.start(t)
+	c.waitReady(t)
+	conn := v.dial(t)
+	publishTypes(t, conn, "flaky.usage", "dl", 0, 3, 0)
+	waitFor(t, 60*time.Second, "three dead letters", func() bool {
+		return sum(c.metrics(t), "tally_collector_deadletters") == 3
+	})
+	publishTypes(t, conn, "flaky.usage", "dl", 3, 6, 0)
+	waitFor(t, 60*time.Second, "the dead-letter area full and readiness failing", func() bool {
+		code, _, err := c.get("/readyz")
+		return err == nil && code == 503 && sum(c.metrics(t), "tally_collector_deadletter_full") == 1
+	})
+	m := c.metrics(t)
+	if m["tally_collector_deadletters"] != 3 || sum(m, "tally_collector_deadletter_refused_total") < 1 {
+		t.Fatalf("dead letters %v, refused %v", m["tally_collector_deadletters"], sum(m, "tally_collector_deadletter_refused_total"))
+	}
+	// Nothing was acknowledged that was not stored: the three wait on the broker.
+	waitFor(t, 30*time.Second, "the refused notifications back on the queue", func() bool {
+		ready, unacked := v.queueDepth(t, "tally-notifications")
+		return ready+unacked == 3
+	})
+	out := c.cli(t, "deadletter", "purge", "--to", "2")
+	if !strings.Contains(out, `"purged": 2`) {
+		t.Fatalf("purge: %s", out)
+	}
+	waitFor(t, 90*time.Second, "the waiting notifications dead-lettered after the purge", func() bool {
+		ready, unacked := v.queueDepth(t, "tally-notifications")
+		return ready+unacked == 0 && sum(c.metrics(t), "tally_collector_deadletters") == 3
+	})
+	if got := sum(c.metrics(t), "tally_collector_deadletter_full"); got != 0 {
+		// The area is at its bound again but nothing was refused since.
+		t.Fatalf("deadletter_full %v after the purge", got)
+	}
+	c.waitReady(t)
+	if code, _, err := c.get("/readyz"); err != nil || code != 200 {
+		t.Fatalf("readyz after the purge: %d %v", code, err)
+	}
+	// A purge that selects nothing explicitly is a usage error.
+	cmd := c.cliCmd("deadletter", "purge")
+	if out, err := cmd.CombinedOutput(); err == nil || cmd.ProcessState.ExitCode() != 2 {
+		t.Fatalf("purge without criteria: %v\n%s", err, out)
+	}
+}

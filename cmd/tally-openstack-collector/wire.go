@@ -69,10 +69,12 @@ func (m *mapperSet) Run(ctx context.Context) error { return m.catalog.Run(ctx) }
 
 func openOutbox(cfg *Config, log zerolog.Logger, reg prometheus.Registerer) (outboxHandle, error) {
 	return outbox.Open(outbox.Options{
-		Dir:        cfg.BufferPath,
-		MaxEvents:  cfg.BufferMaxEvents,
-		Logger:     log,
-		Registerer: reg,
+		Dir:                cfg.BufferPath,
+		MaxEvents:          cfg.BufferMaxEvents,
+		MaxDeadLetters:     cfg.DeadLetterMaxEvents,
+		MaxDeadLetterBytes: cfg.DeadLetterMaxBytes,
+		Logger:             log,
+		Registerer:         reg,
 	})
 }
 
