@@ -290,6 +290,22 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	return 0
 }
 
+// ACCEPT-DAMAGE left in a sound store is removed at Open, so that it cannot
+// accept damage found at a later start without the operator's say.
+func TestAcceptDamageLeftOverIsRemoved(t *testing.T) {
+	dir := t.TempDir()
+	o := open(t, dir)
+	o.Close()
+	if err := os.WriteFile(filepath.Join(dir, "ACCEPT-DAMAGE"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o = open(t, dir)
+	o.Close()
+	if _, err := os.Stat(filepath.Join(dir, "ACCEPT-DAMAGE")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("ACCEPT-DAMAGE kept: %v", err)
+	}
+}
+
 // A damaged COMMITTED record is not damage to the store: the start goes on,
 // with a warning, and the record is written anew.
 func TestDamagedRecordOfCommitsIsOnlyAWarning(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -267,6 +268,9 @@ func Open(opts Options) (*Outbox, error) {
 		if err := o.acceptDamage(&report); err != nil {
 			return fail(err)
 		}
+	} else if err := os.Remove(filepath.Join(opts.Dir, acceptFile)); err == nil {
+		// Left from an earlier start: it must not accept damage found later.
+		o.log.Warn().Msg(acceptFile + " found with no damage to accept; removed")
 	}
 	wit, err := openWitness(opts.Dir, o.lastSeq, o.lastDead)
 	if err != nil {
