@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"testing/fstest"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
 // services are the built-in mappers, one directory and one module each.
@@ -38,7 +40,7 @@ func TestLoadReadsOnlyModules(t *testing.T) {
 func TestBuiltin(t *testing.T) {
 	mods, err := Builtin()
 	if errors.Is(err, ErrMissing) {
-		skipUnlessCI(t, "built-in mappers not built (run make wasm)")
+		testkit.Missing(t, "the built-in mappers are not built: run make wasm (make build and make test build them)")
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -52,12 +54,4 @@ func TestBuiltin(t *testing.T) {
 			t.Errorf("%s.wasm: embedded bytes differ from dist/", s)
 		}
 	}
-}
-
-func skipUnlessCI(t testing.TB, why string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatal(why)
-	}
-	t.Skip(why)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
 	"github.com/tally-billing/tally-openstack-collector/runtime/fixture"
 )
@@ -37,27 +38,27 @@ func TestMain(m *testing.M) {
 }
 
 // loadBuiltin compiles every built-in module with a real engine, once. It
-// skips (fails under CI=true) when the modules were not built.
+// ends the test when the modules were not built (make wasm).
 func loadBuiltin(tb testing.TB) map[string]*runtime.Module {
 	tb.Helper()
 	if _, err := Builtin(); errors.Is(err, ErrMissing) {
-		skipUnlessCI(tb, "built-in mappers not built (run make wasm)")
+		testkit.Missing(tb, "the built-in mappers are not built: run make wasm (make build and make test build them)")
 	}
-	shared.once.Do(func() { shared.mods, shared.err = compileBuiltin() })
+	shared.once.Do(func() { shared.mods, shared.err = compileBuiltin(testkit.CacheDir(tb)) })
 	if shared.err != nil {
 		tb.Fatal(shared.err)
 	}
 	return shared.mods
 }
 
-func compileBuiltin() (map[string]*runtime.Module, error) {
+func compileBuiltin(cacheDir string) (map[string]*runtime.Module, error) {
 	wasm, err := Builtin()
 	if err != nil {
 		return nil, err
 	}
 	ctx := context.Background()
 	eng, err := runtime.NewEngine(ctx, runtime.Config{
-		CacheDir: os.Getenv("TALLY_OSC_TEST_CACHE"),
+		CacheDir: cacheDir,
 		Logger:   zerolog.Nop(),
 	})
 	if err != nil {

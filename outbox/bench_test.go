@@ -3,7 +3,6 @@ package outbox_test
 import (
 	"context"
 	"fmt"
-	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -13,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tally-billing/tally-openstack-collector/outbox"
 )
 
 // BenchmarkAppend measures synced appends per second at several batch

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 )
 
@@ -24,13 +25,17 @@ const (
 	envKillStart = "TALLY_OSC_OUTBOX_KILL9_START"
 )
 
-// TestKill9Child is the child of TestKill9LosesNoCommittedEvent: it appends
-// and drains until it is killed, reporting on stdout what returned nil.
-func TestKill9Child(t *testing.T) {
-	dir := os.Getenv(envKillDir)
-	if dir == "" {
-		t.Skip("child process of TestKill9LosesNoCommittedEvent")
+// The test binary is also the child process of TestKill9LosesNoCommittedEvent.
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(envKillDir); dir != "" {
+		kill9Child(dir)
 	}
+	os.Exit(m.Run())
+}
+
+// kill9Child is the child of TestKill9LosesNoCommittedEvent: it appends and
+// drains until it is killed, reporting on stdout what returned nil.
+func kill9Child(dir string) {
 	start, _ := strconv.Atoi(os.Getenv(envKillStart))
 	ctx := context.Background()
 	o, err := outbox.Open(outbox.Options{Dir: dir, Logger: zerolog.Nop(), MinFreeBytes: -1, ReclaimAfterBytes: 256 << 10})
@@ -82,7 +87,7 @@ func TestKill9LosesNoCommittedEvent(t *testing.T) {
 	deleted := map[int]bool{}  // confirmed deleted
 	inflight := map[int]bool{} // delete started, not confirmed
 	for round := range 4 {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestKill9Child$", "-test.count=1")
+		cmd := exec.Command(os.Args[0])
 		cmd.Env = append(os.Environ(), envKillDir+"="+dir, envKillStart+"="+strconv.Itoa(acked))
 		out, err := cmd.StdoutPipe()
 		if err != nil {
@@ -204,7 +209,7 @@ func drainAll(o *outbox.Outbox, fn func(seq uint64, ev []byte)) error {
 func TestDiskFullRefusesThenResumes(t *testing.T) {
 	mnt := t.TempDir()
 	if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size=44m"); err != nil {
-		t.Skipf("cannot mount a small tmpfs to fill (mount: %v); run as root with CAP_SYS_ADMIN", err)
+		testkit.Missing(t, "cannot mount a small tmpfs to fill (mount: %v): run the tests as root (CAP_SYS_ADMIN)", err)
 	}
 	t.Cleanup(func() { syscall.Unmount(mnt, syscall.MNT_DETACH) })
 	ballast := filepath.Join(mnt, "ballast")

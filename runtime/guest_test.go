@@ -22,7 +22,7 @@ const (
 // instance and checks its linear memory does not grow between 10k and 110k
 // calls: the guest's garbage collector keeps up.
 func TestGoGuestMemoryFlat(t *testing.T) {
-	wasm := guest(t, goNoop, "the SDK's no-op Go guest")
+	wasm := guest(t, goNoop)
 	if testing.Short() {
 		t.Skip("long-running")
 	}
@@ -58,7 +58,7 @@ func TestGoGuestMemoryFlat(t *testing.T) {
 
 // TestGoGuestEndlessCallTimeout: a real Go guest is guarded by default.
 func TestGoNovaMaps(t *testing.T) {
-	wasm := guest(t, goNova, "the built-in nova mapper")
+	wasm := guest(t, goNova)
 	e := newEngine(t, runtime.Config{})
 	m, err := e.Load(context.Background(), goNova, wasm)
 	if err != nil {

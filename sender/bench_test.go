@@ -3,6 +3,7 @@ package sender_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -33,7 +34,7 @@ func BenchmarkSenderToLoopbackAPI(b *testing.B) {
 	})
 	b.Run("separate-process", func(b *testing.B) {
 		e := newEnv(b)
-		cmd := exec.Command(os.Args[0], "-test.run=^TestReportingAPIChild$", "-test.count=1")
+		cmd := exec.Command(os.Args[0])
 		cmd.Env = append(os.Environ(), envAPIChild+"="+tempDir(b))
 		stdin, _ := cmd.StdinPipe()
 		out, _ := cmd.StdoutPipe()
@@ -59,26 +60,25 @@ func BenchmarkSenderToLoopbackAPI(b *testing.B) {
 
 const envAPIChild = "TALLY_OSC_SENDER_BENCH_API_DIR"
 
-// TestReportingAPIChild serves the reference API for the separate-process
-// benchmark until its stdin closes.
-func TestReportingAPIChild(t *testing.T) {
-	dir := os.Getenv(envAPIChild)
-	if dir == "" {
-		t.Skip("child process of BenchmarkSenderToLoopbackAPI")
-	}
+// reportingAPIChild serves the reference API for the separate-process
+// benchmark until its stdin closes (TestMain runs it).
+func reportingAPIChild(dir string) int {
 	srv, err := server.New(server.Options{Token: token, DataDir: dir, Logger: zerolog.Nop()})
 	if err != nil {
-		t.Fatal(err)
+		fmt.Fprintln(os.Stderr, err)
+		return 2
 	}
 	defer srv.Close()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		fmt.Fprintln(os.Stderr, err)
+		return 2
 	}
 	os.Stdout.WriteString("API http://" + ln.Addr().String() + "\n")
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { io.Copy(io.Discard, os.Stdin); cancel() }()
 	srv.Serve(ctx, ln, "", "")
+	return 0
 }
 
 func benchDrain(b *testing.B, e *env, url string) {

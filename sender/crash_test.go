@@ -2,6 +2,7 @@ package sender_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"syscall"
@@ -28,24 +29,36 @@ func (k killOnDelete) Delete(context.Context, uint64, uint64) error {
 	select {}
 }
 
-// TestSenderCrashChild is the child of TestKill9AfterOKBeforeDelete.
-func TestSenderCrashChild(t *testing.T) {
-	dir := os.Getenv(envCrashDir)
-	if dir == "" {
-		t.Skip("child process of TestKill9AfterOKBeforeDelete")
+// The test binary is also the child process of TestKill9AfterOKBeforeDelete
+// and of BenchmarkSenderToLoopbackAPI.
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(envCrashDir); dir != "" {
+		os.Exit(senderCrashChild(dir))
 	}
+	if dir := os.Getenv(envAPIChild); dir != "" {
+		os.Exit(reportingAPIChild(dir))
+	}
+	os.Exit(m.Run())
+}
+
+// senderCrashChild is the child of TestKill9AfterOKBeforeDelete: it sends
+// until the delete after the first accepted batch kills it.
+func senderCrashChild(dir string) int {
 	ob, err := outbox.Open(outbox.Options{Dir: dir, Logger: zerolog.Nop(), MinFreeBytes: -1})
 	if err != nil {
-		t.Fatal(err)
+		fmt.Fprintln(os.Stderr, err)
+		return 2
 	}
 	s, err := sender.New(killOnDelete{ob}, sender.Options{URL: os.Getenv(envCrashURL), Token: token, Insecure: true, BatchMax: 100})
 	if err != nil {
-		t.Fatal(err)
+		fmt.Fprintln(os.Stderr, err)
+		return 2
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s.Flush(ctx)
-	t.Fatal("not killed")
+	fmt.Fprintln(os.Stderr, "not killed")
+	return 2
 }
 
 // The sender dies after the API answered 200 and before the delete: after
@@ -54,7 +67,7 @@ func TestKill9AfterOKBeforeDelete(t *testing.T) {
 	e := newEnv(t)
 	e.append(t, 0, 300, 50)
 	e.ob.Close()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestSenderCrashChild$", "-test.count=1")
+	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), envCrashDir+"="+e.dir, envCrashURL+"="+e.ts.URL)
 	err := cmd.Run()
 	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)

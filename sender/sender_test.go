@@ -25,6 +25,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tally-billing/tally-openstack-collector/examples/reporting-api/server"
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/sender"
 )
@@ -493,12 +494,12 @@ func TestTokenRefusedKeepsEventsAndRecoversOnFileChange(t *testing.T) {
 	if err := os.WriteFile(tokFile, []byte("wrong-token\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var logs strings.Builder
+	var logs testkit.SyncBuffer
 	s := e.sender(t, func(o *sender.Options) {
 		o.Token = ""
 		o.TokenFile = tokFile
 		o.AuthRetryInterval = time.Hour // only the file change may wake it
-		o.Logger = zerolog.New(&syncWriter{w: &logs})
+		o.Logger = zerolog.New(&logs)
 	})
 	e.append(t, 0, 20, 10)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -535,18 +536,6 @@ func TestTokenRefusedKeepsEventsAndRecoversOnFileChange(t *testing.T) {
 	if !strings.Contains(l, "refused the token") || strings.Contains(l, token) || strings.Contains(l, "wrong-token") {
 		t.Fatalf("log does not say the token was refused, or shows a token:\n%s", l)
 	}
-}
-
-type syncWriter struct {
-	mu atomic.Bool
-	w  *strings.Builder
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	for !s.mu.CompareAndSwap(false, true) {
-	}
-	defer s.mu.Store(false)
-	return s.w.Write(p)
 }
 
 func TestSlowAnswerTimesOutAndIsResent(t *testing.T) {

@@ -7,6 +7,7 @@ package sender_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,29 +17,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/sender"
 )
 
 type fakeIntake struct{ backlogged atomic.Bool }
 
 func (f *fakeIntake) Backlogged() bool { return f.backlogged.Load() }
-
-type logBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // run starts s.Run and returns a function that stops it and waits.
 func run(t testing.TB, s *sender.Sender) (stop func()) {
@@ -81,31 +66,12 @@ func (e *env) waitDrained(t testing.TB, d time.Duration, check func()) {
 	}
 }
 
-func gauge(t testing.TB, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			m := mf.GetMetric()[0]
-			if m.GetGauge() != nil {
-				return m.GetGauge().GetValue()
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("metric %s not registered", name)
-	return 0
-}
-
 // yieldingSender is a sender of batches of 10 whose Intake reports a backlog
 // (until the test says otherwise), with its own registry and captured logs.
-func yieldingSender(t *testing.T, e *env, interval, yieldFor time.Duration) (*sender.Sender, *fakeIntake, *prometheus.Registry, *logBuf) {
+func yieldingSender(t *testing.T, e *env, interval, yieldFor time.Duration) (*sender.Sender, *fakeIntake, *prometheus.Registry, *testkit.SyncBuffer) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	logs := &logBuf{}
+	logs := &testkit.SyncBuffer{}
 	in := &fakeIntake{}
 	in.backlogged.Store(true)
 	s := e.sender(t, func(o *sender.Options) {
@@ -137,7 +103,7 @@ func TestYieldOneBatchPerInterval(t *testing.T) {
 		if limit := 1 + int64(elapsed/interval); n > limit {
 			t.Fatalf("%d POSTs %v after the start; at most %d allowed at one per %v", n, elapsed, limit, interval)
 		}
-		if n > 0 && elapsed < 5*time.Second && gauge(t, reg, "tally_collector_sender_yielding") != 1 {
+		if n > 0 && elapsed < 5*time.Second && testkit.Metric(t, reg, "tally_collector_sender_yielding") != 1 {
 			t.Fatal("tally_collector_sender_yielding is not 1 while holding back")
 		}
 	})
@@ -147,7 +113,7 @@ func TestYieldOneBatchPerInterval(t *testing.T) {
 	if n := e.posts(t); n != 5 {
 		t.Fatalf("%d POSTs, want 5", n)
 	}
-	if got := gauge(t, reg, "tally_collector_sender_yield_seconds_total"); got <= 0 {
+	if got := testkit.Metric(t, reg, "tally_collector_sender_yield_seconds_total"); got <= 0 {
 		t.Fatalf("yield seconds %v, want > 0", got)
 	}
 	if !strings.Contains(logs.String(), "intake backlogged") {
@@ -168,7 +134,7 @@ func TestYieldOneBatchPerInterval(t *testing.T) {
 	if n := e2.posts(t); n != 5 {
 		t.Fatalf("%d POSTs without an intake, want 5", n)
 	}
-	if gauge(t, reg2, "tally_collector_sender_yielding") != 0 || gauge(t, reg2, "tally_collector_sender_yield_seconds_total") != 0 {
+	if testkit.Metric(t, reg2, "tally_collector_sender_yielding") != 0 || testkit.Metric(t, reg2, "tally_collector_sender_yield_seconds_total") != 0 {
 		t.Fatal("a sender without an intake held back")
 	}
 }
@@ -190,7 +156,7 @@ func TestYieldBoundedByYieldFor(t *testing.T) {
 	if n := e.posts(t); n != 5 {
 		t.Fatalf("%d POSTs, want 5", n)
 	}
-	if gauge(t, reg, "tally_collector_sender_yielding") != 0 {
+	if testkit.Metric(t, reg, "tally_collector_sender_yielding") != 0 {
 		t.Fatal("still reported yielding after YieldFor")
 	}
 	if c := strings.Count(logs.String(), "backlog lasted longer than YieldFor"); c != 1 {
@@ -215,15 +181,11 @@ func TestYieldBoundedByYieldFor(t *testing.T) {
 	}
 }
 
-func waitLog(t testing.TB, logs *logBuf, msg string, count int) {
+func waitLog(t testing.TB, logs *testkit.SyncBuffer, msg string, count int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for strings.Count(logs.String(), msg) < count {
-		if time.Now().After(deadline) {
-			t.Fatalf("%q not logged %d times:\n%s", msg, count, logs.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 10*time.Second, fmt.Sprintf("%q logged %d times", msg, count), func() bool {
+		return strings.Count(logs.String(), msg) >= count
+	})
 }
 
 // When the backlog ends the sender resumes at once, not at the end of the
@@ -247,7 +209,7 @@ func TestYieldResumesWhenBacklogEnds(t *testing.T) {
 	if elapsed < interval && n != 1 {
 		t.Fatalf("%d POSTs %v after the start, want 1 within the first %v", n, elapsed, interval)
 	}
-	if gauge(t, reg, "tally_collector_sender_yielding") != 1 {
+	if testkit.Metric(t, reg, "tally_collector_sender_yielding") != 1 {
 		t.Fatal("tally_collector_sender_yielding is not 1 while holding back")
 	}
 	in.backlogged.Store(false)
@@ -256,7 +218,7 @@ func TestYieldResumesWhenBacklogEnds(t *testing.T) {
 	if n := e.posts(t); n != 5 {
 		t.Fatalf("%d POSTs, want 5", n)
 	}
-	if gauge(t, reg, "tally_collector_sender_yielding") != 0 {
+	if testkit.Metric(t, reg, "tally_collector_sender_yielding") != 0 {
 		t.Fatal("still reported yielding after the backlog ended")
 	}
 	if !strings.Contains(logs.String(), "intake backlog over") {
@@ -284,7 +246,7 @@ func TestFlushIgnoresYielding(t *testing.T) {
 		t.Fatalf("%d POSTs while holding back for an hour, want 1", n)
 	}
 	stop() // fails the test unless Run returns within 5 s
-	if gauge(t, reg, "tally_collector_sender_yielding") != 0 {
+	if testkit.Metric(t, reg, "tally_collector_sender_yielding") != 0 {
 		t.Fatal("tally_collector_sender_yielding left at 1 after Run returned")
 	}
 	flush(t, s, 10*time.Second)

@@ -7,13 +7,13 @@ package sdk_test
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
 	"github.com/tally-billing/tally-openstack-collector/runtime/conformance"
 )
@@ -30,7 +30,7 @@ func benchRuntime(b *testing.B, guest string, parallel bool, opts ...runtime.Mod
 	ctx := context.Background()
 	// A generous deadline: on a loaded machine a descheduled call must not
 	// fail the benchmark.
-	e, err := runtime.NewEngine(ctx, runtime.Config{CacheDir: os.Getenv("TALLY_OSC_TEST_CACHE"),
+	e, err := runtime.NewEngine(ctx, runtime.Config{CacheDir: testkit.CacheDir(b),
 		CallTimeout: 10 * time.Second, Logger: zerolog.Nop()})
 	if err != nil {
 		b.Fatal(err)

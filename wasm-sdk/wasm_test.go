@@ -23,6 +23,7 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	sdk "github.com/tally-billing/tally-openstack-collector/wasm-sdk"
 	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/internal/sample"
 )
@@ -34,7 +35,7 @@ func guestWasm(t testing.TB, name string) []byte {
 	path := filepath.Join("testdata", name+".wasm")
 	if _, err := os.Stat(path); err != nil {
 		if testing.Short() {
-			t.Skipf("%s not built (run make wasm) and -short given", path)
+			t.Skipf("%s not built (run make test-wasm) and -short given", path)
 		}
 		path = filepath.Join(t.TempDir(), name+".wasm")
 		cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", path, "./testdata/"+name)
@@ -63,17 +64,15 @@ func newMiniHost(t testing.TB, wasm []byte) *miniHost {
 	t.Helper()
 	ctx := context.Background()
 	cfg := wazero.NewRuntimeConfigCompiler()
-	if dir := os.Getenv("TALLY_OSC_TEST_CACHE"); dir != "" {
-		cache, err := wazero.NewCompilationCacheWithDir(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg = cfg.WithCompilationCache(cache)
+	cache, err := wazero.NewCompilationCacheWithDir(testkit.CacheDir(t))
+	if err != nil {
+		t.Fatal(err)
 	}
+	cfg = cfg.WithCompilationCache(cache)
 	h := &miniHost{rt: wazero.NewRuntimeWithConfig(ctx, cfg)}
 	t.Cleanup(func() { h.rt.Close(ctx) })
 	wasi_snapshot_preview1.MustInstantiate(ctx, h.rt)
-	_, err := h.rt.NewHostModuleBuilder("tally").
+	_, err = h.rt.NewHostModuleBuilder("tally").
 		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(h.field),
 		[]api.ValueType{api.ValueTypeI32, api.ValueTypeI32}, []api.ValueType{api.ValueTypeI64}).Export("field").
 		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(h.fields),

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
 // BenchmarkEndToEnd drains one pre-filled queue twice on the real broker:
@@ -22,16 +24,15 @@ import (
 // It does its work once, whatever b.N: run it with -benchtime 1x (make bench).
 // TALLY_BENCH_N sets the number of notifications (default 50 000).
 func BenchmarkEndToEnd(b *testing.B) {
-	needBroker(b)
-	holdBrokerShared(b)
+	testkit.RequireBroker(b)
 	n := 50000
 	if v, err := strconv.Atoi(os.Getenv("TALLY_BENCH_N")); err == nil && v > 0 {
 		n = v
 	}
 	const prefetch = 100
 	e := &e2e{b: buildBinaries(b), corpus: loadCorpus(b), prefix: randHex(4)}
-	e.v = newVhost(b)
-	e.v.declareExchanges(b, e.corpus.exchanges()...)
+	e.v = testkit.NewVhost(b)
+	e.v.DeclareExchanges(b, false, e.corpus.exchanges()...)
 	e.api = startAPI(b, e.b)
 	profile := os.Getenv("TALLY_BENCH_CPUPROFILE") // a file: the collector's CPU profile of the drain
 	e.c = newCollector(b, e.b, e.v, e.api.url(), e.api.token,
@@ -163,7 +164,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 // every 100; it returns deliveries per second.
 func bareDrain(tb testing.TB, v *vhost, queue string, n, prefetch int) float64 {
 	tb.Helper()
-	ch, err := v.dial(tb).Channel()
+	ch, err := v.Conn(tb).Channel()
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -197,8 +198,8 @@ func bareDrain(tb testing.TB, v *vhost, queue string, n, prefetch int) float64 {
 
 func waitQueued(tb testing.TB, v *vhost, n int) {
 	tb.Helper()
-	waitFor(tb, time.Minute, fmt.Sprintf("%d messages ready in the queue", n), func() bool {
-		r, _ := v.queueDepth(tb, "tally-notifications")
+	testkit.WaitFor(tb, time.Minute, fmt.Sprintf("%d messages ready in the queue", n), func() bool {
+		r, _ := queueDepth(tb, v, "tally-notifications")
 		return r >= n
 	})
 }

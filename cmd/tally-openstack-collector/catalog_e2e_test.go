@@ -12,16 +12,14 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
 // dropIn copies a test module of the catalogue into the drop-in directory the
 // way an operator (or a ConfigMap update) should: written aside, then renamed.
 func dropIn(t *testing.T, dir, module, as string) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "runtime", "catalog", "testdata", module+".wasm"))
-	if err != nil {
-		missing(t, "catalogue test module "+module+".wasm not built (run make wasm)")
-	}
+	b := testkit.BuiltModule(t, "runtime/catalog/testdata/"+module+".wasm")
 	tmp := filepath.Join(dir, "."+as+".tmp")
 	if err := os.WriteFile(tmp, b, 0o644); err != nil {
 		t.Fatal(err)
@@ -89,7 +87,7 @@ func TestEndToEndHotReloadMigrationAndReplay(t *testing.T) {
 		t.Fatalf("mappers view lacks echo@1.0.0 or the built-in nova:\n%s", out)
 	}
 
-	conn := v.dial(t)
+	conn := v.Conn(t)
 	const n = 1500
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -101,7 +99,7 @@ func TestEndToEndHotReloadMigrationAndReplay(t *testing.T) {
 	// Mid-stream: a new version arrives and shadows the active one.
 	time.Sleep(500 * time.Millisecond)
 	dropIn(t, dir, "echo_v2", "echo-2")
-	waitFor(t, 60*time.Second, "echo@2.0.0 in shadow", func() bool {
+	testkit.WaitFor(t, 60*time.Second, "echo@2.0.0 in shadow", func() bool {
 		return strings.Contains(c.cli(t, "mappers"), "2.0.0")
 	})
 	time.Sleep(300 * time.Millisecond)
@@ -113,7 +111,7 @@ func TestEndToEndHotReloadMigrationAndReplay(t *testing.T) {
 	// The test modules write bare events, which the Reporting API refuses into
 	// its dead-letter view: each refusal is counted once per event received,
 	// so a notification mapped twice would show as one refusal too many.
-	waitFor(t, 90*time.Second, "every streamed notification at the API", func() bool {
+	testkit.WaitFor(t, 90*time.Second, "every streamed notification at the API", func() bool {
 		return a.stats(t).Rejected >= n
 	})
 	time.Sleep(time.Second) // anything extra would arrive now
@@ -124,7 +122,7 @@ func TestEndToEndHotReloadMigrationAndReplay(t *testing.T) {
 	// Dead letters: the active flaky module traps on every call.
 	publishTypes(t, conn, "flaky.usage", "dead", 0, 5, 0)
 	var list string
-	waitFor(t, 60*time.Second, "five dead letters", func() bool {
+	testkit.WaitFor(t, 60*time.Second, "five dead letters", func() bool {
 		list = c.cli(t, "deadletter", "list")
 		return strings.Count(list, "flaky.usage") == 5
 	})
@@ -132,12 +130,12 @@ func TestEndToEndHotReloadMigrationAndReplay(t *testing.T) {
 		t.Fatalf("dead letters lack the reason or the module:\n%s", list)
 	}
 	dropIn(t, dir, "flaky_v2", "flaky-2")
-	waitFor(t, 60*time.Second, "flaky@1.0.1 in shadow", func() bool {
+	testkit.WaitFor(t, 60*time.Second, "flaky@1.0.1 in shadow", func() bool {
 		return strings.Contains(c.cli(t, "mappers"), "1.0.1")
 	})
 	c.cli(t, "mappers", "promote", "flaky")
 	t.Logf("replay: %s", strings.TrimSpace(c.cli(t, "deadletter", "replay")))
-	waitFor(t, 60*time.Second, "replayed events at the API", func() bool {
+	testkit.WaitFor(t, 60*time.Second, "replayed events at the API", func() bool {
 		return a.stats(t).Rejected == n+5
 	})
 	if left := c.cli(t, "deadletter", "list"); strings.Contains(left, "flaky.usage") {
@@ -153,11 +151,10 @@ func novaStack(t *testing.T) (bins, *vhost, *api) {
 	if testing.Short() {
 		t.Skip("end-to-end test")
 	}
-	needBroker(t)
-	holdBrokerShared(t)
+	testkit.RequireBroker(t)
 	b := buildBinaries(t)
-	v := newVhost(t)
-	v.declareExchanges(t, "nova")
+	v := testkit.NewVhost(t)
+	v.DeclareExchanges(t, false, "nova")
 	return b, v, startAPI(t, b)
 }
 
@@ -173,7 +170,7 @@ func TestEndToEndMigrationSurvivesAKill(t *testing.T) {
 	c.start(t)
 	c.waitReady(t)
 	dropIn(t, dir, "echo_v2", "echo-2")
-	waitFor(t, 60*time.Second, "echo@2.0.0 in shadow", func() bool {
+	testkit.WaitFor(t, 60*time.Second, "echo@2.0.0 in shadow", func() bool {
 		return strings.Contains(c.cli(t, "mappers"), "echo@2.0.0")
 	})
 	c.p.kill9(t)

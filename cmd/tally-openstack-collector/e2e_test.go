@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
 type e2e struct {
@@ -31,11 +33,10 @@ func setupE2E(t *testing.T, extraEnv ...string) *e2e {
 	if testing.Short() {
 		t.Skip("end-to-end test")
 	}
-	needBroker(t)
-	holdBrokerShared(t)
+	testkit.RequireBroker(t)
 	e := &e2e{b: buildBinaries(t), corpus: loadCorpus(t), prefix: randHex(4)}
-	e.v = newVhost(t)
-	e.v.declareExchanges(t, e.corpus.exchanges()...)
+	e.v = testkit.NewVhost(t)
+	e.v.DeclareExchanges(t, false, e.corpus.exchanges()...)
 	e.api = startAPI(t, e.b)
 	env := append([]string{"TALLY_OSC_EXCHANGES=" + strings.Join(e.corpus.exchanges(), ",")}, extraEnv...)
 	e.c = newCollector(t, e.b, e.v, e.api.url(), e.api.token, env...)
@@ -101,8 +102,8 @@ func (e *e2e) checkExactSet(t *testing.T, n int) []storedEvent {
 
 func (e *e2e) checkQueueEmpty(t *testing.T) {
 	t.Helper()
-	waitFor(t, 30*time.Second, "queue tally-notifications empty and nothing unacknowledged", func() bool {
-		r, u := e.v.queueDepth(t, "tally-notifications")
+	testkit.WaitFor(t, 30*time.Second, "queue tally-notifications empty and nothing unacknowledged", func() bool {
+		r, u := queueDepth(t, e.v, "tally-notifications")
 		return r == 0 && u == 0
 	})
 }
@@ -111,7 +112,7 @@ func (e *e2e) checkQueueEmpty(t *testing.T) {
 // through oslo.messaging's Notifier; the API must end with exactly their
 // event_ids, and the collector's counters must agree.
 func TestEndToEndOslo(t *testing.T) {
-	needOslo(t)
+	testkit.NeedOslo(t)
 	e := setupE2E(t)
 	const n = 20000
 	start := time.Now()
@@ -218,7 +219,7 @@ func TestEndToEndChaos(t *testing.T) {
 	}
 	faults := []fault{
 		{at(500*time.Millisecond, 2500*time.Millisecond), "kill -9", kill},
-		{at(3*time.Second, 4*time.Second), "close_all_connections", func() { e.v.closeConnections(t) }},
+		{at(3*time.Second, 4*time.Second), "close_all_connections", func() { e.v.CloseConnections(t, "end-to-end test: connections closed on purpose") }},
 		{at(4500*time.Millisecond, 5500*time.Millisecond), "API fails for 10 s", func() {
 			e.api.fail(t, 503)
 			time.AfterFunc(10*time.Second, func() { e.api.clearFail(t) })
@@ -272,7 +273,7 @@ func TestEndToEndGracefulStop(t *testing.T) {
 		}
 		done <- nil
 	}()
-	waitFor(t, 30*time.Second, "consumption under way", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "consumption under way", func() bool {
 		return sum(e.c.metrics(t), "tally_collector_acked_total") >= 1000
 	})
 	code, took := e.c.p.stop(t, 30*time.Second)
@@ -289,7 +290,7 @@ func TestEndToEndGracefulStop(t *testing.T) {
 			t.Errorf("log lacks %s", want)
 		}
 	}
-	if _, unacked := e.v.queueDepth(t, "tally-notifications"); unacked != 0 {
+	if _, unacked := queueDepth(t, e.v, "tally-notifications"); unacked != 0 {
 		t.Errorf("%d deliveries left unacknowledged after the stop", unacked)
 	}
 	if err := <-done; err != nil {
@@ -312,11 +313,11 @@ func TestEndToEndSecondSignal(t *testing.T) {
 	const n = 500
 	e.api.fail(t, 503) // the flush cannot finish: the stop would take 50 s
 	publishRaw(t, e.v, e.corpus, e.prefix, 0, n)
-	waitFor(t, time.Minute, "every delivery committed and acknowledged", func() bool {
+	testkit.WaitFor(t, time.Minute, "every delivery committed and acknowledged", func() bool {
 		return sum(e.c.metrics(t), "tally_collector_acked_total") >= n
 	})
 	_ = e.c.p.cmd.Process.Signal(syscall.SIGTERM)
-	waitFor(t, 10*time.Second, "the stop under way", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the stop under way", func() bool {
 		return strings.Contains(e.c.p.out.String(), `"message":"inputs stopped`)
 	})
 	start := time.Now()
@@ -351,7 +352,7 @@ func TestEndToEndSenderMakesRoomForBacklog(t *testing.T) {
 	e.c.start(t)
 	e.c.waitReady(t)
 	e.waitDelivered(t, n, 2*time.Minute)
-	waitFor(t, 30*time.Second, "the end of the backlog logged", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "the end of the backlog logged", func() bool {
 		return strings.Contains(e.c.p.out.String(), `"message":"intake backlog over`)
 	})
 	if out := e.c.p.out.String(); !strings.Contains(out, `"message":"intake backlogged`) {

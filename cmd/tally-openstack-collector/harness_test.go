@@ -32,62 +32,15 @@ import (
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
-const brokerAddr = "127.0.0.1:5672"
+const brokerAddr = testkit.BrokerAddr
 
-// needBroker skips when RabbitMQ is not reachable, unless CI=true, where it
-// fails: the CI script starts the broker, so its absence is a fault there.
-func needBroker(tb testing.TB) {
-	tb.Helper()
-	c, err := net.DialTimeout("tcp", brokerAddr, 2*time.Second)
-	if err == nil {
-		c.Close()
-		if _, err := exec.LookPath("rabbitmqctl"); err != nil {
-			missing(tb, "rabbitmqctl is not on PATH (the end-to-end tests make a virtual host of their own)")
-		}
-		return
-	}
-	missing(tb, fmt.Sprintf("RabbitMQ is not reachable on %s (%v); start it with: rabbitmq-server -detached && rabbitmqctl await_startup", brokerAddr, err))
-}
+// vhost is a test's RabbitMQ virtual host (testkit.NewVhost): nothing
+// another test (or package) publishes reaches it, and closing its
+// connections touches no one else's. While a test has one it holds the
+// broker lock shared, so no test restarts the broker under it.
+type vhost = testkit.Vhost
 
-func missing(tb testing.TB, why string) {
-	tb.Helper()
-	if os.Getenv("CI") == "true" {
-		tb.Fatal(why)
-	}
-	tb.Skip(why)
-}
-
-// brokerLockPath is a lock the project's tests share on this machine: a test
-// that stops or restarts the shared RabbitMQ takes it exclusively, the
-// end-to-end tests, which count every message, hold it shared. A restart
-// deletes the non-durable service exchanges oslo declares, and what is
-// published before they are bound again is routed nowhere, as on a real
-// cloud; a test that counts exactly cannot run across one.
-func brokerLockPath() string { return filepath.Join(os.TempDir(), "tally-osc-broker.lock") }
-
-// holdBrokerShared takes the broker lock shared until the test ends.
-func holdBrokerShared(tb testing.TB) {
-	tb.Helper()
-	f, err := os.OpenFile(brokerLockPath(), os.O_CREATE|os.O_RDWR, 0o666)
-	if err != nil {
-		tb.Fatalf("broker lock: %v", err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH); err != nil {
-		f.Close()
-		tb.Fatalf("broker lock: %v", err)
-	}
-	tb.Cleanup(func() {
-		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		f.Close()
-	})
-}
-
-func needOslo(tb testing.TB) {
-	tb.Helper()
-	if err := exec.Command("/usr/bin/python3", "-c", "import oslo_messaging").Run(); err != nil {
-		missing(tb, "/usr/bin/python3 cannot import oslo_messaging (apt-get install python3-oslo.messaging)")
-	}
-}
+func TestMain(m *testing.M) { os.Exit(testkit.Main(m)) }
 
 // binaries are built once per test binary.
 var (
@@ -124,122 +77,21 @@ func buildBinaries(tb testing.TB) bins {
 	return bins{collector: filepath.Join(buildDir, "tally-openstack-collector"), api: filepath.Join(buildDir, "reporting-api")}
 }
 
-// testCacheDir is the compiled-module cache the tests share (the Makefile
-// sets TALLY_OSC_TEST_CACHE), so each start does not compile the mappers again.
-func testCacheDir() string {
-	if d := os.Getenv("TALLY_OSC_TEST_CACHE"); d != "" {
-		return d
-	}
-	return filepath.Join(os.TempDir(), "tally-osc-test-wazero-cache")
-}
-
-func freeAddr(tb testing.TB) string {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 func randHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
 
-// vhost is a RabbitMQ virtual host of one test: nothing another test (or
-// package) publishes reaches it, and closing its connections touches no one
-// else's.
-type vhost struct {
-	name string
-}
-
-// rabbitmqctl runs a command, retrying for a while: other packages' tests
-// restart the shared broker, and the command fails while it is down.
-func rabbitmqctl(tb testing.TB, args ...string) string {
+// queueDepth answers the ready and unacknowledged messages of a queue, -1
+// and -1 when there is no such queue.
+func queueDepth(tb testing.TB, v *vhost, queue string) (ready, unacked int) {
 	tb.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-		out, err := exec.CommandContext(ctx, "rabbitmqctl", args...).CombinedOutput()
-		cancel()
-		if err == nil {
-			return string(out)
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("rabbitmqctl %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		time.Sleep(2 * time.Second)
+	c, ok := v.QueueCounts(tb, queue)
+	if !ok {
+		return -1, -1
 	}
-}
-
-func newVhost(tb testing.TB) *vhost {
-	tb.Helper()
-	v := &vhost{name: "tally-e2e-" + randHex(4)}
-	rabbitmqctl(tb, "add_vhost", v.name)
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-		defer cancel()
-		_ = exec.CommandContext(ctx, "rabbitmqctl", "delete_vhost", v.name).Run()
-	})
-	rabbitmqctl(tb, "set_permissions", "-p", v.name, "guest", ".*", ".*", ".*")
-	return v
-}
-
-func (v *vhost) url() string { return "amqp://guest:guest@" + brokerAddr + "/" + v.name }
-
-func (v *vhost) dial(tb testing.TB) *amqp.Connection {
-	tb.Helper()
-	var c *amqp.Connection
-	var err error
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
-		c, err = amqp.DialConfig(v.url(), amqp.Config{Vhost: v.name, Properties: amqp.Table{"connection_name": "tally-e2e-test"}})
-		if err == nil || time.Now().After(deadline) {
-			break
-		}
-	}
-	if err != nil {
-		tb.Fatalf("dial %s: %v", v.name, err)
-	}
-	tb.Cleanup(func() { c.Close() })
-	return c
-}
-
-// declareExchanges declares the service exchanges the way oslo does (topic,
-// not durable), as a cloud's services would have.
-func (v *vhost) declareExchanges(tb testing.TB, names ...string) {
-	tb.Helper()
-	ch, err := v.dial(tb).Channel()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer ch.Close()
-	for _, n := range names {
-		if err := ch.ExchangeDeclare(n, "topic", false, false, false, false, nil); err != nil {
-			tb.Fatalf("declare %s: %v", n, err)
-		}
-	}
-}
-
-func (v *vhost) queueDepth(tb testing.TB, queue string) (ready, unacked int) {
-	tb.Helper()
-	out := rabbitmqctl(tb, "list_queues", "-p", v.name, "--no-table-headers", "--quiet", "name", "messages_ready", "messages_unacknowledged")
-	for _, line := range strings.Split(out, "\n") {
-		f := strings.Fields(line)
-		if len(f) == 3 && f[0] == queue {
-			r, _ := strconv.Atoi(f[1])
-			u, _ := strconv.Atoi(f[2])
-			return r, u
-		}
-	}
-	return -1, -1
-}
-
-func (v *vhost) closeConnections(tb testing.TB) {
-	tb.Helper()
-	rabbitmqctl(tb, "close_all_connections", "--vhost", v.name, "end-to-end test: connections closed on purpose")
+	return c.Ready, c.Unacked
 }
 
 // notification is one oslo message the tests publish, with the event_id the
@@ -329,7 +181,7 @@ func publishRawRetry(v *vhost, c *corpus, prefix string, from, to int) error {
 var publishEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func publishRawErr(v *vhost, c *corpus, prefix string, from, to int) error {
-	conn, err := amqp.DialConfig(v.url(), amqp.Config{Vhost: v.name, Properties: amqp.Table{"connection_name": "tally-e2e-publisher"}})
+	conn, err := amqp.DialConfig(v.URL(), amqp.Config{Properties: amqp.Table{"connection_name": "tally-e2e-publisher"}})
 	if err != nil {
 		return fmt.Errorf("dial: %w", err)
 	}
@@ -409,7 +261,7 @@ func publishOslo(tb testing.TB, v *vhost, c *corpus, prefix string, from, to, pr
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, "/usr/bin/python3", script,
-				"--url", "rabbit://guest:guest@"+brokerAddr+"/"+v.name,
+				"--url", v.OsloURL(),
 				"--corpus", corpusPath, "--prefix", prefix,
 				"--from", strconv.Itoa(lo), "--to", strconv.Itoa(hi))
 			if out, err := cmd.CombinedOutput(); err != nil {
@@ -424,36 +276,18 @@ func publishOslo(tb testing.TB, v *vhost, c *corpus, prefix string, from, to, pr
 	}
 }
 
-// syncBuffer collects a child's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // proc is a child process of a test.
 type proc struct {
 	name string
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *testkit.SyncBuffer
 	done chan struct{}
 	err  error
 }
 
 func startProc(tb testing.TB, name, bin string, args, env []string) *proc {
 	tb.Helper()
-	p := &proc{name: name, out: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{name: name, out: &testkit.SyncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = env
 	p.cmd.Stdout = p.out
@@ -529,7 +363,7 @@ type api struct {
 
 func startAPI(tb testing.TB, b bins) *api {
 	tb.Helper()
-	a := &api{bin: b.api, dataDir: tb.TempDir(), addr: freeAddr(tb), token: "e2e-" + randHex(12)}
+	a := &api{bin: b.api, dataDir: tb.TempDir(), addr: testkit.FreeAddr(tb), token: "e2e-" + randHex(12)}
 	a.start(tb)
 	return a
 }
@@ -537,7 +371,7 @@ func startAPI(tb testing.TB, b bins) *api {
 func (a *api) start(tb testing.TB) {
 	tb.Helper()
 	a.p = startProc(tb, "reporting-api", a.bin, []string{"--addr", a.addr, "--token", a.token, "--data-dir", a.dataDir}, os.Environ())
-	waitFor(tb, 20*time.Second, "reporting API up", func() bool {
+	testkit.WaitFor(tb, 20*time.Second, "reporting API up", func() bool {
 		c, err := net.DialTimeout("tcp", a.addr, time.Second)
 		if err == nil {
 			c.Close()
@@ -558,9 +392,9 @@ type collector struct {
 
 func newCollector(tb testing.TB, b bins, v *vhost, reportingURL, token string, extra ...string) *collector {
 	tb.Helper()
-	c := &collector{bin: b.collector, httpAddr: freeAddr(tb)}
+	c := &collector{bin: b.collector, httpAddr: testkit.FreeAddr(tb)}
 	c.env = append(os.Environ(),
-		"TALLY_OSC_TRANSPORT_URL="+v.url(),
+		"TALLY_OSC_TRANSPORT_URL="+v.URL(),
 		"TALLY_OSC_QUEUE_TYPE=classic", // the local broker is RabbitMQ 3.x
 		"TALLY_OSC_BUFFER_PATH="+filepath.Join(tb.TempDir(), "outbox"),
 		"TALLY_OSC_REPORTING_URL="+reportingURL,
@@ -568,7 +402,7 @@ func newCollector(tb testing.TB, b bins, v *vhost, reportingURL, token string, e
 		"TALLY_OSC_REPORTING_INSECURE=true",
 		"TALLY_OSC_HTTP_ADDR="+c.httpAddr,
 		"TALLY_OSC_LOG_FORMAT=json",
-		"TALLY_OSC_MAPPER_CACHE_DIR="+testCacheDir(),
+		"TALLY_OSC_MAPPER_CACHE_DIR="+testkit.CacheDir(tb),
 	)
 	c.env = append(c.env, extra...)
 	return c
@@ -593,7 +427,7 @@ func (c *collector) get(path string) (int, string, error) {
 
 func (c *collector) waitReady(tb testing.TB) {
 	tb.Helper()
-	waitFor(tb, 60*time.Second, "collector ready", func() bool {
+	testkit.WaitFor(tb, 60*time.Second, "collector ready", func() bool {
 		if !c.p.running() {
 			tb.Fatalf("collector exited: %v\n%s", c.p.err, tail(c.p.out.String(), 4000))
 		}
@@ -656,17 +490,6 @@ func sum(m map[string]float64, name string, labels ...string) float64 {
 		}
 	}
 	return t
-}
-
-func waitFor(tb testing.TB, limit time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %s waiting for: %s", limit, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 func (a *api) do(tb testing.TB, method, path string, body any, out any) {

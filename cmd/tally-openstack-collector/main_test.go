@@ -7,12 +7,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
 func runCmd(t *testing.T, stdin string, env []string, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	env = append([]string{"TALLY_OSC_MAPPER_CACHE_DIR=" + testCacheDir()}, env...)
+	env = append([]string{"TALLY_OSC_MAPPER_CACHE_DIR=" + testkit.CacheDir(t)}, env...)
 	code := run(args, env, strings.NewReader(stdin), &out, &errb)
 	return code, out.String(), errb.String()
 }

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"testing"
 	"time"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
 // TestEndToEndPlog sends notifications through the plog-compatible listeners of
@@ -17,7 +19,7 @@ import (
 func TestEndToEndPlog(t *testing.T) {
 	b, v, a := novaStack(t)
 
-	udpAddr, tcpAddr := freeAddr(t), freeAddr(t)
+	udpAddr, tcpAddr := testkit.FreeAddr(t), testkit.FreeAddr(t)
 	cfg := filepath.Join(t.TempDir(), "collector.yaml")
 	yaml := fmt.Sprintf("plog:\n  listeners:\n    - address: udp://%s\n      mappers: [nova]\n    - address: tcp://%s\n      mappers: [nova]\n", udpAddr, tcpAddr)
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
@@ -47,7 +49,7 @@ func TestEndToEndPlog(t *testing.T) {
 		t.Fatal(err)
 	}
 	// UDP is fire and forget: resend until it arrives (the id dedupes).
-	waitFor(t, 60*time.Second, "both plog events at the Reporting API", func() bool {
+	testkit.WaitFor(t, 60*time.Second, "both plog events at the Reporting API", func() bool {
 		_, _ = uc.Write([]byte(note("plog-udp-1")))
 		return a.stats(t).Accepted >= 2
 	})

@@ -14,34 +14,32 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
 	"github.com/tally-billing/tally-openstack-collector/runtime/conformance"
 )
 
-// cMapper returns c-mapper.wasm as `make wasm` built it, or builds it with
-// clang-14 into a temporary directory. Without either it skips, or fails
-// when CI is "true".
+// cMapper returns c-mapper.wasm as make test-wasm built it, or builds it
+// with clang-14 into a temporary directory. Without clang-14 the test ends,
+// naming the Debian packages.
 func cMapper(t testing.TB) []byte {
 	t.Helper()
 	if b, err := os.ReadFile("c-mapper.wasm"); err == nil {
 		return b
 	}
+	const pkgs = "clang-14 lld-14 wasi-libc libclang-rt-14-dev-wasm32"
+	clang := testkit.LookPath(t, "clang-14", pkgs)
 	out := filepath.Join(t.TempDir(), "c-mapper.wasm")
-	cmd := exec.Command("clang-14", "--target=wasm32-wasi", "-mexec-model=reactor", "-O2",
+	cmd := exec.Command(clang, "--target=wasm32-wasi", "-mexec-model=reactor", "-O2",
 		"-fuse-ld=lld", "-Wl,--strip-all", "-o", out, "src/mapper.c")
-	msg, err := cmd.CombinedOutput()
-	if err == nil {
-		b, err := os.ReadFile(out)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		testkit.Missing(t, "c-mapper.wasm is not built and clang-14 failed (apt-get install %s): %v\n%s", pkgs, err, msg)
 	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("c-mapper.wasm is missing and clang-14 failed: %v\n%s", err, msg)
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Skipf("c-mapper.wasm is missing (run make wasm; needs clang-14, lld-14, wasi-libc): %v", err)
-	return nil
+	return b
 }
 
 func fixture(t testing.TB) []byte {
@@ -64,7 +62,7 @@ func load(t testing.TB, opts ...runtime.ModuleOption) *runtime.Module {
 	ctx := context.Background()
 	// A generous deadline: on a loaded machine a descheduled call must not
 	// fail a test or a benchmark.
-	e, err := runtime.NewEngine(ctx, runtime.Config{CacheDir: os.Getenv("TALLY_OSC_TEST_CACHE"),
+	e, err := runtime.NewEngine(ctx, runtime.Config{CacheDir: testkit.CacheDir(t),
 		CallTimeout: 10 * time.Second, Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)

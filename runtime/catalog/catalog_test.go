@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
@@ -128,7 +129,7 @@ func TestRejectedModulesLeaveServiceUnaffected(t *testing.T) {
 			}
 		})
 	}
-	if got := metricValue(t, reg, "tally_collector_mapper_reloads_total", "error"); got != float64(len(cases)) {
+	if got := testkit.Metric(t, reg, "tally_collector_mapper_reloads_total", "error"); got != float64(len(cases)) {
 		t.Errorf("reloads_total{result=error} = %v, want %d", got, len(cases))
 	}
 

@@ -3,38 +3,22 @@ package catalog_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
 	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
 
-func cacheDir(t testing.TB) string {
-	if d := os.Getenv("TALLY_OSC_TEST_CACHE"); d != "" {
-		return d
-	}
-	return t.TempDir()
-}
-
-func testLogger() zerolog.Logger {
-	if os.Getenv("TEST_LOG") != "" {
-		return zerolog.New(zerolog.NewConsoleWriter()).With().Timestamp().Logger()
-	}
-	return zerolog.Nop()
-}
-
 func newEngine(t testing.TB) *runtime.Engine {
 	t.Helper()
-	e, err := runtime.NewEngine(context.Background(), runtime.Config{CacheDir: cacheDir(t), Logger: testLogger(), PoolSize: 4,
+	e, err := runtime.NewEngine(context.Background(), runtime.Config{CacheDir: testkit.CacheDir(t), Logger: testkit.Logger(), PoolSize: 4,
 		// Generous: these tests are about routing, not deadlines, and the
 		// machine may be busy with other packages' tests.
 		CallTimeout: 10 * time.Second})
@@ -45,24 +29,9 @@ func newEngine(t testing.TB) *runtime.Engine {
 	return e
 }
 
-// wasm returns testdata/<name>.wasm, built by `make wasm`; when missing it is
-// assembled with wat2wasm into a temporary directory.
-func wasm(t testing.TB, name string) []byte {
-	t.Helper()
-	p := filepath.Join("testdata", name+".wasm")
-	if b, err := os.ReadFile(p); err == nil {
-		return b
-	}
-	out := filepath.Join(t.TempDir(), name+".wasm")
-	if msg, err := exec.Command("wat2wasm", "-o", out, filepath.Join("testdata", name+".wat")).CombinedOutput(); err != nil {
-		t.Fatalf("%s missing (run make wasm) and wat2wasm failed: %v %s", p, err, msg)
-	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
+// wasm returns testdata/<name>.wasm, built by make test-wasm, or assembled
+// from its .wat when it is not there.
+func wasm(t testing.TB, name string) []byte { t.Helper(); return testkit.WAT(t, "testdata", name) }
 
 // drop puts module name into dir as file, the way an operator would: written
 // beside, then renamed into place.
@@ -120,7 +89,7 @@ func newCatalog(t testing.TB, opts catalog.Options) *catalog.Catalog {
 	if opts.Engine == nil {
 		opts.Engine = newEngine(t)
 	}
-	opts.Logger = testLogger()
+	opts.Logger = testkit.Logger()
 	c, err := catalog.New(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
@@ -209,19 +178,6 @@ func fileState(st catalog.Status, dir, file string) (catalog.FileStatus, bool) {
 	return catalog.FileStatus{}, false
 }
 
-// waitFor polls cond until it holds or 10 s passed (a bound on a background
-// reaction, not a performance assertion).
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func reload(t testing.TB, c *catalog.Catalog) catalog.ReloadResult {
 	t.Helper()
 	r := c.Reload(context.Background())
@@ -230,38 +186,3 @@ func reload(t testing.TB, c *catalog.Catalog) catalog.ReloadResult {
 	}
 	return r
 }
-
-// metricValue returns the value of the series of name whose label values
-// include every one of labels.
-func metricValue(t testing.TB, reg *prometheus.Registry, name string, labels ...string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metric:
-		for _, m := range mf.GetMetric() {
-			have := map[string]bool{}
-			for _, lp := range m.GetLabel() {
-				have[lp.GetValue()] = true
-			}
-			for _, l := range labels {
-				if !have[l] {
-					continue metric
-				}
-			}
-			if m.GetCounter() != nil {
-				return m.GetCounter().GetValue()
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("no metric %s%v", name, labels)
-	return 0
-}
-
-var _ = fmt.Sprint

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
@@ -67,10 +68,10 @@ func TestShadowMigrationWithDifferenceThenPromote(t *testing.T) {
 	if mg.Samples[0].EventType != "test.a" || mg.Samples[1].EventType != "test.b" {
 		t.Errorf("samples are not the last four, oldest first: %s %s", mg.Samples[0].EventType, mg.Samples[1].EventType)
 	}
-	if got := metricValue(t, reg, "tally_collector_mapper_shadow_comparisons_total", "echo", "difference"); got != 8 {
+	if got := testkit.Metric(t, reg, "tally_collector_mapper_shadow_comparisons_total", "echo", "difference"); got != 8 {
 		t.Errorf("shadow differences metric %v", got)
 	}
-	if got := metricValue(t, reg, "tally_collector_mapper_migrations"); got != 1 {
+	if got := testkit.Metric(t, reg, "tally_collector_mapper_migrations"); got != 1 {
 		t.Errorf("migrations gauge %v", got)
 	}
 	var pat catalog.PatternStatus
@@ -112,7 +113,7 @@ func TestShadowMigrationWithDifferenceThenPromote(t *testing.T) {
 		m.Builtin == nil || m.Builtin.ID != "echo@1.0.0" {
 		t.Errorf("after promotion: %+v", m)
 	}
-	if got := metricValue(t, reg, "tally_collector_mapper_migrations"); got != 0 {
+	if got := testkit.Metric(t, reg, "tally_collector_mapper_migrations"); got != 0 {
 		t.Errorf("migrations gauge %v", got)
 	}
 	if _, err := c.Promote(context.Background(), "echo"); !errors.Is(err, catalog.ErrNoMigration) {

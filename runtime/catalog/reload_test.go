@@ -6,8 +6,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
 	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
@@ -66,7 +68,7 @@ func TestHotReloadUnderLoadExactCount(t *testing.T) {
 	// state of the catalogue carries traffic.
 	settle := func() {
 		from := progress.Load()
-		waitFor(t, "traffic", func() bool { return progress.Load() >= from+int64(workers) })
+		testkit.WaitFor(t, 10*time.Second, "traffic", func() bool { return progress.Load() >= from+int64(workers) })
 	}
 	versions := []string{"echo_v1b", "echo_v2", "echo_v1"}
 	for i := range cycles {

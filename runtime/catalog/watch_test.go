@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
 )
 
@@ -66,7 +67,7 @@ func TestWatchFollowsAConfigMapUpdate(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // let Run add its watch
 
 	cm.publish(map[string]string{"echo.wasm": "echo_v2"})
-	waitFor(t, "the new version in shadow", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the new version in shadow", func() bool {
 		m, _ := module(c.Status(), "echo")
 		return m.Migration != nil && m.Migration.Candidate.ID == "echo@2.0.0"
 	})
@@ -75,7 +76,7 @@ func TestWatchFollowsAConfigMapUpdate(t *testing.T) {
 	}
 	// A plain file dropped beside the ConfigMap's links is seen as well.
 	drop(t, dir, "special.wasm", "special")
-	waitFor(t, "special", func() bool { _, ok := module(c.Status(), "special"); return ok })
+	testkit.WaitFor(t, 10*time.Second, "special", func() bool { _, ok := module(c.Status(), "special"); return ok })
 }
 
 func TestPeriodicRefreshCatchesWhatTheWatchMisses(t *testing.T) {
@@ -90,5 +91,5 @@ func TestPeriodicRefreshCatchesWhatTheWatchMisses(t *testing.T) {
 		t.Fatal(err)
 	}
 	drop(t, sub, "echo.wasm", "echo_v1")
-	waitFor(t, "echo loaded by the periodic refresh", func() bool { _, ok := module(c.Status(), "echo"); return ok })
+	testkit.WaitFor(t, 10*time.Second, "echo loaded by the periodic refresh", func() bool { _, ok := module(c.Status(), "echo"); return ok })
 }

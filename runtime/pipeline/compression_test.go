@@ -12,6 +12,7 @@ import (
 	"github.com/andybalholm/brotli"
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
 
@@ -118,7 +119,7 @@ func TestBadCompressionIsUnparseable(t *testing.T) {
 			t.Errorf("%s: the error quotes the body: %v", c.header, got.Err)
 		}
 	}
-	if got := metric(t, f.reg, "tally_collector_unparseable_total", ""); got != 6 {
+	if got := testkit.Metric(t, f.reg, "tally_collector_unparseable_total"); got != 6 {
 		t.Errorf("unparseable_total = %v, want 6", got)
 	}
 	_, err := pipeline.Decompress(nil, "application/x-snappy", []byte("x"), 10)

@@ -14,22 +14,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
 
-// module loads a module built by `make wasm`, relative to the repository root.
-// Missing: skip, unless CI=true.
+// module loads a module built by make, relative to the repository root.
 func module(t testing.TB, e *runtime.Engine, path string) *runtime.Module {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", path))
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s not built (run make wasm): %v", path, err)
-		}
-		t.Skipf("%s not built (run make wasm)", path)
-	}
-	m, err := e.Load(context.Background(), path, b)
+	m, err := e.Load(context.Background(), path, testkit.BuiltModule(t, path))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,11 +32,7 @@ func module(t testing.TB, e *runtime.Engine, path string) *runtime.Module {
 
 func engine(t testing.TB) *runtime.Engine {
 	t.Helper()
-	cache := os.Getenv("TALLY_OSC_TEST_CACHE")
-	if cache == "" {
-		cache = t.TempDir()
-	}
-	e, err := runtime.NewEngine(context.Background(), runtime.Config{CacheDir: cache, Logger: zerolog.Nop()})
+	e, err := runtime.NewEngine(context.Background(), runtime.Config{CacheDir: testkit.CacheDir(t), Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +117,7 @@ func TestEnvelopeAndBareBodiesMapAlike(t *testing.T) {
 			t.Errorf("%s: module %q", tc.file, r.Module)
 		}
 	}
-	if got := metric(t, f.reg, "tally_collector_mapped_total", ""); got != 3 {
+	if got := testkit.Metric(t, f.reg, "tally_collector_mapped_total"); got != 3 {
 		t.Errorf("mapped_total = %v, want 3", got)
 	}
 }
@@ -247,13 +236,13 @@ func TestRefusals(t *testing.T) {
 			t.Errorf("%s: got %v %q (%d events), want %v %q", tc.name, r.Outcome, r.Reason, len(r.Events), tc.outcome, tc.reason)
 		}
 	}
-	if got := metric(t, f.reg, "tally_collector_unparseable_total", ""); got != 5 {
+	if got := testkit.Metric(t, f.reg, "tally_collector_unparseable_total"); got != 5 {
 		t.Errorf("unparseable_total = %v, want 5", got)
 	}
 	for reason, want := range map[string]float64{
 		pipeline.ReasonNoEventType: 1, pipeline.ReasonUnclaimed: 1, pipeline.ReasonVersioned: 1,
 	} {
-		if got := metric(t, f.reg, "tally_collector_skipped_total", reason); got != want {
+		if got := testkit.Metric(t, f.reg, "tally_collector_skipped_total", reason); got != want {
 			t.Errorf("skipped_total{%s} = %v, want %v", reason, got, want)
 		}
 	}
@@ -265,7 +254,7 @@ func TestEventOverTheBoundIsSkipped(t *testing.T) {
 	if r.Outcome != pipeline.Skipped || r.Reason != pipeline.ReasonEventTooLarge {
 		t.Fatalf("got %v %q, want skipped event_too_large", r.Outcome, r.Reason)
 	}
-	if got := metric(t, f.reg, "tally_collector_skipped_total", pipeline.ReasonEventTooLarge); got != 1 {
+	if got := testkit.Metric(t, f.reg, "tally_collector_skipped_total", pipeline.ReasonEventTooLarge); got != 1 {
 		t.Errorf("skipped_total{event_too_large} = %v, want 1", got)
 	}
 }
@@ -285,7 +274,7 @@ func TestMapperFailureIsReportedForDeadLettering(t *testing.T) {
 	if !errors.As(r.Err, &me) || me.Reason != runtime.ReasonTrap {
 		t.Fatalf("err %v is not a trap MapError", r.Err)
 	}
-	if got := metric(t, reg, "tally_collector_mapper_failures_total", "trap"); got != 1 {
+	if got := testkit.Metric(t, reg, "tally_collector_mapper_failures_total", "trap"); got != 1 {
 		t.Errorf("mapper_failures_total{trap} = %v, want 1", got)
 	}
 	// The pipeline carries on: the next message maps.
@@ -334,28 +323,6 @@ func TestChainCanonicalAndDerivedIDs(t *testing.T) {
 	if r := f.p.Process(ctx, pipeline.Message{Body: []byte("cpu=3")}); r.Outcome != pipeline.Unparseable {
 		t.Errorf("raw bytes without a chain: %v", r.Outcome)
 	}
-}
-
-// metric returns the value of a counter in reg, with the given first label
-// value ("" for an unlabelled one).
-func metric(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if label == "" || (len(m.GetLabel()) > 0 && m.GetLabel()[0].GetValue() == label) {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	t.Fatalf("metric %s{%s} not found", name, label)
-	return 0
 }
 
 // TestMetricsRegisteredOnce: a second pipeline on the same registry is an

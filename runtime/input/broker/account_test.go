@@ -12,18 +12,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
 // The account of docs/broker.md, with exactly its permission patterns and
 // topic permissions: enough for the consumer and the dump, and not enough to
 // bind anything but the notification keys.
 func TestNarrowAccount(t *testing.T) {
-	v := narrowVhost(t)
-	v.declareExchanges(t, false, "nova", "openstack")
-	narrowURL := "amqp://" + narrowUser + ":" + narrowPassword + "@" + brokerAddr + "/" + url.PathEscape(v.name)
+	v, narrowUser := narrowVhost(t)
+	v.DeclareExchanges(t, false, "nova", "openstack")
+	narrowURL := "amqp://" + narrowUser + ":" + narrowPassword + "@" + brokerAddr + "/" + url.PathEscape(v.Name)
 
 	ob := openOutbox(t, t.TempDir(), 100)
-	logs := &syncBuf{}
+	logs := &testkit.SyncBuffer{}
 	opts := testOptions(v, logs, "nova", "openstack")
 	opts.TransportURL = narrowURL
 	c, err := New(newTestProcessor(t), ob, opts)
@@ -31,12 +32,12 @@ func TestNarrowAccount(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := startConsumer(t, c)
-	waitFor(t, 15*time.Second, "ready with the narrow account", func() bool { return r.Ready() == nil })
+	testkit.WaitFor(t, 15*time.Second, "ready with the narrow account", func() bool { return r.Ready() == nil })
 	if got := testutil.ToFloat64(c.m.refusedBindings); got != 0 {
 		t.Fatalf("%v bindings refused: %s", got, logs.String())
 	}
-	v.publish(t, "openstack", "notifications.warn", note(t, "narrow-1", "volume.attach.end"))
-	waitFor(t, 15*time.Second, "consumed", func() bool { return outboxIDs(t, ob)["narrow-1"] == 1 })
+	v.Publish(t, "openstack", "notifications.warn", note(t, "narrow-1", "volume.attach.end"))
+	testkit.WaitFor(t, 15*time.Second, "consumed", func() bool { return outboxIDs(t, ob)["narrow-1"] == 1 })
 
 	// The topic permission keeps the account to the notification keys.
 	conn, err := amqp.Dial(narrowURL)
@@ -57,14 +58,14 @@ func TestNarrowAccount(t *testing.T) {
 	}
 
 	// The dump runs with the same account.
-	dumpLogs := &syncBuf{}
+	dumpLogs := &testkit.SyncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
 		done <- Dump(ctx, Options{TransportURL: narrowURL, Exchanges: []string{"nova", "openstack"}, Logger: zerolog.New(dumpLogs)}, &bytes.Buffer{})
 	}()
-	waitFor(t, 15*time.Second, "dump bound with the narrow account", func() bool {
+	testkit.WaitFor(t, 15*time.Second, "dump bound with the narrow account", func() bool {
 		select {
 		case err := <-done:
 			t.Fatalf("dump: %v", err)

@@ -5,11 +5,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
 // A consumer that never took a delivery has no backlog.
 func TestBackloggedFalseBeforeAnyDelivery(t *testing.T) {
-	c, err := New(newTestProcessor(t), openOutbox(t, t.TempDir(), 10), testOptions(vhostByName("unused"), &syncBuf{}, "nova"))
+	c, err := New(newTestProcessor(t), openOutbox(t, t.TempDir(), 10), testOptions(vhostByName("unused"), &testkit.SyncBuffer{}, "nova"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +27,7 @@ func TestBackloggedWhileDraining(t *testing.T) {
 	const n = 2000
 	fill(t, v, note(t, "backlog-1", "compute.instance.exists"), n)
 
-	opts := testOptions(v, &syncBuf{}, "nova") // Prefetch 20
+	opts := testOptions(v, &testkit.SyncBuffer{}, "nova") // Prefetch 20
 	c, err := New(newTestProcessor(t), openOutbox(t, t.TempDir(), 1<<20), opts)
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +56,7 @@ func TestBackloggedWhileDraining(t *testing.T) {
 	if c.Backlogged() {
 		t.Fatal("still backlogged after the queue was drained")
 	}
-	if ready, _ := v.queueState(t, DefaultQueue); ready != 0 {
+	if ready, _ := v.QueueState(t, DefaultQueue); ready != 0 {
 		t.Fatalf("%d messages left in the queue", ready)
 	}
 }

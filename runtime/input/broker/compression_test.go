@@ -3,18 +3,16 @@ package broker
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/url"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
 
@@ -22,27 +20,8 @@ import (
 // rabbit driver has kombu_compression set, as an operator's services do.
 func (v *vhost) osloNotifyCompressed(t testing.TB, exchange, compression string, count int, file string) []string {
 	t.Helper()
-	cmd := exec.Command("/usr/bin/python3", "../../../examples/publisher/oslo_notify.py",
-		"--url", "rabbit://guest:guest@"+brokerAddr+"/"+url.PathEscape(v.name),
-		"--exchange", exchange, "--compression", compression, "--count", fmt.Sprint(count),
-		filepath.Join("testdata", "notifications", file))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("publish with kombu_compression=%s: %v\n%s(needs the Debian package python3-oslo.messaging)", compression, err, stderr.String())
-	}
-	var ids []string
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		var r struct {
-			MessageID string `json:"message_id"`
-		}
-		if err := json.Unmarshal([]byte(line), &r); err != nil || r.MessageID == "" {
-			t.Fatalf("publisher said %q", line)
-		}
-		ids = append(ids, r.MessageID)
-	}
-	return ids
+	return testkit.OsloNotify(t, "--url", v.OsloURL(), "--exchange", exchange, "--compression", compression,
+		"--count", fmt.Sprint(count), filepath.Join("testdata", "notifications", file))
 }
 
 // Notifications published with kombu_compression (every codec Debian's kombu
@@ -52,14 +31,14 @@ func (v *vhost) osloNotifyCompressed(t testing.TB, exchange, compression string,
 // nothing.
 func TestCompressedNotificationsAreCollected(t *testing.T) {
 	v := newVhost(t)
-	v.declareExchanges(t, false, "nova")
+	v.DeclareExchanges(t, false, "nova")
 	ob := openOutbox(t, t.TempDir(), 100000)
-	c, err := New(newTestProcessor(t), ob, testOptions(v, &syncBuf{}, "nova"))
+	c, err := New(newTestProcessor(t), ob, testOptions(v, &testkit.SyncBuffer{}, "nova"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := startConsumer(t, c)
-	waitFor(t, 15*time.Second, "ready", func() bool { return r.Ready() == nil })
+	testkit.WaitFor(t, 15*time.Second, "ready", func() bool { return r.Ready() == nil })
 
 	want := map[string]bool{}
 	for _, codec := range []string{"gzip", "bzip2", "lzma"} {
@@ -81,7 +60,7 @@ func TestCompressedNotificationsAreCollected(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ch, err := v.conn(t).Channel()
+	ch, err := v.Conn(t).Channel()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +72,7 @@ func TestCompressedNotificationsAreCollected(t *testing.T) {
 		}
 	}
 
-	waitFor(t, 30*time.Second, "all acknowledged", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "all acknowledged", func() bool {
 		return testutil.ToFloat64(c.m.acked) == float64(len(want)+2)
 	})
 	ids := outboxIDs(t, ob)

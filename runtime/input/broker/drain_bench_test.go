@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
@@ -37,10 +37,7 @@ func BenchmarkDrain(b *testing.B) {
 // novaProcessor is the real pipeline with the built-in nova module, loaded as
 // the daemon loads it.
 func novaProcessor(b *testing.B) Processor {
-	wasm, err := os.ReadFile(filepath.Join("..", "..", "..", "mappers", "dist", "nova.wasm"))
-	if err != nil {
-		b.Skipf("mappers/dist/nova.wasm not built (run make wasm): %v", err)
-	}
+	wasm := testkit.BuiltModule(b, "mappers/dist/nova.wasm")
 	ctx := context.Background()
 	eng, err := runtime.NewEngine(ctx, runtime.Config{CacheDir: b.TempDir(), Logger: zerolog.Nop()})
 	if err != nil {
@@ -65,8 +62,8 @@ func benchDrain(b *testing.B, proc Processor) {
 	}
 	const prefetch = 100
 	v := newVhost(b)
-	v.declareExchanges(b, false, "nova")
-	ch, err := v.conn(b).Channel()
+	v.DeclareExchanges(b, false, "nova")
+	ch, err := v.Conn(b).Channel()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -84,7 +81,7 @@ func benchDrain(b *testing.B, proc Processor) {
 
 	fill(b, v, body, n)
 	ob := openOutbox(b, b.TempDir(), 1<<40)
-	opts := testOptions(v, &syncBuf{}, "nova")
+	opts := testOptions(v, &testkit.SyncBuffer{}, "nova")
 	opts.Prefetch = prefetch
 	c, err := New(proc, ob, opts)
 	if err != nil {
@@ -118,7 +115,7 @@ func benchDrain(b *testing.B, proc Processor) {
 // broker's confirmations.
 func fill(b testing.TB, v *vhost, body []byte, n int) {
 	b.Helper()
-	ch, err := v.conn(b).Channel()
+	ch, err := v.Conn(b).Channel()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -137,15 +134,15 @@ func fill(b testing.TB, v *vhost, body []byte, n int) {
 	if ok, err := last.WaitContext(context.Background()); !ok || err != nil {
 		b.Fatalf("publish not confirmed: %v", err)
 	}
-	waitFor(b, time.Minute, "queue filled", func() bool {
-		ready, _ := v.queueState(b, DefaultQueue)
+	testkit.WaitFor(b, time.Minute, "queue filled", func() bool {
+		ready, _ := v.QueueState(b, DefaultQueue)
 		return ready >= n
 	})
 }
 
 func bareDrainRate(b *testing.B, v *vhost, n, prefetch int) float64 {
 	b.Helper()
-	ch, err := v.conn(b).Channel()
+	ch, err := v.Conn(b).Channel()
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
 // The dump against the broker: a copy through a server-named exclusive
@@ -19,9 +20,9 @@ import (
 // queue left behind; the durable queue keeps its own copy.
 func TestDumpAgainstBroker(t *testing.T) {
 	v := newVhost(t)
-	v.declareExchanges(t, false, "nova", "openstack")
+	v.DeclareExchanges(t, false, "nova", "openstack")
 	// The collector's durable queue, bound on nova: it must keep receiving.
-	ch, err := v.conn(t).Channel()
+	ch, err := v.Conn(t).Channel()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,28 +33,28 @@ func TestDumpAgainstBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	out := &syncBuf{}
-	logs := &syncBuf{}
-	opts := Options{TransportURL: v.url, Exchanges: []string{"nova", "openstack", "glance"},
+	out := &testkit.SyncBuffer{}
+	logs := &testkit.SyncBuffer{}
+	opts := Options{TransportURL: v.URL(), Exchanges: []string{"nova", "openstack", "glance"},
 		Logger: zerolog.New(logs), ProbeMin: 200 * time.Millisecond, ProbeMax: 400 * time.Millisecond}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- Dump(ctx, opts, out) }()
 	t.Cleanup(func() { cancel(); <-done })
-	waitFor(t, 15*time.Second, "dump bound", func() bool { return strings.Contains(logs.String(), "dump bound") })
+	testkit.WaitFor(t, 15*time.Second, "dump bound", func() bool { return strings.Contains(logs.String(), "dump bound") })
 	if !strings.Contains(logs.String(), "amq.gen-") {
 		t.Errorf("the dump queue is not server-named: %s", logs.String())
 	}
 
 	secrets := readTestdata(t, "secrets.json")
-	v.publish(t, "openstack", "notifications.info", envelope(t, secrets))
-	v.publish(t, "nova", "notifications.error", readTestdata(t, "wire/v2_gzip_002.body"))
+	v.Publish(t, "openstack", "notifications.info", envelope(t, secrets))
+	v.Publish(t, "nova", "notifications.error", readTestdata(t, "wire/v2_gzip_002.body"))
 	env := envelope(t, secrets)
-	v.publish(t, "nova", "notifications.warn", env[:len(env)-100])
+	v.Publish(t, "nova", "notifications.warn", env[:len(env)-100])
 	ids := v.osloNotify(t, "nova", 1, "volume.attach.end__ceilometer__1.json")
-	v.publish(t, "nova", "conductor", note(t, "rpc-1", "compute.instance.rpc")) // not bound: never printed
+	v.Publish(t, "nova", "conductor", note(t, "rpc-1", "compute.instance.rpc")) // not bound: never printed
 
-	waitFor(t, 15*time.Second, "four lines", func() bool { return strings.Count(out.String(), "\n") >= 4 })
+	testkit.WaitFor(t, 15*time.Second, "four lines", func() bool { return strings.Count(out.String(), "\n") >= 4 })
 	time.Sleep(200 * time.Millisecond)
 	cancel()
 	if err := <-done; err != nil {
@@ -101,18 +102,18 @@ func TestDumpAgainstBroker(t *testing.T) {
 	if m == nil {
 		t.Fatal("dump queue name not logged")
 	}
-	waitFor(t, 10*time.Second, "dump queue gone", func() bool {
-		_, exists := v.queueState(t, m[1])
+	testkit.WaitFor(t, 10*time.Second, "dump queue gone", func() bool {
+		_, exists := v.QueueState(t, m[1])
 		return !exists
 	})
-	if n, _ := v.queueState(t, DefaultQueue); n != 1 {
+	if n, _ := v.QueueState(t, DefaultQueue); n != 1 {
 		t.Errorf("durable queue holds %d, want its 1 copy", n)
 	}
 }
 
 func TestDumpNoExchange(t *testing.T) {
 	v := newVhost(t)
-	err := Dump(context.Background(), Options{TransportURL: v.url, Exchanges: []string{"nova"}, Logger: zerolog.Nop()}, &bytes.Buffer{})
+	err := Dump(context.Background(), Options{TransportURL: v.URL(), Exchanges: []string{"nova"}, Logger: zerolog.Nop()}, &bytes.Buffer{})
 	if !errors.Is(err, ErrNoExchanges) {
 		t.Fatalf("got %v", err)
 	}

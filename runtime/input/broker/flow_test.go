@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
@@ -128,11 +129,11 @@ func TestAckNeverPrecedesCommit(t *testing.T) {
 			wantOrder = append(wantOrder, id)
 		}
 	}
-	v.publish(t, "", DefaultQueue, bodies...)
+	v.Publish(t, "", DefaultQueue, bodies...)
 
 	rec := &recordingOutbox{Outbox: openOutbox(t, t.TempDir(), 1<<20), delay: 3 * time.Millisecond, committed: map[string]bool{}}
 	var overlap atomic.Int64
-	opts := testOptions(v, &syncBuf{}, "nova")
+	opts := testOptions(v, &testkit.SyncBuffer{}, "nova")
 	opts.Prefetch = 50
 	opts.Workers = 4
 	c, err := New(shuffleProcessor{newTestProcessor(t), rec, &overlap}, rec, opts)
@@ -160,7 +161,7 @@ func TestAckNeverPrecedesCommit(t *testing.T) {
 		acks = append(acks, tag)
 	}
 	startConsumer(t, c)
-	waitFor(t, 60*time.Second, "all acknowledged", func() bool { return testutil.ToFloat64(c.m.acked) == n })
+	testkit.WaitFor(t, 60*time.Second, "all acknowledged", func() bool { return testutil.ToFloat64(c.m.acked) == n })
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -196,8 +197,8 @@ func TestAckNeverPrecedesCommit(t *testing.T) {
 // is left unacknowledged, and no event is committed twice.
 func TestGracefulStopUnderLoad(t *testing.T) {
 	v := newVhost(t)
-	v.declareExchanges(t, false, "nova")
-	qch, err := v.conn(t).Channel()
+	v.DeclareExchanges(t, false, "nova")
+	qch, err := v.Conn(t).Channel()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,10 +210,10 @@ func TestGracefulStopUnderLoad(t *testing.T) {
 	for i := 0; i < n; i++ {
 		bodies = append(bodies, note(t, fmt.Sprintf("stop-%03d", i), "compute.instance.exists"))
 	}
-	v.publish(t, "", DefaultQueue, bodies...)
+	v.Publish(t, "", DefaultQueue, bodies...)
 
 	ob := openOutbox(t, t.TempDir(), 1<<20)
-	opts := testOptions(v, &syncBuf{}, "nova")
+	opts := testOptions(v, &testkit.SyncBuffer{}, "nova")
 	opts.Prefetch = 50
 	opts.Workers = 2
 	c, err := New(slowProcessor{newTestProcessor(t), 2 * time.Millisecond}, ob, opts)
@@ -232,7 +233,7 @@ func TestGracefulStopUnderLoad(t *testing.T) {
 		}
 	}
 	r := startConsumer(t, c)
-	waitFor(t, 30*time.Second, "draining", func() bool { return testutil.ToFloat64(c.m.acked) >= 50 })
+	testkit.WaitFor(t, 30*time.Second, "draining", func() bool { return testutil.ToFloat64(c.m.acked) >= 50 })
 	stopping.Store(true)
 	r.stop()
 	if hookErr != nil {
@@ -244,9 +245,9 @@ func TestGracefulStopUnderLoad(t *testing.T) {
 	if consumersAtFirst != 0 {
 		t.Errorf("%d consumers on the queue at the first acknowledgement after the stop: basic.cancel did not come first", consumersAtFirst)
 	}
-	unacked, _, ok := v.queueCounts(t, DefaultQueue)
-	if !ok || unacked != 0 {
-		t.Errorf("%d deliveries left unacknowledged", unacked)
+	counts, ok := v.QueueCounts(t, DefaultQueue)
+	if !ok || counts.Unacked != 0 {
+		t.Errorf("%d deliveries left unacknowledged", counts.Unacked)
 	}
 	queued := v.queuedIDs(t, DefaultQueue)
 	got := outboxIDs(t, ob)

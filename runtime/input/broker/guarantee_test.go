@@ -16,6 +16,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
 
@@ -69,11 +70,11 @@ func TestKillBetweenCommitAndAck(t *testing.T) {
 		ids = append(ids, id)
 		bodies = append(bodies, note(t, id, "compute.instance.exists"))
 	}
-	v.publish(t, "", DefaultQueue, bodies...)
+	v.Publish(t, "", DefaultQueue, bodies...)
 
 	dir := t.TempDir()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=1", childVhostEnv+"="+v.name, childDirEnv+"="+dir)
+	cmd.Env = append(os.Environ(), childEnv+"=1", childVhostEnv+"="+v.Name, childDirEnv+"="+dir)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -86,9 +87,9 @@ func TestKillBetweenCommitAndAck(t *testing.T) {
 	if err == nil || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		t.Fatalf("child did not die by SIGKILL: %v\n%s", err, stderr.String())
 	}
-	waitFor(t, 30*time.Second, "the dead collector's deliveries back in the queue", func() bool {
-		unacked, consumers, ok := v.queueCounts(t, DefaultQueue)
-		return ok && unacked == 0 && consumers == 0
+	testkit.WaitFor(t, 30*time.Second, "the dead collector's deliveries back in the queue", func() bool {
+		counts, ok := v.QueueCounts(t, DefaultQueue)
+		return ok && counts.Unacked == 0 && counts.Consumers == 0
 	})
 	queued := v.queuedIDs(t, DefaultQueue)
 	ob := openOutbox(t, dir, 1000)
@@ -110,12 +111,12 @@ func TestKillBetweenCommitAndAck(t *testing.T) {
 	}
 	t.Logf("after the kill: %d acknowledged, %d committed and not acknowledged, %d back in the queue", acked, committedNotAcked, len(queued))
 
-	c, err := New(newTestProcessor(t), ob, testOptions(v, &syncBuf{}, "nova"))
+	c, err := New(newTestProcessor(t), ob, testOptions(v, &testkit.SyncBuffer{}, "nova"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	startConsumer(t, c)
-	waitFor(t, 30*time.Second, "redeliveries acknowledged", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "redeliveries acknowledged", func() bool {
 		return testutil.ToFloat64(c.m.acked) == float64(len(queued))
 	})
 	after := outboxIDs(t, ob)
@@ -128,7 +129,7 @@ func TestKillBetweenCommitAndAck(t *testing.T) {
 			t.Errorf("%s in the outbox %d times, want %d", id, after[id], want)
 		}
 	}
-	if n, _ := v.queueState(t, DefaultQueue); n != 0 {
+	if n, _ := v.QueueState(t, DefaultQueue); n != 0 {
 		t.Errorf("%d messages left", n)
 	}
 }
@@ -137,9 +138,9 @@ func TestKillBetweenCommitAndAck(t *testing.T) {
 // it holds; it resumes once the outbox has room, and nothing is lost.
 func TestBackPressureAtBound(t *testing.T) {
 	v := newVhost(t)
-	v.declareExchanges(t, false, "nova")
+	v.DeclareExchanges(t, false, "nova")
 	ob := openOutbox(t, t.TempDir(), 5)
-	opts := testOptions(v, &syncBuf{}, "nova")
+	opts := testOptions(v, &testkit.SyncBuffer{}, "nova")
 	opts.BatchMax = 5
 	opts.PauseMin, opts.PauseMax = time.Second, time.Second
 	c, err := New(newTestProcessor(t), ob, opts)
@@ -147,22 +148,22 @@ func TestBackPressureAtBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := startConsumer(t, c)
-	waitFor(t, 15*time.Second, "ready", func() bool { return r.Ready() == nil })
+	testkit.WaitFor(t, 15*time.Second, "ready", func() bool { return r.Ready() == nil })
 	const n = 12
 	var bodies [][]byte
 	for i := 0; i < n; i++ {
 		bodies = append(bodies, note(t, fmt.Sprintf("bp-%02d", i), "compute.instance.exists"))
 	}
-	v.publish(t, "nova", "notifications.info", bodies...)
-	waitFor(t, 15*time.Second, "paused at the bound", func() bool {
+	v.Publish(t, "nova", "notifications.info", bodies...)
+	testkit.WaitFor(t, 15*time.Second, "paused at the bound", func() bool {
 		return testutil.ToFloat64(c.m.paused) == 1 && testutil.ToFloat64(c.m.nacked) > 0
 	})
 	if d := ob.Depth(); d > 5 {
 		t.Fatalf("outbox depth %d over its bound", d)
 	}
 	// Paused: nothing is held unacknowledged, the rest waits on the bus.
-	waitFor(t, 15*time.Second, "held deliveries requeued", func() bool {
-		ready, _ := v.queueState(t, DefaultQueue)
+	testkit.WaitFor(t, 15*time.Second, "held deliveries requeued", func() bool {
+		ready, _ := v.QueueState(t, DefaultQueue)
 		return int64(ready) == n-ob.Depth()
 	})
 	if r.Ready() != nil {
@@ -170,7 +171,7 @@ func TestBackPressureAtBound(t *testing.T) {
 	}
 	// Drain as the sender would; consumption resumes and completes.
 	seen := map[string]int{}
-	waitFor(t, 60*time.Second, "every notification through the outbox", func() bool {
+	testkit.WaitFor(t, 60*time.Second, "every notification through the outbox", func() bool {
 		first, last, events, err := ob.Peek(context.Background(), 100)
 		if err != nil {
 			t.Fatal(err)
@@ -185,8 +186,8 @@ func TestBackPressureAtBound(t *testing.T) {
 		}
 		return len(seen) == n
 	})
-	waitFor(t, 15*time.Second, "all acknowledged", func() bool { return testutil.ToFloat64(c.m.acked) == n })
-	if ready, _ := v.queueState(t, DefaultQueue); ready != 0 {
+	testkit.WaitFor(t, 15*time.Second, "all acknowledged", func() bool { return testutil.ToFloat64(c.m.acked) == n })
+	if ready, _ := v.QueueState(t, DefaultQueue); ready != 0 {
 		t.Errorf("%d left in the queue", ready)
 	}
 }
@@ -195,20 +196,20 @@ func TestBackPressureAtBound(t *testing.T) {
 // requeued about once per second; once it accepts again everything arrives.
 func TestRefusedInsertRequeues(t *testing.T) {
 	v := newVhost(t)
-	v.declareExchanges(t, false, "nova")
+	v.DeclareExchanges(t, false, "nova")
 	dir := t.TempDir()
 	refusing, err := openChildOutboxWithReserve(dir, 1<<62) // "disk full": every insert refused
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(newTestProcessor(t), refusing, testOptions(v, &syncBuf{}, "nova"))
+	c, err := New(newTestProcessor(t), refusing, testOptions(v, &testkit.SyncBuffer{}, "nova"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := startConsumer(t, c)
-	waitFor(t, 15*time.Second, "ready", func() bool { return r.Ready() == nil })
-	v.publish(t, "nova", "notifications.info", note(t, "ref-1", "compute.instance.exists"), note(t, "ref-2", "compute.instance.exists"))
-	waitFor(t, 15*time.Second, "first requeue", func() bool { return testutil.ToFloat64(c.m.nacked) >= 2 })
+	testkit.WaitFor(t, 15*time.Second, "ready", func() bool { return r.Ready() == nil })
+	v.Publish(t, "nova", "notifications.info", note(t, "ref-1", "compute.instance.exists"), note(t, "ref-2", "compute.instance.exists"))
+	testkit.WaitFor(t, 15*time.Second, "first requeue", func() bool { return testutil.ToFloat64(c.m.nacked) >= 2 })
 	start, before := time.Now(), testutil.ToFloat64(c.m.nacked)
 	time.Sleep(2500 * time.Millisecond)
 	rounds := (testutil.ToFloat64(c.m.nacked) - before) / 2
@@ -222,12 +223,12 @@ func TestRefusedInsertRequeues(t *testing.T) {
 	r.stop()
 	refusing.Close()
 	ob := openOutbox(t, dir, 100)
-	c2, err := New(newTestProcessor(t), ob, testOptions(v, &syncBuf{}, "nova"))
+	c2, err := New(newTestProcessor(t), ob, testOptions(v, &testkit.SyncBuffer{}, "nova"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	startConsumer(t, c2)
-	waitFor(t, 15*time.Second, "accepted", func() bool {
+	testkit.WaitFor(t, 15*time.Second, "accepted", func() bool {
 		ids := outboxIDs(t, ob)
 		return ids["ref-1"] == 1 && ids["ref-2"] == 1
 	})
@@ -249,15 +250,15 @@ func (p slowProcessor) Process(ctx context.Context, msg pipeline.Message) pipeli
 // the new one), and every confirmed notification reaches the outbox.
 func TestCloseAllConnectionsMidStream(t *testing.T) {
 	v := newVhost(t)
-	v.declareExchanges(t, false, "nova")
+	v.DeclareExchanges(t, false, "nova")
 	ob := openOutbox(t, t.TempDir(), 100000)
-	logs := &syncBuf{}
+	logs := &testkit.SyncBuffer{}
 	c, err := New(slowProcessor{newTestProcessor(t), 3 * time.Millisecond}, ob, testOptions(v, logs, "nova"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := startConsumer(t, c)
-	waitFor(t, 15*time.Second, "ready", func() bool { return r.Ready() == nil })
+	testkit.WaitFor(t, 15*time.Second, "ready", func() bool { return r.Ready() == nil })
 
 	var mu sync.Mutex
 	var confirmed []string
@@ -272,7 +273,7 @@ func TestCloseAllConnectionsMidStream(t *testing.T) {
 				return
 			default:
 			}
-			conn, err := amqp.Dial(v.url)
+			conn, err := amqp.Dial(v.URL())
 			if err != nil {
 				time.Sleep(50 * time.Millisecond)
 				continue
@@ -302,9 +303,9 @@ func TestCloseAllConnectionsMidStream(t *testing.T) {
 			conn.Close()
 		}
 	}()
-	waitFor(t, 15*time.Second, "stream flowing", func() bool { return testutil.ToFloat64(c.m.acked) > 50 })
-	rabbitmqctl(t, "close_all_connections", "-p", v.name, "broker test: closing mid-stream")
-	waitFor(t, 20*time.Second, "reconnected", func() bool {
+	testkit.WaitFor(t, 15*time.Second, "stream flowing", func() bool { return testutil.ToFloat64(c.m.acked) > 50 })
+	testkit.Rabbitmqctl(t, "close_all_connections", "-p", v.Name, "broker test: closing mid-stream")
+	testkit.WaitFor(t, 20*time.Second, "reconnected", func() bool {
 		return testutil.ToFloat64(c.m.reconnects) >= 1 && r.Ready() == nil
 	})
 	time.Sleep(300 * time.Millisecond)
@@ -313,8 +314,8 @@ func TestCloseAllConnectionsMidStream(t *testing.T) {
 	mu.Lock()
 	want := append([]string(nil), confirmed...)
 	mu.Unlock()
-	waitFor(t, 60*time.Second, "every confirmed notification in the outbox", func() bool {
-		n, _ := v.queueState(t, DefaultQueue)
+	testkit.WaitFor(t, 60*time.Second, "every confirmed notification in the outbox", func() bool {
+		n, _ := v.QueueState(t, DefaultQueue)
 		return n == 0 && testutil.ToFloat64(c.m.acked) >= float64(len(want))
 	})
 	got := outboxIDs(t, ob)

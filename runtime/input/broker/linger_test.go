@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
 // The commit linger groups deliveries that trickle in into fewer commits,
@@ -22,14 +23,14 @@ func TestCommitLingerGroupsATrickle(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			v, ch := classicQueueVhost(t)
 			rec := &recordingOutbox{Outbox: openOutbox(t, t.TempDir(), 1<<20), committed: map[string]bool{}}
-			opts := testOptions(v, &syncBuf{}, "nova")
+			opts := testOptions(v, &testkit.SyncBuffer{}, "nova")
 			opts.CommitLinger = tc.linger
 			c, err := New(newTestProcessor(t), rec, opts)
 			if err != nil {
 				t.Fatal(err)
 			}
 			startConsumer(t, c)
-			waitFor(t, 20*time.Second, "consuming", func() bool { return c.Ready() == nil })
+			testkit.WaitFor(t, 20*time.Second, "consuming", func() bool { return c.Ready() == nil })
 			const n = 40
 			for i := range n {
 				err := ch.Publish("", DefaultQueue, false, false, amqp.Publishing{
@@ -41,7 +42,7 @@ func TestCommitLingerGroupsATrickle(t *testing.T) {
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
-			waitFor(t, 20*time.Second, "all acknowledged", func() bool { return testutil.ToFloat64(c.m.acked) == n })
+			testkit.WaitFor(t, 20*time.Second, "all acknowledged", func() bool { return testutil.ToFloat64(c.m.acked) == n })
 			rec.mu.Lock()
 			commits[tc.name] = rec.commits
 			rec.mu.Unlock()
@@ -64,17 +65,17 @@ func TestCommitLingerGroupsATrickle(t *testing.T) {
 func TestCommitLingerLoneDelivery(t *testing.T) {
 	v, _ := classicQueueVhost(t)
 	box := openOutbox(t, t.TempDir(), 1<<20)
-	opts := testOptions(v, &syncBuf{}, "nova")
+	opts := testOptions(v, &testkit.SyncBuffer{}, "nova")
 	opts.CommitLinger = 300 * time.Millisecond
 	c, err := New(newTestProcessor(t), box, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	startConsumer(t, c)
-	waitFor(t, 20*time.Second, "consuming", func() bool { return c.Ready() == nil })
-	v.publish(t, "", DefaultQueue, note(t, "lone-1", "compute.instance.exists"))
+	testkit.WaitFor(t, 20*time.Second, "consuming", func() bool { return c.Ready() == nil })
+	v.Publish(t, "", DefaultQueue, note(t, "lone-1", "compute.instance.exists"))
 	start := time.Now()
-	waitFor(t, 20*time.Second, "acknowledged", func() bool { return testutil.ToFloat64(c.m.acked) == 1 })
+	testkit.WaitFor(t, 20*time.Second, "acknowledged", func() bool { return testutil.ToFloat64(c.m.acked) == 1 })
 	// Held at least the linger (the delivery arrived alone, within it), and
 	// released by the timer, not by another delivery.
 	if took := time.Since(start); took < 250*time.Millisecond {

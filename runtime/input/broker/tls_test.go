@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
 // tlsFront terminates TLS with a certificate for 127.0.0.1 signed by a test CA
@@ -80,12 +81,12 @@ func tlsFront(t *testing.T) (string, *x509.CertPool) {
 // roots only the handshake is refused and nothing is consumed.
 func TestAMQPSVerifiesTheBroker(t *testing.T) {
 	v := newVhost(t)
-	v.declareExchanges(t, false, "nova")
+	v.DeclareExchanges(t, false, "nova")
 	addr, pool := tlsFront(t)
-	amqps := "amqps://guest:guest@" + addr + "/" + url.PathEscape(v.name)
+	amqps := "amqps://guest:guest@" + addr + "/" + url.PathEscape(v.Name)
 
 	run := func(tc *tls.Config) (string, error) {
-		out, logs := &syncBuf{}, &syncBuf{}
+		out, logs := &testkit.SyncBuffer{}, &testkit.SyncBuffer{}
 		opts := Options{TransportURL: amqps, TLSConfig: tc, Exchanges: []string{"nova"}, Logger: zerolog.New(logs),
 			DialTimeout: 5 * time.Second}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -100,7 +101,7 @@ func TestAMQPSVerifiesTheBroker(t *testing.T) {
 			case <-time.After(50 * time.Millisecond):
 			}
 		}
-		v.publish(t, "nova", "notifications.info", note(t, "tls-1", "compute.instance.exists"))
+		v.Publish(t, "nova", "notifications.info", note(t, "tls-1", "compute.instance.exists"))
 		for !strings.Contains(out.String(), "tls-1") && time.Now().Before(deadline) {
 			time.Sleep(50 * time.Millisecond)
 		}

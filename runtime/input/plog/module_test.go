@@ -8,6 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/mappers"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
@@ -19,7 +20,7 @@ import (
 func TestUDPNotificationThroughRealModule(t *testing.T) {
 	mods, err := mappers.Builtin()
 	if err != nil || mods["nova.wasm"] == nil {
-		t.Skipf("built-in mappers not built (make wasm): %v", err)
+		testkit.Missing(t, "the built-in mappers are not built: run make wasm (make build and make test build them): %v", err)
 	}
 	ctx := context.Background()
 	eng, err := runtime.NewEngine(ctx, runtime.Config{Logger: zerolog.Nop()})

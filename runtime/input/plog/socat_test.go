@@ -5,14 +5,13 @@ import (
 	"encoding/json"
 	"os/exec"
 	"testing"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
 // The seed's own examples, run with socat as an operator would.
 func TestSocatExamples(t *testing.T) {
-	socat, err := exec.LookPath("socat")
-	if err != nil {
-		t.Skip("socat not installed")
-	}
+	socat := testkit.LookPath(t, "socat", "socat")
 	h := newHarness(t, 0, udpOnly())
 	run := func(in []byte, args ...string) []byte {
 		t.Helper()
