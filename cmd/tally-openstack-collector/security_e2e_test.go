@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
 // getWith sends a GET to the collector, with a bearer token unless token is "".
@@ -51,10 +53,10 @@ var protectedPaths = []string{"/mappers", "/deadletters", "/deadletters/1", "/de
 // with 403 and a message that says what to set, and each refusal is counted.
 func TestHTTPNonLoopbackWithoutTokenServesProbesOnly(t *testing.T) {
 	b, v, a := novaStack(t)
-	_, port, _ := net.SplitHostPort(freeAddr(t))
+	_, port, _ := net.SplitHostPort(testkit.FreeAddr(t))
 	c := newCollector(t, b, v, a.url(), a.token,
 		"TALLY_OSC_HTTP_ADDR=0.0.0.0:"+port, "TALLY_OSC_DEBUG_PPROF=true",
-		"TALLY_OSC_DEBUG_PPROF_ADDR="+freeAddr(t))
+		"TALLY_OSC_DEBUG_PPROF_ADDR="+testkit.FreeAddr(t))
 	c.httpAddr = "127.0.0.1:" + port
 	c.start(t)
 	c.waitReady(t)
@@ -93,7 +95,7 @@ func TestHTTPControlTokenGuardsEveryRoute(t *testing.T) {
 	if err := os.WriteFile(tokFile, []byte(first+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	pprofAddr := freeAddr(t)
+	pprofAddr := testkit.FreeAddr(t)
 	c := newCollector(t, b, v, a.url(), a.token, "TALLY_OSC_CONTROL_TOKEN_FILE="+tokFile,
 		"TALLY_OSC_DEBUG_PPROF=true", "TALLY_OSC_DEBUG_PPROF_ADDR="+pprofAddr)
 	c.start(t)
@@ -157,7 +159,7 @@ func TestHTTPControlTokenGuardsEveryRoute(t *testing.T) {
 	if err := os.Rename(tmp, tokFile); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the rotated token accepted", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the rotated token accepted", func() bool {
 		code, _, err := getWith(c.httpAddr, "/mappers", second)
 		return err == nil && code == http.StatusOK
 	})

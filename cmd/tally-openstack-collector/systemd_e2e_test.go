@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
 // notifySocket is the datagram socket systemd would listen on.
@@ -75,7 +77,7 @@ func TestSystemdNotify(t *testing.T) {
 	ns := listenNotify(t)
 	c := newCollector(t, b, v, a.url(), a.token, "NOTIFY_SOCKET="+ns.path, "WATCHDOG_USEC=400000")
 	c.start(t)
-	waitFor(t, time.Minute, "READY=1", func() bool {
+	testkit.WaitFor(t, time.Minute, "READY=1", func() bool {
 		if !c.p.running() {
 			t.Fatalf("collector exited: %v", c.p.err)
 		}
@@ -85,7 +87,7 @@ func TestSystemdNotify(t *testing.T) {
 	if code, _ := mustGet(t, c.httpAddr, "/readyz", ""); code != 200 {
 		t.Errorf("/readyz after READY=1: %d", code)
 	}
-	waitFor(t, 20*time.Second, "watchdog pings", func() bool { return ns.count("WATCHDOG=1") >= 3 })
+	testkit.WaitFor(t, 20*time.Second, "watchdog pings", func() bool { return ns.count("WATCHDOG=1") >= 3 })
 	if code, _ := c.p.stop(t, 30*time.Second); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
@@ -103,7 +105,7 @@ func TestEndToEndReadyzFailsFromTheSignal(t *testing.T) {
 	const n = 200
 	e.api.fail(t, 503)
 	publishRaw(t, e.v, e.corpus, e.prefix, 0, n)
-	waitFor(t, time.Minute, "every delivery committed and acknowledged", func() bool {
+	testkit.WaitFor(t, time.Minute, "every delivery committed and acknowledged", func() bool {
 		return sum(e.c.metrics(t), "tally_collector_acked_total") >= n
 	})
 	if code, _ := mustGet(t, e.c.httpAddr, "/readyz", ""); code != 200 {
@@ -112,7 +114,7 @@ func TestEndToEndReadyzFailsFromTheSignal(t *testing.T) {
 	_ = e.c.p.cmd.Process.Signal(syscall.SIGTERM)
 	// The signal is handled asynchronously; its log line is written once
 	// readiness has already been withdrawn.
-	waitFor(t, 10*time.Second, "the stop begun", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the stop begun", func() bool {
 		return strings.Contains(e.c.p.out.String(), `"message":"stopping: no new deliveries`)
 	})
 	var codes []int

@@ -331,6 +331,12 @@ func ErlBinaries(names []string) string {
 // ones wait for the broker to be back. It is a file lock (flock), so it
 // holds across processes, and this process's holds are counted so that the
 // exclusive holder's own vhost does not wait for itself.
+//
+// Shared holders come and go all the time (several packages, several runs),
+// so a second file, the turnstile, gives the restart its turn: a shared
+// holder passes through the turnstile (takes it and lets go) before it
+// takes the lock, and the restart holds the turnstile while it waits for the
+// lock, so no new shared holder gets in before it.
 var brokerLock struct {
 	sync.Mutex
 	f         *os.File
@@ -340,9 +346,12 @@ var brokerLock struct {
 
 func brokerLockPath() string { return filepath.Join(os.TempDir(), "tally-osc-broker.lock") }
 
-func openBrokerLock(tb testing.TB, how int) *os.File {
+func brokerTurnstilePath() string { return filepath.Join(os.TempDir(), "tally-osc-broker.turnstile") }
+
+// flockFile opens path and takes the flock how on it.
+func flockFile(tb testing.TB, path string, how int) *os.File {
 	tb.Helper()
-	f, err := os.OpenFile(brokerLockPath(), os.O_CREATE|os.O_RDWR, 0o666)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
 	if err != nil {
 		tb.Fatalf("broker lock: %v", err)
 	}
@@ -351,6 +360,11 @@ func openBrokerLock(tb testing.TB, how int) *os.File {
 		tb.Fatalf("broker lock: %v", err)
 	}
 	return f
+}
+
+func unflock(f *os.File) {
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	f.Close()
 }
 
 // HoldBrokerShared holds the broker lock shared until the test ends.
@@ -362,7 +376,8 @@ func HoldBrokerShared(tb testing.TB) {
 		return // this process holds it exclusively: the restarting test itself
 	}
 	if brokerLock.shared == 0 {
-		brokerLock.f = openBrokerLock(tb, syscall.LOCK_SH)
+		unflock(flockFile(tb, brokerTurnstilePath(), syscall.LOCK_EX))
+		brokerLock.f = flockFile(tb, brokerLockPath(), syscall.LOCK_SH)
 	}
 	brokerLock.shared++
 	tb.Cleanup(func() {
@@ -370,8 +385,7 @@ func HoldBrokerShared(tb testing.TB) {
 		defer brokerLock.Unlock()
 		brokerLock.shared--
 		if brokerLock.shared == 0 {
-			_ = syscall.Flock(int(brokerLock.f.Fd()), syscall.LOCK_UN)
-			brokerLock.f.Close()
+			unflock(brokerLock.f)
 			brokerLock.f = nil
 		}
 	})
@@ -383,21 +397,24 @@ func HoldBrokerShared(tb testing.TB) {
 // lock shared would never let go.
 func LockBrokerExclusive(tb testing.TB) (unlock func()) {
 	tb.Helper()
-	brokerLock.Lock()
-	if brokerLock.shared > 0 || brokerLock.exclusive {
-		brokerLock.Unlock()
-		tb.Fatal("broker lock: this process already holds it (take it exclusively before NewVhost, in a test that is not parallel)")
-	}
-	f := openBrokerLock(tb, syscall.LOCK_EX)
-	brokerLock.f, brokerLock.exclusive = f, true
-	brokerLock.Unlock()
+	f := func() *os.File {
+		brokerLock.Lock()
+		defer brokerLock.Unlock()
+		if brokerLock.shared > 0 || brokerLock.exclusive {
+			tb.Fatal("broker lock: this process already holds it (take it exclusively before NewVhost, in a test that is not parallel)")
+		}
+		turnstile := flockFile(tb, brokerTurnstilePath(), syscall.LOCK_EX)
+		defer unflock(turnstile)
+		f := flockFile(tb, brokerLockPath(), syscall.LOCK_EX)
+		brokerLock.f, brokerLock.exclusive = f, true
+		return f
+	}()
 	var once sync.Once
 	unlock = func() {
 		once.Do(func() {
 			brokerLock.Lock()
 			defer brokerLock.Unlock()
-			_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-			f.Close()
+			unflock(f)
 			brokerLock.f, brokerLock.exclusive = nil, false
 		})
 	}
