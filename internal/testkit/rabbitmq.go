@@ -42,7 +42,10 @@ func RequireBroker(tb testing.TB) {
 // Rabbitmqctl runs rabbitmqctl with args and answers its output. A failure
 // is tried again for up to two minutes, since another run may be restarting
 // the broker (it holds the broker lock exclusively meanwhile, see
-// HoldBrokerShared); then it fails the test.
+// HoldBrokerShared); then it fails the test. Each try is stopped after 90 s,
+// but that stops only rabbitmqctl's wrapper, not the Erlang VM it started
+// (which keeps one of the CLI's few distribution ports): give a command that
+// waits, such as await_startup, its own --timeout.
 func Rabbitmqctl(tb testing.TB, args ...string) string {
 	tb.Helper()
 	out, err := rabbitmqctlRetry(2*time.Minute, args...)
@@ -239,6 +242,27 @@ func Main(m *testing.M) int {
 	return code
 }
 
+// holdBrokerSharedNoTest holds the broker lock shared outside a test (for
+// the removal of the virtual hosts after the package's tests) and answers
+// its release; ok is false when the lock could not be had.
+func holdBrokerSharedNoTest() (release func(), ok bool) {
+	brokerLock.Lock()
+	defer brokerLock.Unlock()
+	if brokerLock.exclusive || brokerLock.shared > 0 {
+		return func() {}, true
+	}
+	t, err := flockPath(brokerTurnstilePath(), syscall.LOCK_EX)
+	if err != nil {
+		return nil, false
+	}
+	unflock(t)
+	f, err := flockPath(brokerLockPath(), syscall.LOCK_SH)
+	if err != nil {
+		return nil, false
+	}
+	return func() { unflock(f) }, true
+}
+
 const vhostBatch = 12
 
 // vhostSupply is this process's supply of virtual hosts.
@@ -278,6 +302,11 @@ func (p *vhostSupply) drop() {
 	defer p.Unlock()
 	if len(p.made) == 0 {
 		return
+	}
+	// Not while another run restarts the broker: a virtual host deleted
+	// while the broker stops can keep it from starting again.
+	if release, ok := holdBrokerSharedNoTest(); ok {
+		defer release()
 	}
 	expr := `lists:foreach(fun(V) -> rabbit_vhost:delete(V, <<"tally-tests">>) end, ` + ErlBinaries(p.made) + `).`
 	if _, err := rabbitmqctlRetry(time.Minute, "eval", expr); err != nil {
@@ -348,15 +377,24 @@ func brokerLockPath() string { return filepath.Join(os.TempDir(), "tally-osc-bro
 
 func brokerTurnstilePath() string { return filepath.Join(os.TempDir(), "tally-osc-broker.turnstile") }
 
-// flockFile opens path and takes the flock how on it.
-func flockFile(tb testing.TB, path string, how int) *os.File {
-	tb.Helper()
+// flockPath opens path and takes the flock how on it.
+func flockPath(path string, how int) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
 	if err != nil {
-		tb.Fatalf("broker lock: %v", err)
+		return nil, err
 	}
 	if err := syscall.Flock(int(f.Fd()), how); err != nil {
 		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// flockFile is flockPath failing the test on an error.
+func flockFile(tb testing.TB, path string, how int) *os.File {
+	tb.Helper()
+	f, err := flockPath(path, how)
+	if err != nil {
 		tb.Fatalf("broker lock: %v", err)
 	}
 	return f

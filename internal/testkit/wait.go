@@ -5,17 +5,21 @@ import (
 	"time"
 )
 
-// WaitFor polls cond every 10 ms until it holds, and fails the test when it
-// still does not after d. d bounds a background reaction (a consumer
+// WaitFor polls cond until it holds, and fails the test when it still does
+// not after d. It polls every 10 ms at first, then less often (up to every
+// 100 ms), so that a long wait on a costly condition does not load the
+// machine. d bounds a background reaction (a consumer
 // reconnecting, a file noticed); it is not a performance assertion, so give
 // it room for a busy machine.
 func WaitFor(tb testing.TB, d time.Duration, what string, cond func() bool) {
 	tb.Helper()
 	deadline := time.Now().Add(d)
+	pause := 10 * time.Millisecond
 	for !cond() {
 		if time.Now().After(deadline) {
 			tb.Fatalf("timed out after %s waiting for %s", d, what)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(pause)
+		pause = min(pause*5/4, 100*time.Millisecond)
 	}
 }

@@ -3,7 +3,6 @@ package broker
 import (
 	"errors"
 	"fmt"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -42,9 +41,12 @@ func TestBrokerStopStart(t *testing.T) {
 	restart := func() {
 		if !started {
 			started = true
-			_ = exec.Command("rabbitmqctl", "start_app").Run()
-			_ = exec.Command("rabbitmqctl", "await_startup").Run()
-			unlock()
+			defer unlock()
+			// Retried (testkit.Rabbitmqctl) and bounded: a start that fails
+			// is tried again, and nothing waits for ever on a broker that
+			// does not come back.
+			testkit.Rabbitmqctl(t, "start_app")
+			testkit.Rabbitmqctl(t, "await_startup", "--timeout", "60")
 		}
 	}
 	defer restart()
