@@ -25,10 +25,14 @@ const (
 	envKillStart = "TALLY_OSC_OUTBOX_KILL9_START"
 )
 
-// The test binary is also the child process of TestKill9LosesNoCommittedEvent.
+// The test binary is also the child process of TestKill9LosesNoCommittedEvent
+// and of TestDamagedFilesRefusedOrRecovered.
 func TestMain(m *testing.M) {
 	if dir := os.Getenv(envKillDir); dir != "" {
 		kill9Child(dir)
+	}
+	if dir := os.Getenv(envDamageDir); dir != "" {
+		damageChild(dir)
 	}
 	os.Exit(m.Run())
 }

@@ -26,22 +26,23 @@ const (
 	bigLetter    = 2 << 20 // too large for the tree: it goes to the value log
 )
 
-// TestDamageChild is the child of TestDamagedFilesRefusedOrRecovered: it
-// commits 1,000 events in 50 appends and three dead letters, one of them in
-// the value log, then dies with SIGKILL (or closes, with the variable set).
-func TestDamageChild(t *testing.T) {
-	dir := os.Getenv(envDamageDir)
-	if dir == "" {
-		t.Skip("child process of TestDamagedFilesRefusedOrRecovered")
+// damageChild is the child of TestDamagedFilesRefusedOrRecovered (TestMain
+// runs it): it commits 1,000 events in 50 appends and three dead letters, one
+// of them in the value log, then dies with SIGKILL (or closes, with the
+// variable set).
+func damageChild(dir string) {
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
 	}
 	ctx := context.Background()
 	o, err := outbox.Open(outbox.Options{Dir: dir, Logger: zerolog.Nop(), MinFreeBytes: -1})
 	if err != nil {
-		t.Fatal(err)
+		fail(err)
 	}
 	for i := range 50 {
 		if err := o.Append(ctx, events(i*20, 20, 300)); err != nil {
-			t.Fatal(err)
+			fail(err)
 		}
 		if i == 10 || i == 25 || i == 40 {
 			body := []byte(fmt.Sprintf(`{"n":%d}`, i))
@@ -49,13 +50,13 @@ func TestDamageChild(t *testing.T) {
 				body = bytes.Repeat([]byte("x"), bigLetter)
 			}
 			if err := o.AppendDeadLetters(ctx, []outbox.DeadLetter{{Body: body, Reason: "trap"}}); err != nil {
-				t.Fatal(err)
+				fail(err)
 			}
 		}
 	}
 	if os.Getenv(envDamageClose) != "" {
 		if err := o.Close(); err != nil {
-			t.Fatal(err)
+			fail(err)
 		}
 		os.Exit(0)
 	}
@@ -172,7 +173,7 @@ func TestDamagedFilesRefusedOrRecovered(t *testing.T) {
 	}{{"after a crash", false, crashed}, {"after a clean stop", true, closed}} {
 		t.Run(run.name, func(t *testing.T) {
 			base := t.TempDir()
-			cmd := exec.Command(os.Args[0], "-test.run=^TestDamageChild$", "-test.count=1")
+			cmd := exec.Command(os.Args[0])
 			cmd.Env = append(os.Environ(), envDamageDir+"="+base)
 			if run.close {
 				cmd.Env = append(cmd.Env, envDamageClose+"=1")

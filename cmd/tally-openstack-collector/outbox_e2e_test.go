@@ -7,21 +7,23 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
 // A second collector started on the BUFFER_PATH of a running one exits at
 // once, non-zero, saying that the directory is in use; the first goes on.
 func TestEndToEndSecondCollectorOnTheSameOutbox(t *testing.T) {
-	needBroker(t)
+	testkit.RequireBroker(t)
 	b := buildBinaries(t)
-	v := newVhost(t)
-	v.declareExchanges(t, "nova", "neutron", "openstack", "glance")
+	v := testkit.NewVhost(t)
+	v.DeclareExchanges(t, false, "nova", "neutron", "openstack", "glance")
 	a := startAPI(t, b)
 	first := newCollector(t, b, v, a.url(), a.token)
 	first.start(t)
 	first.waitReady(t)
 
-	second := &collector{bin: b.collector, httpAddr: freeAddr(t)}
+	second := &collector{bin: b.collector, httpAddr: testkit.FreeAddr(t)}
 	for _, kv := range first.env {
 		if !strings.HasPrefix(kv, "TALLY_OSC_HTTP_ADDR=") {
 			second.env = append(second.env, kv)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
 )
 
@@ -124,7 +125,7 @@ func TestApplyDecisionMatchingCandidate(t *testing.T) {
 	if ev := mapOne(t, newPipeline(cb), "test.a", "m1"); ev.Source.Mapper != "echo@2.0.0" {
 		t.Errorf("mapped by %s", ev.Source.Mapper)
 	}
-	if v := metricValue(t, b.reg, "tally_collector_mapper_decisions_received_total", "promote", "applied"); v != 1 {
+	if v := testkit.Metric(t, b.reg, "tally_collector_mapper_decisions_received_total", "promote", "applied"); v != 1 {
 		t.Errorf("applied counted %v times", v)
 	}
 
@@ -155,7 +156,7 @@ func TestApplyDecisionAlreadyInEffectOrOwn(t *testing.T) {
 	if ca.Generation() != gen {
 		t.Error("an ignored decision published a new snapshot")
 	}
-	if v := metricValue(t, b.reg, "tally_collector_mapper_decisions_received_total", "promote", "ignored"); v != 1 {
+	if v := testkit.Metric(t, b.reg, "tally_collector_mapper_decisions_received_total", "promote", "ignored"); v != 1 {
 		t.Errorf("ignored counted %v times", v)
 	}
 
@@ -227,7 +228,7 @@ func TestApplyDecisionUnknownCandidateDeferred(t *testing.T) {
 	if !strings.Contains(text.String(), "deferred: promote echo@2.0.0") {
 		t.Errorf("the mappers view does not show the deferred decision:\n%s", text.String())
 	}
-	if v := metricValue(t, b.reg, "tally_collector_mapper_decisions_deferred"); v != 1 {
+	if v := testkit.Metric(t, b.reg, "tally_collector_mapper_decisions_deferred"); v != 1 {
 		t.Errorf("deferred gauge %v", v)
 	}
 
@@ -251,7 +252,7 @@ func TestApplyDecisionUnknownCandidateDeferred(t *testing.T) {
 	if len(cb.Status().Deferred) != 0 {
 		t.Error("the applied decision is still deferred")
 	}
-	if v := metricValue(t, b.reg, "tally_collector_mapper_decisions_received_total", "promote", "applied"); v != 1 {
+	if v := testkit.Metric(t, b.reg, "tally_collector_mapper_decisions_received_total", "promote", "applied"); v != 1 {
 		t.Errorf("applied counted %v times", v)
 	}
 	b.stop()

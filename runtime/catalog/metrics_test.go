@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
 )
 
@@ -16,7 +17,7 @@ func TestMetricsRegisteredOnce(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	eng := newEngine(t)
 	newCatalog(t, catalog.Options{Engine: eng, Registerer: reg})
-	c, err := catalog.New(context.Background(), catalog.Options{Engine: eng, Registerer: reg, Logger: testLogger()})
+	c, err := catalog.New(context.Background(), catalog.Options{Engine: eng, Registerer: reg, Logger: testkit.Logger()})
 	if err == nil {
 		_ = c.Close(context.Background())
 		t.Fatal("a second catalogue registered its metrics again")
