@@ -70,13 +70,13 @@ func TestEndToEndDeadLetterBoundPauses(t *testing.T) {
 		"TALLY_OSC_DEADLETTER_MAX_EVENTS=3")
 	c.start(t)
 	c.waitReady(t)
-	conn := v.dial(t)
+	conn := v.Conn(t)
 	publishTypes(t, conn, "flaky.usage", "dl", 0, 3, 0)
-	waitFor(t, 60*time.Second, "three dead letters", func() bool {
+	testkit.WaitFor(t, 60*time.Second, "three dead letters", func() bool {
 		return sum(c.metrics(t), "tally_collector_deadletters") == 3
 	})
 	publishTypes(t, conn, "flaky.usage", "dl", 3, 6, 0)
-	waitFor(t, 60*time.Second, "the dead-letter area full and readiness failing", func() bool {
+	testkit.WaitFor(t, 60*time.Second, "the dead-letter area full and readiness failing", func() bool {
 		code, _, err := c.get("/readyz")
 		return err == nil && code == 503 && sum(c.metrics(t), "tally_collector_deadletter_full") == 1
 	})
@@ -85,8 +85,8 @@ func TestEndToEndDeadLetterBoundPauses(t *testing.T) {
 		t.Fatalf("dead letters %v, refused %v", m["tally_collector_deadletters"], sum(m, "tally_collector_deadletter_refused_total"))
 	}
 	// Nothing was acknowledged that was not stored: the three wait on the broker.
-	waitFor(t, 30*time.Second, "the refused notifications back on the queue", func() bool {
-		ready, unacked := v.queueDepth(t, "tally-notifications")
+	testkit.WaitFor(t, 30*time.Second, "the refused notifications back on the queue", func() bool {
+		ready, unacked := queueDepth(t, v, "tally-notifications")
 		return ready+unacked == 3
 	})
 	// Room for the three: the batch that comes back is stored whole or not at all.
@@ -94,8 +94,8 @@ func TestEndToEndDeadLetterBoundPauses(t *testing.T) {
 	if !strings.Contains(out, `"purged": 3`) {
 		t.Fatalf("purge: %s", out)
 	}
-	waitFor(t, 90*time.Second, "the waiting notifications dead-lettered after the purge", func() bool {
-		ready, unacked := v.queueDepth(t, "tally-notifications")
+	testkit.WaitFor(t, 90*time.Second, "the waiting notifications dead-lettered after the purge", func() bool {
+		ready, unacked := queueDepth(t, v, "tally-notifications")
 		return ready+unacked == 0 && sum(c.metrics(t), "tally_collector_deadletters") == 3
 	})
 	if got := sum(c.metrics(t), "tally_collector_deadletter_full"); got != 0 {
