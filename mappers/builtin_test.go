@@ -12,7 +12,7 @@ import (
 )
 
 // services are the built-in mappers, one directory and one module each.
-var services = []string{"nova", "cinder", "neutron", "glance", "octavia", "manila", "designate", "swift", "trove", "ironic"}
+var services = []string{"nova", "cinder", "neutron", "glance", "octavia", "manila", "designate", "swift", "trove", "ironic", "channel"}
 
 func TestLoadMissing(t *testing.T) {
 	fsys := fstest.MapFS{"dist/.keep": {}}

@@ -1,8 +1,9 @@
-# Built-in mappers: one WebAssembly module per OpenStack service, embedded into
-# the binary by package mappers (mappers/dist). Go alone builds them: they are
-# all of `make wasm`, the part of `make build` that is WebAssembly.
+# Built-in mappers: one WebAssembly module per OpenStack service, and one for
+# the local message channel, embedded into the binary by package mappers
+# (mappers/dist). Go alone builds them: they are all of `make wasm`, the part
+# of `make build` that is WebAssembly.
 
-MAPPER_NAMES := nova cinder neutron glance octavia manila designate swift trove ironic
+MAPPER_NAMES := nova cinder neutron glance octavia manila designate swift trove ironic channel
 MAPPER_WASM := $(MAPPER_NAMES:%=mappers/dist/%.wasm)
 MAPPER_SDK_SRC := $(filter-out %_test.go,$(wildcard wasm-sdk/*.go wasm-sdk/*/*.go wasm-sdk/*/*/*.go))
 

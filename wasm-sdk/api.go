@@ -84,6 +84,7 @@ const (
 //	func (m *Message) Get(path string) Value         // ABI path syntax (docs/abi.md)
 //	func (m *Message) GetMany(paths []string, out []Value) // Get for each path, one host call
 //	func (m *Message) Raw() []byte                   // the whole input as it arrived
+//	func Text(s string) Value                        // s as a string Value, for text the mapper parsed itself
 //	func (v Value) Kind() Kind
 //	func (v Value) Exists() bool                     // present and not null
 //	func (v Value) Raw() []byte

@@ -58,6 +58,17 @@ func (m *Message) value(p uint64) Value {
 // It is valid only during the MapFunc call.
 func (m *Message) Raw() []byte { return m.raw }
 
+// Text returns s as a string Value, for text a mapper took apart itself (a
+// key=value message): StrValue, NumValue, Timestamp and the comparisons take
+// it as they take a string member of the input. It allocates only when s
+// needs escaping.
+func Text(s string) Value {
+	if plainString(s) {
+		return Value{kind: String, raw: unsafe.Slice(unsafe.StringData(s), len(s))}
+	}
+	return Value{kind: String, raw: appendEscaped(nil, s)}
+}
+
 // Kind reports the JSON kind of v.
 func (v Value) Kind() Kind { return v.kind }
 
