@@ -3,8 +3,10 @@
 //
 // The modules are built from mappers/<service> (nova, cinder, neutron,
 // glance, octavia, manila, designate, swift, trove, ironic), one WebAssembly
-// module per OpenStack service (MAPPER_NAMES in mappers.mk), by `make`
-// into mappers/dist/<service>.wasm; this package embeds that directory, so a
+// module per OpenStack service, and from mappers/channel, the module of the
+// local message channel's generic usage messages (docs/channel.md); all are
+// in MAPPER_NAMES in mappers.mk. `make` builds them into
+// mappers/dist/<name>.wasm; this package embeds that directory, so a
 // binary built with `make build` needs no file beside it. A binary built
 // without the modules (plain `go build` on a fresh clone) still compiles and
 // answers Builtin with ErrMissing.

@@ -34,6 +34,7 @@ package main
 
 import (
 	"strings"
+	"unsafe"
 
 	sdk "github.com/tally-billing/tally-openstack-collector/wasm-sdk"
 )
@@ -51,8 +52,19 @@ func main() {}
 
 const maxEvents = 100
 
+// A module instance maps one message at a time, so its scratch space is
+// package-level and reused: the common message costs no allocation and two
+// crossings into the host (envelope, then members).
+var (
+	envelopePaths = []string{"event_type", "channel.type", "channel.published_at", "message"}
+	env           [4]sdk.Value
+	vals          = make([]sdk.Value, nPaths)
+	pairs         [][2]string // a STRING message's key=value pairs
+	pathBuf       []byte
+	elemPaths     = make([]string, nPaths)
+)
+
 func mapChannel(m *sdk.Message, out *sdk.Output) {
-	var env [4]sdk.Value
 	m.GetMany(envelopePaths, env[:])
 	tag, typ, at, msg := env[0], env[1], env[2], env[3]
 	if !typ.Exists() {
@@ -66,27 +78,29 @@ func mapChannel(m *sdk.Message, out *sdk.Output) {
 			out.Error("STRING message is not a string")
 			return
 		}
-		mapText(msg.String(), tag, at, out)
+		mapText(msg, tag, at, out)
 	case msg.Kind() == sdk.Object:
-		mapObject(m, "message.", tag, at, out)
+		m.GetMany(objectPaths, vals)
+		mapObject(tag, at, out)
 	case msg.Kind() == sdk.Array:
 		for i := 0; i < maxEvents; i++ {
-			p := "message." + itoa(i) + "."
-			if m.Get(strings.TrimSuffix(p, ".")).Kind() != sdk.Object {
+			if !elementPaths(i) {
 				break
 			}
-			mapObject(m, p, tag, at, out)
+			m.GetMany(elemPaths, vals)
+			if vals[nPaths-1].Kind() != sdk.Object {
+				break
+			}
+			mapObject(tag, at, out)
 		}
 	default:
 		out.Error("JSON message is neither an object nor an array of objects")
 	}
 }
 
-var envelopePaths = []string{"event_type", "channel.type", "channel.published_at", "message"}
-
 // shape lists the members of the generic usage shape, by the names accepted
 // for each: the first is the event's member name.
-var shape = [][]string{
+var shape = [nFields][]string{
 	{"event_id", "id"},
 	{"timestamp", "time"},
 	{"event_type", "type"},
@@ -111,85 +125,260 @@ const (
 	nFields
 )
 
-// mapObject maps the object at prefix (a path ending in '.').
-func mapObject(m *sdk.Message, prefix string, tag, at sdk.Value, out *sdk.Output) {
-	var f [nFields]sdk.Value
-	for i, names := range shape {
-		for _, n := range names {
-			if v := m.Get(prefix + n); v.Exists() {
-				f[i] = v
-				break
-			}
+// The paths asked of a message object: every accepted name of every member,
+// in shape order, then the attributes, then the object itself.
+var (
+	pathNames   = flatten()
+	nPaths      = len(pathNames)
+	objectPaths = prefixed("message.")
+)
+
+func flatten() []string {
+	var out []string
+	for _, names := range shape {
+		out = append(out, names...)
+	}
+	return append(out, "attributes", "")
+}
+
+func prefixed(p string) []string {
+	out := make([]string, len(pathNames))
+	for i, n := range pathNames {
+		out[i] = strings.TrimSuffix(p+n, ".")
+	}
+	return out
+}
+
+// elementPaths points elemPaths at element i of a message array; false when
+// the index does not fit.
+func elementPaths(i int) bool {
+	pathBuf = pathBuf[:0]
+	starts := make([]int, 0, nPaths+1)
+	for _, n := range pathNames {
+		starts = append(starts, len(pathBuf))
+		pathBuf = append(pathBuf, "message."...)
+		pathBuf = appendInt(pathBuf, i)
+		if n != "" {
+			pathBuf = append(pathBuf, '.')
+			pathBuf = append(pathBuf, n...)
 		}
 	}
+	starts = append(starts, len(pathBuf))
+	for j := range nPaths {
+		elemPaths[j] = string(pathBuf[starts[j]:starts[j+1]])
+	}
+	return true
+}
+
+func appendInt(b []byte, i int) []byte {
+	if i >= 10 {
+		b = appendInt(b, i/10)
+	}
+	return append(b, byte('0'+i%10))
+}
+
+// field returns the first present value among the names of member f.
+func field(f int) sdk.Value {
+	i := 0
+	for j := 0; j < f; j++ {
+		i += len(shape[j])
+	}
+	for k := range shape[f] {
+		if v := vals[i+k]; v.Exists() {
+			return v
+		}
+	}
+	return sdk.Value{}
+}
+
+// mapObject maps the object whose members vals holds.
+func mapObject(tag, at sdk.Value, out *sdk.Output) {
 	e := out.Event()
-	e.StrValue("event_id", f[fID])
-	if !e.Timestamp("timestamp", f[fTime]) {
+	e.StrValue("event_id", field(fID))
+	if !e.Timestamp("timestamp", field(fTime)) {
 		e.Timestamp("timestamp", at)
 	}
-	et := f[fType].Or(tag)
+	et := field(fType).Or(tag)
 	e.StrValue("event_type", et)
-	if !e.StrValue("service", f[fService]) {
+	if !e.StrValue("service", field(fService)) {
 		e.Str("service", "channel")
 	}
-	e.StrValue("resource_type", f[fResourceType])
-	e.StrValue("resource_id", f[fResourceID])
-	e.StrValue("project_id", f[fProject])
-	e.StrValue("user_id", f[fUser])
-	if !e.StrValue("action", f[fAction]) {
-		e.Str("action", actionOf(et.String()))
+	e.StrValue("resource_type", field(fResourceType))
+	e.StrValue("resource_id", field(fResourceID))
+	e.StrValue("project_id", field(fProject))
+	e.StrValue("user_id", field(fUser))
+	if !e.StrValue("action", field(fAction)) {
+		e.Str("action", actionOf(str(et.Raw())))
 	}
 	a := e.Object("attributes")
-	attrs := m.Get(prefix + "attributes")
-	if attrs.Kind() == sdk.Object {
-		for _, k := range memberNames(attrs.Raw()) {
-			if isSecretName(k) {
-				continue
-			}
-			v := m.Get(prefix + "attributes." + escapePath(k))
-			switch v.Kind() {
-			case sdk.String:
-				a.StrValue(k, v)
-			case sdk.Number:
-				a.NumValue(k, v)
-			case sdk.True:
-				a.Bool(k, true)
-			case sdk.False:
-				a.Bool(k, false)
-			}
-		}
+	if attrs := vals[nPaths-2]; attrs.Kind() == sdk.Object {
+		writeMembers(a, attrs.Raw())
 	}
 	a.End()
 	e.End()
 }
 
-// mapText maps a STRING message of key=value pairs.
-func mapText(s string, tag, at sdk.Value, out *sdk.Output) {
-	var f [nFields]string
-	var have [nFields]bool
-	var extra [][2]string
-	for _, kv := range splitPairs(s) {
-		k, v := kv[0], kv[1]
-		idx := -1
-		for i, names := range shape {
-			for _, n := range names {
-				if k == n {
-					idx = i
+// writeMembers copies the scalar members of a JSON object's text into a:
+// strings, numbers and booleans; not nested objects or arrays, nor members
+// whose name suggests a credential. Names with escapes are skipped.
+func writeMembers(a *sdk.Event, obj []byte) {
+	i := skipWS(obj, 1)
+	for i < len(obj) && obj[i] == '"' {
+		ks := i + 1
+		ke, clean := endOfString(obj, ks)
+		if ke >= len(obj) {
+			return
+		}
+		key := str(obj[ks:ke])
+		i = skipWS(obj, ke+1)
+		if i >= len(obj) || obj[i] != ':' {
+			return
+		}
+		i = skipWS(obj, i+1)
+		vs := i
+		i = skipValue(obj, i)
+		if clean && !isSecretName(key) && vs < len(obj) {
+			v := obj[vs:i]
+			switch c := v[0]; {
+			case c == '"':
+				if s, ok := unescaped(v[1 : len(v)-1]); ok {
+					a.StrValue(key, sdk.Text(s))
 				}
+			case c == 't':
+				a.Bool(key, true)
+			case c == 'f':
+				a.Bool(key, false)
+			case c == '-' || c >= '0' && c <= '9':
+				a.NumValue(key, sdk.Text(str(v)))
 			}
 		}
-		if idx >= 0 {
-			if !have[idx] {
-				f[idx], have[idx] = v, true
-			}
-			continue
-		}
-		if !isSecretName(k) {
-			extra = append(extra, kv)
+		i = skipWS(obj, i)
+		if i < len(obj) && obj[i] == ',' {
+			i = skipWS(obj, i+1)
 		}
 	}
+}
+
+// endOfString returns the index of the closing quote of a string whose
+// content starts at i, and whether the content has no escape.
+func endOfString(b []byte, i int) (int, bool) {
+	clean := true
+	for i < len(b) {
+		switch b[i] {
+		case '"':
+			return i, clean
+		case '\\':
+			clean = false
+			i++
+		}
+		i++
+	}
+	return i, clean
+}
+
+func skipWS(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipValue returns the index just past the JSON value at i.
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return i
+	}
+	switch b[i] {
+	case '"':
+		e, _ := endOfString(b, i+1)
+		return e + 1
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				e, _ := endOfString(b, i+1)
+				i = e
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return i
+	}
+	for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' && b[i] != ' ' {
+		i++
+	}
+	return i
+}
+
+// unescaped returns the content of a JSON string as text: as it is when it
+// has no escape, else decoded (simple escapes; \u escapes are refused).
+func unescaped(raw []byte) (string, bool) {
+	if !hasByte(raw, '\\') {
+		return str(raw), true
+	}
+	buf := make([]byte, 0, len(raw))
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		if c != '\\' || i+1 >= len(raw) {
+			buf = append(buf, c)
+			continue
+		}
+		i++
+		switch raw[i] {
+		case 'n':
+			buf = append(buf, '\n')
+		case 't':
+			buf = append(buf, '\t')
+		case 'r':
+			buf = append(buf, '\r')
+		case 'b':
+			buf = append(buf, '\b')
+		case 'f':
+			buf = append(buf, '\f')
+		case 'u':
+			return "", false
+		default:
+			buf = append(buf, raw[i])
+		}
+	}
+	return string(buf), true
+}
+
+func hasByte(b []byte, c byte) bool {
+	for _, x := range b {
+		if x == c {
+			return true
+		}
+	}
+	return false
+}
+
+// str views b as a string without copying; valid while b is.
+func str(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// mapText maps a STRING message of key=value pairs.
+func mapText(msg, tag, at sdk.Value, out *sdk.Output) {
+	s, ok := unescaped(msg.Raw())
+	if !ok {
+		s = msg.String() // \u escapes: the SDK decodes them
+	}
+	splitPairs(s)
+	var f [nFields]string
+	var have [nFields]bool
 	e := out.Event()
-	if have[fID] && f[fID] != "" {
+	for _, kv := range pairs {
+		if idx := shapeIndex(kv[0]); idx >= 0 && !have[idx] {
+			f[idx], have[idx] = kv[1], true
+		}
+	}
+	if f[fID] != "" {
 		e.Str("event_id", f[fID])
 	}
 	if !have[fTime] || !e.Timestamp("timestamp", sdk.Text(f[fTime])) {
@@ -197,7 +386,7 @@ func mapText(s string, tag, at sdk.Value, out *sdk.Output) {
 	}
 	et := f[fType]
 	if et == "" {
-		et = tag.String()
+		et = str(tag.Raw())
 	}
 	e.Str("event_type", et)
 	if f[fService] != "" {
@@ -205,7 +394,7 @@ func mapText(s string, tag, at sdk.Value, out *sdk.Output) {
 	} else {
 		e.Str("service", "channel")
 	}
-	for _, i := range []int{fResourceType, fResourceID, fProject, fUser} {
+	for _, i := range [...]int{fResourceType, fResourceID, fProject, fUser} {
 		if have[i] {
 			e.Str(shape[i][0], f[i])
 		}
@@ -216,7 +405,10 @@ func mapText(s string, tag, at sdk.Value, out *sdk.Output) {
 		e.Str("action", actionOf(et))
 	}
 	a := e.Object("attributes")
-	for _, kv := range extra {
+	for _, kv := range pairs {
+		if shapeIndex(kv[0]) >= 0 || isSecretName(kv[0]) {
+			continue
+		}
 		switch {
 		case kv[1] == "true":
 			a.Bool(kv[0], true)
@@ -231,6 +423,17 @@ func mapText(s string, tag, at sdk.Value, out *sdk.Output) {
 	e.End()
 }
 
+func shapeIndex(k string) int {
+	for i, names := range shape {
+		for _, n := range names {
+			if k == n {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
 // actionOf is the last segment of an event type, ".start" and ".end"
 // dropped first: "license.checkout.end" gives "checkout".
 func actionOf(et string) string {
@@ -241,10 +444,11 @@ func actionOf(et string) string {
 	return et
 }
 
-// splitPairs splits "k=v k2=\"a b\" flag" into pairs; a bare word is a key
-// with the value "true". In a quoted value \" and \\ stand for " and \.
-func splitPairs(s string) [][2]string {
-	var out [][2]string
+// splitPairs splits "k=v k2=\"a b\" flag" into pairs (package-level
+// pairs); a bare word is a key with the value "true". In a quoted value \"
+// and \\ stand for " and \.
+func splitPairs(s string) {
+	pairs = pairs[:0]
 	i := 0
 	for i < len(s) {
 		for i < len(s) && (s[i] == ' ' || s[i] == '\t') {
@@ -260,7 +464,7 @@ func splitPairs(s string) [][2]string {
 		k := s[ks:i]
 		if i >= len(s) || s[i] != '=' {
 			if k != "" {
-				out = append(out, [2]string{k, "true"})
+				pairs = append(pairs, [2]string{k, "true"})
 			}
 			continue
 		}
@@ -268,16 +472,29 @@ func splitPairs(s string) [][2]string {
 		var v string
 		if i < len(s) && s[i] == '"' {
 			i++
-			var b strings.Builder
+			vs := i
+			esc := false
 			for i < len(s) && s[i] != '"' {
 				if s[i] == '\\' && i+1 < len(s) {
+					esc = true
 					i++
 				}
-				b.WriteByte(s[i])
 				i++
 			}
+			v = s[vs:min(i, len(s))]
 			i++ // closing quote
-			v = b.String()
+			if esc {
+				// Unescaped into a buffer of its own: the values already
+				// taken keep pointing into the older buffer.
+				b := make([]byte, 0, len(v))
+				for j := 0; j < len(v); j++ {
+					if v[j] == '\\' && j+1 < len(v) {
+						j++
+					}
+					b = append(b, v[j])
+				}
+				v = string(b)
+			}
 		} else {
 			vs := i
 			for i < len(s) && s[i] != ' ' && s[i] != '\t' {
@@ -286,97 +503,40 @@ func splitPairs(s string) [][2]string {
 			v = s[vs:i]
 		}
 		if k != "" {
-			out = append(out, [2]string{k, v})
+			pairs = append(pairs, [2]string{k, v})
 		}
 	}
-	return out
-}
-
-// memberNames lists the member names of a JSON object's text, unescaped
-// (simple escapes only; a name with \u escapes is left out), in order.
-func memberNames(obj []byte) []string {
-	var names []string
-	depth := 0
-	expectKey := false
-	for i := 0; i < len(obj); i++ {
-		switch c := obj[i]; c {
-		case '{', '[':
-			depth++
-			expectKey = depth == 1 && c == '{'
-		case '}', ']':
-			depth--
-		case ',':
-			if depth == 1 {
-				expectKey = true
-			}
-		case '"':
-			j := i + 1
-			var b strings.Builder
-			ok := true
-			for j < len(obj) && obj[j] != '"' {
-				if obj[j] == '\\' && j+1 < len(obj) {
-					j++
-					switch obj[j] {
-					case 'u':
-						ok = false
-					case 'n':
-						b.WriteByte('\n')
-					case 't':
-						b.WriteByte('\t')
-					default:
-						b.WriteByte(obj[j])
-					}
-				} else {
-					b.WriteByte(obj[j])
-				}
-				j++
-			}
-			if expectKey && depth == 1 && ok {
-				names = append(names, b.String())
-			}
-			expectKey = false
-			i = j
-		}
-	}
-	return names
-}
-
-// escapePath makes a member name one segment of an ABI path.
-func escapePath(k string) string {
-	if !strings.ContainsAny(k, `.\`) {
-		return k
-	}
-	var b strings.Builder
-	for i := 0; i < len(k); i++ {
-		if k[i] == '.' || k[i] == '\\' {
-			b.WriteByte('\\')
-		}
-		b.WriteByte(k[i])
-	}
-	return b.String()
 }
 
 // isSecretName reports whether a member name suggests a credential.
 func isSecretName(k string) bool {
-	l := strings.ToLower(k)
-	for _, s := range []string{"password", "token", "secret", "connection_info", "credential", "passwd"} {
-		if strings.Contains(l, s) {
+	for _, s := range secretFragments {
+		if containsFold(k, s) {
 			return true
 		}
 	}
 	return false
 }
 
-func itoa(i int) string {
-	if i == 0 {
-		return "0"
+var secretFragments = []string{"password", "token", "secret", "connection_info", "credential", "passwd"}
+
+// containsFold reports whether s contains sub (lower-case ASCII) in any case.
+func containsFold(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		j := 0
+		for j < len(sub) {
+			c := s[i+j]
+			if c >= 'A' && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			if c != sub[j] {
+				break
+			}
+			j++
+		}
+		if j == len(sub) {
+			return true
+		}
 	}
-	var b [20]byte
-	n := len(b)
-	for i > 0 {
-		n--
-		b[n] = byte('0' + i%10)
-		i /= 10
-	}
-	return string(b[n:])
+	return false
 }
