@@ -31,6 +31,26 @@ type Outbox interface {
 	AppendDeadLetters(ctx context.Context, letters []outbox.DeadLetter) error
 }
 
+// Tap is shown the deliveries the consumer settles. Active is called once
+// per batch from the session goroutine and must be cheap (an atomic load):
+// while it answers false the consumer keeps nothing for the tap. Committed
+// receives a batch's deliveries in delivery order, once the batch is
+// committed and acknowledged; it must not block, and owns the slice.
+type Tap interface {
+	Active() bool
+	Committed(items []Committed)
+}
+
+// Committed is one delivery as the tap sees it: the body as received (not
+// redacted: the tap redacts what it shows) and the events committed for it.
+type Committed struct {
+	Exchange   string
+	RoutingKey string
+	EventType  string // of the notification; "" when it had none
+	Body       []byte
+	Events     [][]byte
+}
+
 var (
 	_ Processor = (*pipeline.Pipeline)(nil)
 	_ Outbox    = (*outbox.Outbox)(nil)

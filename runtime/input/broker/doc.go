@@ -125,6 +125,16 @@
 // tally_collector_consumer_paused, tally_collector_commit_duration_seconds.
 // The pipeline counts mapped, skipped, unparseable and failed notifications.
 //
+// # Tap
+//
+// With Options.Tap set, the session asks it once per batch, as the batch is
+// cut, whether anyone listens (an atomic load on the channel's hub); only
+// then does the batch keep, per delivery, its exchange, routing key, event
+// type, body and events, and only after the batch is committed and
+// acknowledged are they handed over, on the session goroutine, to a call
+// that must not block (the hub drops what it cannot take). Nobody listening
+// costs one interface call per batch.
+//
 // # Dump
 //
 // Dump shows what a deployment publishes: a server-named, exclusive,

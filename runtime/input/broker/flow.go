@@ -38,6 +38,7 @@ type batch struct {
 	letters []outbox.DeadLetter
 	lastTag uint64
 	n       int
+	tapped  []Committed // only while Options.Tap is active
 }
 
 // shutdownBudget bounds the graceful stop of a session: waiting for the
@@ -248,6 +249,7 @@ func (s *sess) nextBatch(limit int) *batch {
 	}
 	var b *batch
 	n := 0
+	tapping := s.c.opts.Tap != nil && s.c.opts.Tap.Active()
 	for n < r {
 		it := s.pending[n]
 		if b == nil {
@@ -258,6 +260,13 @@ func (s *sess) nextBatch(limit int) *batch {
 			b.events = append(b.events, it.res.Events...)
 		case it.letter != nil:
 			b.letters = append(b.letters, *it.letter)
+		}
+		if tapping {
+			c := Committed{Exchange: it.exchange, RoutingKey: it.routingKey, EventType: it.res.EventType, Body: it.body}
+			if it.res.Outcome == pipeline.Mapped {
+				c.Events = it.res.Events
+			}
+			b.tapped = append(b.tapped, c)
 		}
 		b.lastTag = it.tag
 		b.n++
@@ -359,6 +368,9 @@ func (s *sess) ack(b *batch) error {
 	}
 	if err := s.ch.Ack(b.lastTag, true); err != nil {
 		return fmt.Errorf("%w: ack: %w", errSessionLost, err)
+	}
+	if len(b.tapped) > 0 {
+		s.c.opts.Tap.Committed(b.tapped)
 	}
 	s.held -= b.n
 	if s.held == 0 {

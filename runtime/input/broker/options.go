@@ -89,6 +89,12 @@ type Options struct {
 	Heartbeat                  time.Duration
 	DialTimeout                time.Duration
 
+	// Tap, when set, is shown what the consumer commits (the local channel's
+	// live tap). It is asked once per batch whether anyone listens; only then
+	// is the batch's record kept, and handed over after the batch is
+	// committed and acknowledged.
+	Tap Tap
+
 	// Logger, tagged with its component by the caller (or by New when the
 	// caller did not).
 	Logger zerolog.Logger
