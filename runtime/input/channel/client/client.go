@@ -1,0 +1,543 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tally-billing/tally-openstack-collector/runtime/input/channel/wire"
+)
+
+// Mode is the direction of a client.
+type Mode uint8
+
+const (
+	// ModePublish: the client publishes messages to the daemon.
+	ModePublish Mode = Mode(wire.ModePublish)
+	// ModeSubscribe: the client receives what its subscriptions match.
+	ModeSubscribe Mode = Mode(wire.ModeSubscribe)
+	// ModeBidir: both.
+	ModeBidir Mode = ModePublish | ModeSubscribe
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModePublish:
+		return "PUBLISH"
+	case ModeSubscribe:
+		return "SUBSCRIBE"
+	case ModeBidir:
+		return "BIDIR"
+	}
+	return fmt.Sprintf("mode(%d)", uint8(m))
+}
+
+// State is where the client's connection stands.
+type State int32
+
+const (
+	StateDisconnected State = iota // waiting for the next attempt
+	StateConnecting                // dialling, or waiting for the daemon's Welcome
+	StateConnected
+	StateClosing // Close is draining the queue
+	StateClosed
+)
+
+func (s State) String() string {
+	switch s {
+	case StateDisconnected:
+		return "disconnected"
+	case StateConnecting:
+		return "connecting"
+	case StateConnected:
+		return "connected"
+	case StateClosing:
+		return "closing"
+	case StateClosed:
+		return "closed"
+	}
+	return fmt.Sprintf("state(%d)", int32(s))
+}
+
+// Message types.
+const (
+	String = wire.String
+	JSON   = wire.JSON
+)
+
+// Defaults.
+const (
+	DefaultQueueLimitBytes   = 1 << 20
+	DefaultReconnectInterval = time.Second
+	DefaultPerm              = 0o440
+	handshakeTimeout         = 10 * time.Second
+	writeChunk               = 256 << 10
+)
+
+// Options configure a Client.
+type Options struct {
+	// Socket is the path of the daemon's channel socket (CHANNEL_SOCKET).
+	Socket string
+	// Mode: ModePublish (the default), ModeSubscribe or ModeBidir.
+	Mode Mode
+	// Name identifies the client in the daemon's log; default the program's
+	// file name.
+	Name string
+	// ReconnectInterval is the wait between connection attempts; default 1 s.
+	ReconnectInterval time.Duration
+	// QueueLimitBytes bounds the messages held until the daemon settles them
+	// (queued, and sent but not yet acknowledged), counted as their encoded
+	// frames; default 1 MiB (CHANNEL_QUEUE_LIMIT_BYTES).
+	QueueLimitBytes int
+	// OnSettled, when set, is called once for every message the daemon
+	// settles, on the client's reading goroutine, in the order the daemon's
+	// answers arrive. It must not block for long, and may call Publish.
+	OnSettled func(Settlement)
+	// Logger receives connection events; nil: none.
+	Logger *slog.Logger
+}
+
+// Cred is a pair of credentials a message carries.
+type Cred struct{ UID, GID uint32 }
+
+// Message is one message to publish.
+type Message struct {
+	// Tag routes the message to a mapper module (1..255 bytes).
+	Tag  string
+	Type wire.Type // String or JSON
+	Data []byte    // copied by Publish
+	// Perm is who may see the message and the events made of it on a tap,
+	// as a file's read bits: 0400 owner, 0040 group, 0004 others. Zero means
+	// DefaultPerm (0440).
+	Perm uint32
+	// Cred, when set, is the credentials the message carries instead of the
+	// process's own. The daemon drops a message whose credentials differ
+	// from the connection's unless the peer is root.
+	Cred *Cred
+}
+
+// Settlement is the daemon's final answer about one message.
+type Settlement struct {
+	Seq    uint64 // as Publish returned it
+	Status wire.Status
+	Reason string
+}
+
+// Stats are the client's counters.
+type Stats struct {
+	State          State
+	Mode           Mode
+	QueuedBytes    int    // held until settled: queued and in flight
+	QueuedMessages int    // of which not yet written on the current connection
+	InFlight       int    // written, not yet settled
+	Published      uint64 // accepted by Publish
+	Sent           uint64 // frames written, resends included
+	Resent         uint64 // written again after a reconnect
+	Acked          uint64 // settled Committed or DeadLettered
+	Skipped        uint64 // settled Skipped (nothing to commit)
+	Refused        uint64 // settled Refused by the daemon (credentials, invalid ...)
+	Dropped        uint64 // abandoned by Close with cancel
+	NoBufs         uint64 // Publish calls answered ErrNoBufs
+	Delivered      uint64 // messages received for subscriptions
+	DeliverDropped uint64 // what the daemon reported this client missed (slow reading), on the latest connection
+	Reconnects     uint64 // connections made after the first
+}
+
+type entry struct {
+	seq   uint64
+	frame []byte
+	sent  bool // written at least once
+}
+
+// Client is one end of the local message channel. It connects to the daemon
+// by itself and connects again after the interval whenever the connection
+// is lost; published messages wait in a bounded queue meanwhile and are sent
+// again if the connection was lost before the daemon settled them. All
+// methods are safe for concurrent use.
+type Client struct {
+	opts Options
+	cred Cred
+
+	mu       sync.Mutex
+	state    State
+	queue    []*entry // not written on the current connection, in seq order
+	inflight map[uint64]*entry
+	bytes    int
+	changed  chan struct{} // closed and replaced whenever something settles
+	wake     chan struct{} // cap 1: the writer has work
+	subs     map[uint32]*Subscription
+	ctrl     [][]byte // control frames for the current connection
+	conn     net.Conn
+	closing  bool
+	seq      uint64
+	subSeq   uint32
+	calling  int // settlements whose OnSettled has not returned yet
+	writing  int // messages taken by the writer whose write has not returned
+	st       Stats
+
+	stop     chan struct{} // closed by Close: stop connecting
+	stopOnce sync.Once
+	done     chan struct{} // the connection loop returned
+	dropped  atomic.Uint64
+}
+
+// New starts a client. It returns at once: the connection is made in the
+// background, and Publish queues until it is.
+func New(opts Options) (*Client, error) {
+	if opts.Socket == "" {
+		return nil, fmt.Errorf("%w: socket path is empty", ErrOptions)
+	}
+	if opts.Mode == 0 {
+		opts.Mode = ModePublish
+	}
+	if opts.Mode&^ModeBidir != 0 {
+		return nil, fmt.Errorf("%w: mode %d", ErrOptions, opts.Mode)
+	}
+	if opts.ReconnectInterval <= 0 {
+		opts.ReconnectInterval = DefaultReconnectInterval
+	}
+	if opts.QueueLimitBytes <= 0 {
+		opts.QueueLimitBytes = DefaultQueueLimitBytes
+	}
+	if opts.Name == "" {
+		opts.Name = filepath.Base(os.Args[0])
+	}
+	c := &Client{
+		opts:     opts,
+		cred:     Cred{UID: uint32(os.Getuid()), GID: uint32(os.Getgid())},
+		inflight: make(map[uint64]*entry),
+		changed:  make(chan struct{}),
+		wake:     make(chan struct{}, 1),
+		subs:     make(map[uint32]*Subscription),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+		state:    StateConnecting,
+	}
+	go c.run()
+	return c, nil
+}
+
+// Publish queues m and returns its sequence number at once; it never
+// blocks. The daemon settles the message later (OnSettled, Stats, Flush):
+// Committed only once its events are durably in the daemon's outbox. With
+// the queue at its bound Publish returns ErrNoBufs and queues nothing.
+func (c *Client) Publish(m Message) (uint64, error) {
+	if c.opts.Mode&ModePublish == 0 {
+		return 0, ErrMode
+	}
+	if m.Tag == "" {
+		return 0, fmt.Errorf("%w: empty tag", ErrInvalid)
+	}
+	if len(m.Tag) > wire.MaxTag || len(m.Data) > wire.MaxData {
+		return 0, fmt.Errorf("%w: tag of %d bytes, data of %d bytes", ErrTooLarge, len(m.Tag), len(m.Data))
+	}
+	switch m.Type {
+	case wire.String:
+	case wire.JSON:
+		if !json.Valid(m.Data) {
+			return 0, fmt.Errorf("%w: data of type JSON does not parse", ErrInvalid)
+		}
+	default:
+		return 0, fmt.Errorf("%w: type %d", ErrInvalid, m.Type)
+	}
+	perm := m.Perm
+	if perm == 0 {
+		perm = DefaultPerm
+	}
+	cred := c.cred
+	if m.Cred != nil {
+		cred = *m.Cred
+	}
+	p := wire.Publish{
+		PublishedAt: time.Now().UnixNano(),
+		UID:         cred.UID, GID: cred.GID, Perm: perm & 0o777,
+		Type: m.Type, Tag: []byte(m.Tag), Data: m.Data,
+	}
+	size := len(m.Tag) + len(m.Data) + 48
+	if size > c.opts.QueueLimitBytes {
+		return 0, fmt.Errorf("%w: %d bytes, queue bound %d", ErrTooLarge, size, c.opts.QueueLimitBytes)
+	}
+
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		return 0, ErrClosed
+	}
+	if c.bytes+size > c.opts.QueueLimitBytes {
+		c.st.NoBufs++
+		c.mu.Unlock()
+		return 0, ErrNoBufs
+	}
+	c.seq++
+	p.Seq = c.seq
+	e := &entry{seq: p.Seq, frame: wire.AppendPublish(make([]byte, 0, size), &p)}
+	c.queue = append(c.queue, e)
+	c.bytes += len(e.frame)
+	c.st.Published++
+	c.mu.Unlock()
+	c.kick()
+	return p.Seq, nil
+}
+
+// PublishWait is Publish for callers that prefer to wait: while the queue is
+// at its bound it waits for room, until ctx is done.
+func (c *Client) PublishWait(ctx context.Context, m Message) (uint64, error) {
+	for {
+		ch := c.changedCh()
+		seq, err := c.Publish(m)
+		if !errors.Is(err, ErrNoBufs) {
+			return seq, err
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// Flush waits until the daemon has settled every message published so far
+// (and OnSettled has returned for each), or ctx is done.
+func (c *Client) Flush(ctx context.Context) error {
+	for {
+		c.mu.Lock()
+		empty := len(c.queue) == 0 && len(c.inflight) == 0 && c.calling == 0
+		ch := c.changed
+		c.mu.Unlock()
+		if empty {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// WaitSent waits until every message published so far has been written to
+// a connection (not necessarily answered), or ctx is done. A program that
+// exits right after it leaves the written messages to the daemon; what the
+// daemon then fails to commit is lost, as nobody is left to send it again.
+func (c *Client) WaitSent(ctx context.Context) error {
+	for {
+		c.mu.Lock()
+		done := len(c.queue) == 0 && c.writing == 0
+		ch := c.changed
+		c.mu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Close ends the client. With cancel false it first waits, bounded by ctx,
+// until the daemon has settled every queued message (what is still queued
+// when ctx ends is abandoned and the context's error returned); with cancel
+// true it abandons the queue at once. Abandoned messages count in
+// Stats.Dropped. Publish answers ErrClosed from the moment Close is called.
+func (c *Client) Close(ctx context.Context, cancel bool) error {
+	c.mu.Lock()
+	if c.state == StateClosed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closing = true
+	c.state = StateClosing
+	c.mu.Unlock()
+
+	var err error
+	if !cancel {
+		err = c.Flush(ctx)
+	}
+	c.stopOnce.Do(func() { close(c.stop) })
+	c.mu.Lock()
+	if c.conn != nil {
+		_ = c.conn.Close()
+	}
+	c.mu.Unlock()
+	<-c.done
+
+	c.mu.Lock()
+	n := uint64(len(c.queue) + len(c.inflight))
+	c.st.Dropped += n
+	c.queue, c.inflight, c.bytes = nil, map[uint64]*entry{}, 0
+	c.state = StateClosed
+	c.broadcast()
+	subs := c.subs
+	c.subs = map[uint32]*Subscription{}
+	c.mu.Unlock()
+	for _, s := range subs {
+		s.settle(ErrClosed)
+	}
+	return err
+}
+
+// Stats returns a copy of the counters.
+func (c *Client) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.st
+	s.State = c.state
+	s.Mode = c.opts.Mode
+	s.QueuedBytes = c.bytes
+	s.QueuedMessages = len(c.queue)
+	s.InFlight = len(c.inflight)
+	s.DeliverDropped = c.dropped.Load()
+	return s
+}
+
+// State reports the connection's state.
+func (c *Client) State() State {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state
+}
+
+// SetQueueLimit changes the queue bound; messages already queued stay.
+func (c *Client) SetQueueLimit(n int) {
+	if n <= 0 {
+		n = DefaultQueueLimitBytes
+	}
+	c.mu.Lock()
+	c.opts.QueueLimitBytes = n
+	c.mu.Unlock()
+}
+
+// broadcast wakes every waiter of Flush and PublishWait. c.mu held.
+func (c *Client) broadcast() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+func (c *Client) changedCh() chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.changed
+}
+
+func (c *Client) kick() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Client) logf(level slog.Level, msg string, args ...any) {
+	if c.opts.Logger != nil {
+		c.opts.Logger.Log(context.Background(), level, msg, args...)
+	}
+}
+
+// run connects, serves the connection until it is lost, and connects again
+// after the interval, until Close.
+func (c *Client) run() {
+	defer close(c.done)
+	connected := 0
+	for {
+		select {
+		case <-c.stop:
+			return
+		default:
+		}
+		c.setState(StateConnecting)
+		conn, r, err := c.dial()
+		if err == nil {
+			if connected > 0 {
+				c.mu.Lock()
+				c.st.Reconnects++
+				c.mu.Unlock()
+			}
+			connected++
+			c.serve(conn, r)
+		} else {
+			c.logf(slog.LevelDebug, "channel connection failed", "socket", c.opts.Socket, "err", err)
+		}
+		c.setState(StateDisconnected)
+		t := time.NewTimer(c.opts.ReconnectInterval)
+		select {
+		case <-c.stop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (c *Client) setState(s State) {
+	c.mu.Lock()
+	if !c.closing {
+		c.state = s
+	}
+	c.mu.Unlock()
+}
+
+func (c *Client) dial() (net.Conn, *wire.Reader, error) {
+	d := net.Dialer{Timeout: handshakeTimeout}
+	conn, err := d.Dial("unix", c.opts.Socket)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	if c.stopped() {
+		c.mu.Unlock()
+		conn.Close()
+		return nil, nil, ErrClosed
+	}
+	c.conn = conn
+	c.mu.Unlock()
+	_ = conn.SetDeadline(time.Now().Add(handshakeTimeout))
+	if _, err := conn.Write(wire.AppendHello(nil, wire.Hello{Modes: uint8(c.opts.Mode), Name: c.opts.Name})); err != nil {
+		c.dropConn(conn)
+		return nil, nil, err
+	}
+	r := wire.NewReader(conn, 0)
+	ft, p, err := r.Next()
+	if err == nil && ft == wire.FrameError {
+		text, _ := wire.ParseError(p)
+		err = fmt.Errorf("daemon refused the connection: %s", text)
+	} else if err == nil && ft != wire.FrameWelcome {
+		err = fmt.Errorf("%w: %s before WELCOME", wire.ErrMalformed, ft)
+	}
+	if err != nil {
+		c.dropConn(conn)
+		return nil, nil, err
+	}
+	if _, err := wire.ParseWelcome(p); err != nil {
+		c.dropConn(conn)
+		return nil, nil, err
+	}
+	_ = conn.SetDeadline(time.Time{})
+	return conn, r, nil
+}
+
+func (c *Client) stopped() bool {
+	select {
+	case <-c.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+func (c *Client) dropConn(conn net.Conn) {
+	conn.Close()
+	c.mu.Lock()
+	if c.conn == conn {
+		c.conn = nil
+	}
+	c.mu.Unlock()
+}

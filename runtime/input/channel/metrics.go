@@ -1,0 +1,108 @@
+package channel
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	connections          prometheus.Gauge
+	refusedConns         prometheus.Counter
+	received             prometheus.Counter
+	dropped              *prometheus.CounterVec
+	mapped               prometheus.Counter
+	skipped              prometheus.Counter
+	unparseable          prometheus.Counter
+	failed               prometheus.Counter
+	committed            prometheus.Counter
+	deadLettered         prometheus.Counter
+	eventsCommitted      prometheus.Counter
+	retries              prometheus.Counter
+	abandoned            prometheus.Counter
+	protocolErrors       prometheus.Counter
+	refusedSubscriptions prometheus.Counter
+	exceptions           prometheus.Counter
+}
+
+func name(n string) string { return "tally_collector_channel_" + n }
+
+func counter(n, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name(n), Help: help})
+}
+
+func newMetrics(s *Server, reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		connections: prometheus.NewGauge(prometheus.GaugeOpts{Name: name("connections"),
+			Help: "Open connections to the channel socket."}),
+		refusedConns: counter("refused_connections_total", "Connections closed at once: over the connection bound, or without peer credentials."),
+		received:     counter("received_total", "Messages published to the channel (every PUBLISH frame read)."),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("dropped_total"),
+			Help: "Messages the channel refused, by reason (credentials, invalid_type, invalid_json, invalid_tag, too_large, mode)."},
+			[]string{"reason"}),
+		mapped:               counter("mapped_total", "Channel messages the pipeline mapped."),
+		skipped:              counter("skipped_total", "Channel messages the pipeline skipped (unclaimed tag, event over 64 KiB ...)."),
+		unparseable:          counter("unparseable_total", "Channel messages the pipeline could not read (body over 1 MiB)."),
+		failed:               counter("failed_total", "Channel messages whose mapper failed; dead-lettered."),
+		committed:            counter("committed_total", "Channel messages acknowledged after their events were committed."),
+		deadLettered:         counter("dead_lettered_total", "Channel messages acknowledged after they were committed to the dead-letter area."),
+		eventsCommitted:      counter("events_committed_total", "Events of channel messages committed to the outbox."),
+		retries:              counter("outbox_retries_total", "Channel batches the outbox refused (full or failing) and that were held and tried again."),
+		abandoned:            counter("abandoned_total", "Channel messages left unanswered at a stop because their commit did not finish in time; the clients send them again."),
+		protocolErrors:       counter("protocol_errors_total", "Connections closed on a protocol error (malformed frame, unsupported version, frame too large)."),
+		refusedSubscriptions: counter("refused_subscriptions_total", "Subscriptions refused (bad expression, too many, raw unavailable, publish-only connection)."),
+		exceptions:           counter("exceptions_total", "Unexpected errors: panics, accept errors."),
+	}
+	for _, r := range []string{DropCredentials, DropInvalidType, DropInvalidJSON, DropInvalidTag, DropTooLarge, DropMode} {
+		m.dropped.WithLabelValues(r)
+	}
+	if reg == nil {
+		return m, nil
+	}
+	queued := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name("queued_bytes"),
+		Help: "Bytes of channel messages received and not yet answered."},
+		func() float64 { return float64(s.budget.inUse()) })
+	for _, c := range []prometheus.Collector{m.connections, m.refusedConns, m.received, m.dropped, m.mapped,
+		m.skipped, m.unparseable, m.failed, m.committed, m.deadLettered, m.eventsCommitted, m.retries,
+		m.abandoned, m.protocolErrors, m.refusedSubscriptions, m.exceptions, queued} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("channel: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+type hubMetrics struct {
+	subscribers   prometheus.Gauge
+	subscriptions prometheus.Gauge
+	delivered     prometheus.Counter
+	dropped       *prometheus.CounterVec
+}
+
+func newHubMetrics(reg prometheus.Registerer) *hubMetrics {
+	m := &hubMetrics{
+		subscribers: prometheus.NewGauge(prometheus.GaugeOpts{Name: name("tap_subscribers"),
+			Help: "Connections with at least one subscription."}),
+		subscriptions: prometheus.NewGauge(prometheus.GaugeOpts{Name: name("tap_subscriptions"),
+			Help: "Subscriptions across all connections."}),
+		delivered: counter("tap_delivered_total", "Messages queued to subscribers."),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("tap_dropped_total"),
+			Help: "Messages a subscriber did not receive, by reason (slow_subscriber, hub_overflow, permission)."},
+			[]string{"reason"}),
+	}
+	for _, r := range []string{DropSlowSubscriber, DropHubOverflow, DropPermission} {
+		m.dropped.WithLabelValues(r)
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.subscribers, m.subscriptions, m.delivered, m.dropped} {
+			if err := reg.Register(c); err != nil {
+				var are prometheus.AlreadyRegisteredError
+				if !errors.As(err, &are) {
+					panic(err)
+				}
+			}
+		}
+	}
+	return m
+}

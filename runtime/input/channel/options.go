@@ -1,0 +1,148 @@
+package channel
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/tally-billing/tally-openstack-collector/outbox"
+	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
+)
+
+// Processor turns a message into events; *pipeline.Pipeline implements it.
+type Processor interface {
+	Process(ctx context.Context, msg pipeline.Message) pipeline.Result
+}
+
+// Outbox is where events are committed; *outbox.Outbox implements it. Append
+// must be one synced transaction and answer an error wrapping outbox.ErrFull
+// at its bound.
+type Outbox interface {
+	Append(ctx context.Context, events [][]byte) error
+	AppendDeadLetters(ctx context.Context, letters []outbox.DeadLetter) error
+}
+
+var (
+	_ Processor = (*pipeline.Pipeline)(nil)
+	_ Outbox    = (*outbox.Outbox)(nil)
+)
+
+// Exchange is the source exchange of every channel message; the routing key
+// is its tag.
+const Exchange = "channel"
+
+// Defaults of Options.
+const (
+	DefaultSocketMode     = 0o660
+	DefaultQueueBytes     = 32 << 20
+	DefaultBatchMax       = 1000
+	DefaultBatchLinger    = 2 * time.Millisecond
+	DefaultDrainTimeout   = 5 * time.Second
+	DefaultMaxConnections = 256
+	DefaultRetryMin       = 100 * time.Millisecond
+	DefaultRetryMax       = 5 * time.Second
+)
+
+// Options configure a Server. The package reads no configuration itself.
+type Options struct {
+	// Socket is the path of the Unix socket (CHANNEL_SOCKET). A stale socket
+	// file nobody serves is replaced; the parent directory is created
+	// (0755) when missing.
+	Socket string
+	// SocketMode is the socket's file mode: who may connect at all. Default
+	// 0660: the daemon's user and group.
+	SocketMode os.FileMode
+	Processor  Processor // required: the shared pipeline
+	Outbox     Outbox    // required
+	// Workers call the pipeline; default GOMAXPROCS.
+	Workers int
+	// QueueBytes bounds the received messages not yet settled, across all
+	// connections; a connection is not read while it is reached. Default
+	// 32 MiB.
+	QueueBytes int64
+	// BatchMax is the most messages per outbox transaction (also capped at
+	// 512 KiB of events); BatchLinger the longest wait to fill one. Defaults
+	// 1000 and 2 ms; a commit in flight lets the next batch grow.
+	BatchMax    int
+	BatchLinger time.Duration
+	// RetryMin and RetryMax space the attempts to commit a batch the outbox
+	// refused (full, or failing): nothing is acknowledged meanwhile and the
+	// clients' queues fill. Defaults 100 ms and 5 s.
+	RetryMin, RetryMax time.Duration
+	// DrainTimeout bounds how long Run spends settling what it received once
+	// its context is done; default 5 s. What is not settled then is not
+	// acknowledged, and the clients send it again to the next daemon.
+	DrainTimeout time.Duration
+	// MaxConnections bounds concurrent connections; more are refused with
+	// an Error frame. Default 256.
+	MaxConnections int
+	// Hub configures the tap.
+	Hub HubOptions
+	// Logger receives the channel's logs, already tagged component=channel
+	// by the caller. Nothing is logged by message content.
+	Logger     zerolog.Logger
+	Registerer prometheus.Registerer
+}
+
+func (o *Options) setDefaults() {
+	if o.SocketMode == 0 {
+		o.SocketMode = DefaultSocketMode
+	}
+	if o.Workers <= 0 {
+		o.Workers = runtime.GOMAXPROCS(0)
+	}
+	if o.QueueBytes <= 0 {
+		o.QueueBytes = DefaultQueueBytes
+	}
+	if o.BatchMax <= 0 {
+		o.BatchMax = DefaultBatchMax
+	}
+	if o.BatchLinger == 0 {
+		o.BatchLinger = DefaultBatchLinger
+	}
+	if o.RetryMin <= 0 {
+		o.RetryMin = DefaultRetryMin
+	}
+	if o.RetryMax <= 0 {
+		o.RetryMax = DefaultRetryMax
+	}
+	if o.DrainTimeout <= 0 {
+		o.DrainTimeout = DefaultDrainTimeout
+	}
+	if o.MaxConnections <= 0 {
+		o.MaxConnections = DefaultMaxConnections
+	}
+	if o.Hub.Registerer == nil {
+		o.Hub.Registerer = o.Registerer
+	}
+	o.Hub.Logger = o.Logger
+}
+
+func (o *Options) validate() error {
+	var bad []string
+	if o.Socket == "" {
+		bad = append(bad, "socket path is empty")
+	}
+	if o.Processor == nil {
+		bad = append(bad, "processor is nil")
+	}
+	if o.Outbox == nil {
+		bad = append(bad, "outbox is nil")
+	}
+	if o.SocketMode&^0o777 != 0 {
+		bad = append(bad, fmt.Sprintf("socket mode %o has bits beyond 0777", o.SocketMode))
+	}
+	if o.RetryMax < o.RetryMin {
+		bad = append(bad, "retry maximum below its minimum")
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%w: %s", ErrOptions, strings.Join(bad, "; "))
+	}
+	return nil
+}

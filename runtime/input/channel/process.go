@@ -1,0 +1,329 @@
+package channel
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/tally-billing/tally-openstack-collector/outbox"
+	"github.com/tally-billing/tally-openstack-collector/runtime/input/channel/wire"
+	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
+)
+
+// item is one published message on its way from its connection to its
+// answer.
+type item struct {
+	c    *conn
+	seq  uint64
+	tag  string
+	typ  wire.Type
+	body []byte // the envelope handed to the pipeline
+	raw  []byte // the data as published, kept for the raw tap only
+	size int64  // charged to the server's budget
+	uid  uint32
+	gid  uint32
+	perm uint32
+
+	status wire.Status
+	reason string
+	events [][]byte
+	letter *outbox.DeadLetter
+}
+
+// newItem copies a message out of the reader's buffer into its envelope.
+func newItem(c *conn, p *wire.Publish, tapping bool) *item {
+	it := &item{
+		c: c, seq: p.Seq, tag: string(p.Tag), typ: p.Type,
+		uid: p.UID, gid: p.GID, perm: p.Perm & 0o777,
+	}
+	at := p.PublishedAt
+	if at <= 0 {
+		at = time.Now().UnixNano()
+	}
+	var ds, de int
+	it.body, ds, de = appendEnvelope(make([]byte, 0, len(p.Data)+len(p.Tag)+192), p, at)
+	if tapping {
+		if p.Type == wire.JSON {
+			it.raw = it.body[ds:de]
+		} else {
+			it.raw = append([]byte(nil), p.Data...)
+		}
+	}
+	it.size = int64(len(it.body) + len(it.raw) + 256)
+	return it
+}
+
+// envelopeTime is the layout of channel.published_at: RFC 3339 in UTC with
+// nanoseconds, so that two messages published apart never share a time.
+const envelopeTime = "2006-01-02T15:04:05.000000000Z"
+
+// appendEnvelope writes the document the pipeline maps for a message:
+//
+//	{"event_type":<tag>,
+//	 "channel":{"type":"JSON","published_at":"...Z","uid":1000,"gid":1000},
+//	 "message":<the data: a JSON value as published, or a string>}
+//
+// The tag is the event type the catalogue routes on. It returns where the
+// message's data lies in the result.
+func appendEnvelope(dst []byte, p *wire.Publish, at int64) ([]byte, int, int) {
+	dst = append(dst, `{"event_type":`...)
+	dst = appendJSONString(dst, p.Tag)
+	dst = append(dst, `,"channel":{"type":"`...)
+	dst = append(dst, p.Type.String()...)
+	dst = append(dst, `","published_at":"`...)
+	dst = time.Unix(0, at).UTC().AppendFormat(dst, envelopeTime)
+	dst = append(dst, `","uid":`...)
+	dst = strconv.AppendUint(dst, uint64(p.UID), 10)
+	dst = append(dst, `,"gid":`...)
+	dst = strconv.AppendUint(dst, uint64(p.GID), 10)
+	dst = append(dst, `},"message":`...)
+	ds := len(dst)
+	if p.Type == wire.JSON {
+		dst = append(dst, p.Data...)
+	} else {
+		dst = appendJSONString(dst, p.Data)
+		ds++
+	}
+	de := len(dst)
+	if p.Type != wire.JSON {
+		de--
+	}
+	return append(dst, '}'), ds, de
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString appends s as a JSON string: quotes, backslashes and
+// control characters escaped, invalid UTF-8 replaced by U+FFFD.
+func appendJSONString(dst, s []byte) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		b := s[i]
+		if b < utf8.RuneSelf {
+			if b >= 0x20 && b != '"' && b != '\\' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch b {
+			case '"', '\\':
+				dst = append(dst, '\\', b)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRune(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i++
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// workLoop maps items and hands them to the committer.
+func (s *Server) workLoop(ctx context.Context) {
+	for it := range s.work {
+		s.process(ctx, it)
+		s.commits <- it
+	}
+}
+
+func (s *Server) process(ctx context.Context, it *item) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.m.exceptions.Inc()
+			s.log.Error().Interface("panic", r).Int("bytes", len(it.body)).Msg("channel message processing panicked")
+			it.status, it.reason, it.events = wire.Skipped, "exception", nil
+		}
+	}()
+	res := s.opts.Processor.Process(ctx, pipeline.Message{
+		Body:       it.body,
+		Exchange:   Exchange,
+		RoutingKey: it.tag,
+		DeriveID:   true,
+	})
+	switch res.Outcome {
+	case pipeline.Mapped:
+		s.m.mapped.Inc()
+		it.status, it.events = wire.Committed, res.Events
+	case pipeline.Skipped:
+		s.m.skipped.Inc()
+		it.status, it.reason = wire.Skipped, res.Reason
+	case pipeline.Unparseable:
+		s.m.unparseable.Inc()
+		it.status, it.reason = wire.Skipped, res.Reason
+	case pipeline.Failed:
+		s.m.failed.Inc()
+		it.status, it.reason = wire.DeadLettered, res.Reason
+		detail := ""
+		if res.Err != nil {
+			detail = res.Err.Error()
+		}
+		it.letter = &outbox.DeadLetter{
+			Body: it.body, Exchange: Exchange, RoutingKey: it.tag, EventType: res.EventType,
+			Module: res.Module, Reason: res.Reason, Detail: detail, At: time.Now().UTC(),
+		}
+	}
+}
+
+// maxBatchBytes caps the events of one outbox transaction.
+const maxBatchBytes = 512 << 10
+
+// commitLoop writes items to the outbox in batches: BatchMax messages or
+// maxBatchBytes of events, or BatchLinger after the first, whichever comes
+// first; a commit in flight lets the next batch grow. Only after a batch is
+// committed are its messages answered (and offered to the tap). A batch the
+// outbox refuses is tried again, spaced RetryMin doubling to RetryMax, until
+// it is taken or the drain deadline passes; meanwhile nothing is read from
+// the workers, the budget stays spent, the connections are not read and
+// the clients' queues fill.
+func (s *Server) commitLoop(ctx context.Context) {
+	var (
+		batch  []*item
+		events [][]byte
+		size   int
+	)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	flush := func() {
+		timer.Stop()
+		if len(batch) > 0 {
+			s.commit(ctx, batch, events)
+		}
+		clear(batch)
+		batch, events, size = batch[:0], nil, 0
+	}
+	for {
+		select {
+		case it, ok := <-s.commits:
+			if !ok {
+				flush()
+				return
+			}
+			if len(batch) == 0 {
+				timer.Reset(s.opts.BatchLinger)
+			}
+			batch = append(batch, it)
+			events = append(events, it.events...)
+			for _, ev := range it.events {
+				size += len(ev)
+			}
+			if len(batch) >= s.opts.BatchMax || size >= maxBatchBytes {
+				flush()
+			}
+		case <-timer.C:
+			flush()
+		}
+	}
+}
+
+func (s *Server) commit(ctx context.Context, batch []*item, events [][]byte) {
+	var letters []outbox.DeadLetter
+	for _, it := range batch {
+		if it.letter != nil {
+			letters = append(letters, *it.letter)
+		}
+	}
+	n := len(events)
+	wait := s.opts.RetryMin
+	for {
+		err := s.write(ctx, &events, &letters)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			// Past the drain deadline: nothing of the batch is answered; the
+			// clients send it again to the next daemon.
+			for _, it := range batch {
+				s.budget.give(it.size)
+			}
+			s.m.abandoned.Add(float64(len(batch)))
+			s.log.Warn().Int("messages", len(batch)).Msg("channel batch not committed before the stop deadline; left to the clients to send again")
+			return
+		}
+		s.m.retries.Inc()
+		ev := s.log.Warn()
+		if !errors.Is(err, outbox.ErrFull) {
+			ev = s.log.Error()
+		}
+		ev.Err(err).Int("messages", len(batch)).Dur("retry_in", wait).Msg("outbox refused a channel batch; holding it")
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+		}
+		wait = min(2*wait, s.opts.RetryMax)
+	}
+	s.m.eventsCommitted.Add(float64(n))
+
+	// Answer each connection once for its part of the batch.
+	var acks []wire.AckEntry
+	var last *conn
+	flushAcks := func() {
+		if last != nil && len(acks) > 0 {
+			last.q.pushAcks(acks)
+		}
+		acks = acks[:0]
+	}
+	tapping := s.hub.Active()
+	var recs []Record
+	for _, it := range batch {
+		if it.c != last {
+			flushAcks()
+			last = it.c
+		}
+		acks = append(acks, wire.AckEntry{Seq: it.seq, Status: it.status, Reason: it.reason})
+		switch it.status {
+		case wire.Committed:
+			s.m.committed.Inc()
+		case wire.DeadLettered:
+			s.m.deadLettered.Inc()
+		}
+		s.budget.give(it.size)
+		if tapping && (it.status != wire.Skipped || it.raw != nil) {
+			recs = append(recs, Record{
+				Origin: OriginChannel, Exchange: Exchange, RoutingKey: it.tag, EventType: it.tag,
+				Raw: it.raw, Events: it.events, UID: it.uid, GID: it.gid, Perm: it.perm,
+			})
+		}
+	}
+	flushAcks()
+	if len(recs) > 0 {
+		s.hub.Offer(recs)
+	}
+}
+
+// write commits what is left of a batch: the events, then the dead letters,
+// each part forgotten once it is in, so that a retry does not write it twice.
+func (s *Server) write(ctx context.Context, events *[][]byte, letters *[]outbox.DeadLetter) error {
+	if len(*events) > 0 {
+		if err := s.opts.Outbox.Append(ctx, *events); err != nil {
+			return err
+		}
+		*events = nil
+	}
+	if len(*letters) > 0 {
+		if err := s.opts.Outbox.AppendDeadLetters(ctx, *letters); err != nil {
+			return err
+		}
+		*letters = nil
+	}
+	return nil
+}

@@ -1,0 +1,329 @@
+package channel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/tally-billing/tally-openstack-collector/runtime/input/channel/wire"
+)
+
+// Server is the daemon's end of the local message channel: it accepts
+// connections on a Unix socket, maps what is published through the shared
+// pipeline, commits the events to the outbox and only then acknowledges,
+// and serves the tap (Hub) to subscribers.
+type Server struct {
+	opts Options
+	log  zerolog.Logger
+	ln   *net.UnixListener
+	hub  *Hub
+	m    *metrics
+
+	work    chan *item
+	commits chan *item
+	budget  budget
+
+	connMu sync.Mutex
+	conns  map[*conn]struct{}
+	closed bool
+
+	stopOnce  sync.Once
+	stop      chan struct{}
+	done      chan struct{}
+	ran       atomic.Bool
+	closeOnce sync.Once
+}
+
+// New validates opts and binds the socket, so that a path in use stops
+// start-up. Nothing is read until Run.
+func New(opts Options) (*Server, error) {
+	opts.setDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	ln, err := listen(opts.Socket, opts.SocketMode)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		opts:    opts,
+		log:     opts.Logger,
+		ln:      ln,
+		hub:     NewHub(opts.Hub),
+		work:    make(chan *item, queueSlots),
+		commits: make(chan *item, queueSlots),
+		conns:   make(map[*conn]struct{}),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	s.budget.init(opts.QueueBytes)
+	m, err := newMetrics(s, opts.Registerer)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	s.m = m
+	return s, nil
+}
+
+// queueSlots is the capacity of the work and commit queues; received bytes
+// are bounded by Options.QueueBytes as well.
+const queueSlots = 1 << 16
+
+// listen binds the socket path. A socket file left by a daemon that is gone
+// is removed first; one that answers is in use.
+func listen(path string, mode os.FileMode) (*net.UnixListener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("channel: socket directory: %w", err)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("channel: %s exists and is not a socket", path)
+		}
+		c, err := net.DialTimeout("unix", path, time.Second)
+		if err == nil {
+			c.Close()
+			return nil, fmt.Errorf("%w: %s", ErrSocketInUse, path)
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("channel: probe %s: %w", path, err)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("channel: remove stale socket: %w", err)
+		}
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("channel: listen %s: %w", path, err)
+	}
+	ln.SetUnlinkOnClose(true)
+	if err := os.Chmod(path, mode); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("channel: chmod %s: %w", path, err)
+	}
+	return ln, nil
+}
+
+// Socket is the path the server listens on.
+func (s *Server) Socket() string { return s.opts.Socket }
+
+// Tap is the hub that fans committed messages out to subscribers; the AMQP
+// input offers what it commits to it too.
+func (s *Server) Tap() *Hub { return s.hub }
+
+// Run serves until ctx is done or Close is called. It then stops reading,
+// settles what was received (mapping, committing, acknowledging), bounded
+// by Options.DrainTimeout, and returns nil. It may be called once.
+func (s *Server) Run(ctx context.Context) error {
+	if !s.ran.CompareAndSwap(false, true) {
+		return fmt.Errorf("channel: run twice: %w", ErrClosed)
+	}
+	defer close(s.done)
+	select {
+	case <-s.stop:
+		s.closeListener()
+		return ErrClosed
+	default:
+	}
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	hubCtx, stopHub := context.WithCancel(context.Background())
+	defer stopHub()
+	go s.hub.Run(hubCtx)
+
+	var readers, workers, committer sync.WaitGroup
+	committer.Add(1)
+	go func() { defer committer.Done(); s.commitLoop(work) }()
+	for range s.opts.Workers {
+		workers.Add(1)
+		go func() { defer workers.Done(); s.workLoop(work) }()
+	}
+	readers.Add(1)
+	go func() { defer readers.Done(); s.accept(work, &readers) }()
+	s.log.Info().Str("socket", s.opts.Socket).Str("mode", fmt.Sprintf("%04o", s.opts.SocketMode)).Msg("channel listening")
+
+	select {
+	case <-ctx.Done():
+	case <-s.stop:
+	}
+	timer := time.AfterFunc(s.opts.DrainTimeout, cancelWork)
+	defer timer.Stop()
+	s.closeListener()
+	s.stopReading()
+	readers.Wait()
+	close(s.work)
+	workers.Wait()
+	close(s.commits)
+	committer.Wait()
+	s.closeConns()
+	return nil
+}
+
+// Close stops the server. When Run is serving, Close waits for it to drain,
+// bounded by ctx. It is safe to call more than once and without Run.
+func (s *Server) Close(ctx context.Context) error {
+	s.stopOnce.Do(func() { close(s.stop) })
+	if !s.ran.Load() {
+		s.closeListener()
+		return nil
+	}
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("channel: close: %w", ctx.Err())
+	}
+}
+
+func (s *Server) closeListener() {
+	s.closeOnce.Do(func() { _ = s.ln.Close() })
+}
+
+func (s *Server) accept(ctx context.Context, readers *sync.WaitGroup) {
+	for {
+		nc, err := s.ln.AcceptUnix()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			s.m.exceptions.Inc()
+			s.log.Warn().Err(err).Msg("channel accept failed")
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		c, ok := s.newConn(nc)
+		if !ok {
+			continue
+		}
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			c.serve(ctx)
+		}()
+	}
+}
+
+// stopReading makes every connection's reader return at its next read;
+// writers go on until closeConns, so that the last acknowledgements leave.
+func (s *Server) stopReading() {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	s.closed = true
+	for c := range s.conns {
+		_ = c.nc.CloseRead()
+	}
+}
+
+func (s *Server) closeConns() {
+	s.connMu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.connMu.Unlock()
+	for _, c := range conns {
+		c.finish()
+	}
+}
+
+func (s *Server) newConn(nc *net.UnixConn) (*conn, bool) {
+	cred, err := readPeerCred(nc)
+	if err != nil {
+		s.m.exceptions.Inc()
+		s.log.Warn().Err(err).Msg("channel connection refused: no peer credentials")
+		nc.Close()
+		return nil, false
+	}
+	c := newConn(s, nc, cred)
+	s.connMu.Lock()
+	if s.closed {
+		s.connMu.Unlock()
+		nc.Close()
+		return nil, false
+	}
+	if len(s.conns) >= s.opts.MaxConnections {
+		s.connMu.Unlock()
+		s.m.refusedConns.Inc()
+		_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = nc.Write(wire.AppendError(nil, "too many connections"))
+		nc.Close()
+		return nil, false
+	}
+	s.conns[c] = struct{}{}
+	s.connMu.Unlock()
+	s.m.connections.Inc()
+	return c, true
+}
+
+func (s *Server) dropConn(c *conn) {
+	s.connMu.Lock()
+	_, ok := s.conns[c]
+	delete(s.conns, c)
+	s.connMu.Unlock()
+	if ok {
+		s.m.connections.Dec()
+	}
+}
+
+// budget bounds the bytes received and not yet settled across connections.
+type budget struct {
+	mu    sync.Mutex
+	limit int64
+	used  int64
+	freed chan struct{}
+}
+
+func (b *budget) init(limit int64) {
+	b.limit = limit
+	b.freed = make(chan struct{})
+}
+
+// take reserves n bytes, waiting while the budget is spent (a message larger
+// than the whole budget passes when nothing else is held).
+func (b *budget) take(ctx context.Context, n int64) bool {
+	for {
+		b.mu.Lock()
+		if b.used == 0 || b.used+n <= b.limit {
+			b.used += n
+			b.mu.Unlock()
+			return true
+		}
+		ch := b.freed
+		b.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+func (b *budget) give(n int64) {
+	b.mu.Lock()
+	b.used -= n
+	close(b.freed)
+	b.freed = make(chan struct{})
+	b.mu.Unlock()
+}
+
+func (b *budget) inUse() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used
+}
+
+// stopping reports whether Run has begun its stop.
+func (s *Server) stopping() bool {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	return s.closed
+}
