@@ -101,7 +101,10 @@ func cpuNow() int64 {
 // channel module in wazero (guarded until it earned trust, as in the
 // daemon), CPU per call.
 func BenchmarkChannelModule(b *testing.B) {
-	p := pipeline.New(pipeline.Options{Router: pipeline.Chain{channelModule(b)}, Logger: zerolog.Nop()})
+	p, err := pipeline.New(pipeline.Options{Router: pipeline.Chain{channelModule(b)}, Logger: zerolog.Nop()})
+	if err != nil {
+		b.Fatal(err)
+	}
 	bodies := make([][]byte, 1024)
 	for i := range bodies {
 		pub := wire.Publish{Type: wire.JSON, Tag: []byte("usage.license"), Data: []byte(`{"id":"b-` + strconv.Itoa(i) +

@@ -143,9 +143,11 @@ func newHarness(tb testing.TB, opts Options) *harness {
 		}
 	}
 	h.openBox()
-	h.proc = &gate{p: pipeline.New(pipeline.Options{
-		Router: pipeline.Chain{channelModule(tb)}, Logger: zerolog.Nop(),
-	})}
+	p, err := pipeline.New(pipeline.Options{Router: pipeline.Chain{channelModule(tb)}, Logger: zerolog.Nop()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	h.proc = &gate{p: p}
 	tb.Cleanup(func() {
 		h.stop()
 		if h.box != nil {

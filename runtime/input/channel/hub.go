@@ -6,7 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
@@ -65,8 +64,6 @@ type HubOptions struct {
 	// Redact renders raw bodies; nil: raw subscriptions are refused.
 	Redact Redactor
 	Logger zerolog.Logger
-	// Registerer receives the tap's metrics; nil: not registered.
-	Registerer prometheus.Registerer
 }
 
 // Hub fans committed messages out to the subscriptions of channel
@@ -119,7 +116,7 @@ func NewHub(opts HubOptions) *Hub {
 		log:  opts.Logger,
 		in:   make(chan []Record, hubSlots),
 		subs: make(map[*subscriber]struct{}),
-		m:    newHubMetrics(opts.Registerer),
+		m:    newHubMetrics(),
 		done: make(chan struct{}),
 	}
 	empty := []*subscriber{}

@@ -1,10 +1,11 @@
 package channel
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	imetrics "github.com/tally-billing/tally-openstack-collector/internal/metrics"
 )
 
 type metrics struct {
@@ -57,18 +58,15 @@ func newMetrics(s *Server, reg prometheus.Registerer) (*metrics, error) {
 	for _, r := range []string{DropCredentials, DropInvalidType, DropInvalidJSON, DropInvalidTag, DropTooLarge, DropMode} {
 		m.dropped.WithLabelValues(r)
 	}
-	if reg == nil {
-		return m, nil
-	}
 	queued := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name("queued_bytes"),
 		Help: "Bytes of channel messages received and not yet answered."},
 		func() float64 { return float64(s.budget.inUse()) })
-	for _, c := range []prometheus.Collector{m.connections, m.refusedConns, m.received, m.dropped, m.mapped,
+	h := s.hub.m
+	if err := imetrics.Register(reg, m.connections, m.refusedConns, m.received, m.dropped, m.mapped,
 		m.skipped, m.unparseable, m.failed, m.committed, m.deadLettered, m.eventsCommitted, m.retries,
-		m.abandoned, m.protocolErrors, m.refusedSubscriptions, m.exceptions, queued} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("channel: register metrics: %w", err)
-		}
+		m.abandoned, m.protocolErrors, m.refusedSubscriptions, m.exceptions, queued,
+		h.subscribers, h.subscriptions, h.delivered, h.dropped); err != nil {
+		return nil, fmt.Errorf("channel: %w", err)
 	}
 	return m, nil
 }
@@ -80,7 +78,9 @@ type hubMetrics struct {
 	dropped       *prometheus.CounterVec
 }
 
-func newHubMetrics(reg prometheus.Registerer) *hubMetrics {
+// newHubMetrics makes the tap's counters; the Server registers them with its
+// own.
+func newHubMetrics() *hubMetrics {
 	m := &hubMetrics{
 		subscribers: prometheus.NewGauge(prometheus.GaugeOpts{Name: name("tap_subscribers"),
 			Help: "Connections with at least one subscription."}),
@@ -93,16 +93,6 @@ func newHubMetrics(reg prometheus.Registerer) *hubMetrics {
 	}
 	for _, r := range []string{DropSlowSubscriber, DropHubOverflow, DropPermission} {
 		m.dropped.WithLabelValues(r)
-	}
-	if reg != nil {
-		for _, c := range []prometheus.Collector{m.subscribers, m.subscriptions, m.delivered, m.dropped} {
-			if err := reg.Register(c); err != nil {
-				var are prometheus.AlreadyRegisteredError
-				if !errors.As(err, &are) {
-					panic(err)
-				}
-			}
-		}
 	}
 	return m
 }

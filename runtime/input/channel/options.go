@@ -118,9 +118,6 @@ func (o *Options) setDefaults() {
 	if o.MaxConnections <= 0 {
 		o.MaxConnections = DefaultMaxConnections
 	}
-	if o.Hub.Registerer == nil {
-		o.Hub.Registerer = o.Registerer
-	}
 	o.Hub.Logger = o.Logger
 }
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	imetrics "github.com/tally-billing/tally-openstack-collector/internal/metrics"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/channel/client"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/channel/wire"
 )
@@ -515,5 +516,19 @@ func TestCloseDrainAndCancel(t *testing.T) {
 	}
 	if st := c3.Stats(); st.Dropped != 1 {
 		t.Fatalf("%+v", st)
+	}
+}
+
+// A second server on the same registry is refused at New, naming a metric,
+// and leaves its socket unbound.
+func TestMetricsRegisteredOnce(t *testing.T) {
+	h := newHarness(t, Options{})
+	h.start()
+	o := Options{Socket: h.sock + "2", Processor: h.proc, Outbox: h.box, Registerer: h.reg}
+	if _, err := New(o); !errors.Is(err, imetrics.ErrDuplicate) || !strings.Contains(err.Error(), "tally_collector_channel_") {
+		t.Fatalf("second server on one registry: %v", err)
+	}
+	if _, err := net.Dial("unix", h.sock+"2"); err == nil {
+		t.Fatal("the refused server left its socket listening")
 	}
 }
