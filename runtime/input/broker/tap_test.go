@@ -9,6 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
+
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 )
 
@@ -46,19 +48,19 @@ func TestTapSeesWhatIsCommitted(t *testing.T) {
 	v, _ := classicQueueVhost(t)
 	box := openOutbox(t, t.TempDir(), 1<<20)
 	tap := &recordingTap{t: t, box: box}
-	opts := testOptions(v, &syncBuf{}, "nova")
+	opts := testOptions(v, &testkit.SyncBuffer{}, "nova")
 	opts.Tap = tap
 	c, err := New(newTestProcessor(t), box, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	startConsumer(t, c)
-	waitFor(t, 20*time.Second, "consuming", func() bool { return c.Ready() == nil })
+	testkit.WaitFor(t, 20*time.Second, "consuming", func() bool { return c.Ready() == nil })
 
 	for i := range 10 {
-		v.publish(t, "", DefaultQueue, note(t, fmt.Sprintf("idle-%d", i), "compute.instance.exists"))
+		v.Publish(t, "", DefaultQueue, note(t, fmt.Sprintf("idle-%d", i), "compute.instance.exists"))
 	}
-	waitFor(t, 20*time.Second, "acknowledged", func() bool { return testutil.ToFloat64(c.m.acked) == 10 })
+	testkit.WaitFor(t, 20*time.Second, "acknowledged", func() bool { return testutil.ToFloat64(c.m.acked) == 10 })
 	if tap.asked.Load() == 0 {
 		t.Fatal("the tap was never asked")
 	}
@@ -70,11 +72,11 @@ func TestTapSeesWhatIsCommitted(t *testing.T) {
 
 	tap.active.Store(true)
 	for i := range 10 {
-		v.publish(t, "", DefaultQueue, note(t, fmt.Sprintf("tap-%d", i), "compute.instance.exists"))
+		v.Publish(t, "", DefaultQueue, note(t, fmt.Sprintf("tap-%d", i), "compute.instance.exists"))
 	}
-	v.publish(t, "", DefaultQueue, note(t, "tap-skip", "nobody.claims.this"))
-	waitFor(t, 20*time.Second, "acknowledged", func() bool { return testutil.ToFloat64(c.m.acked) == 21 })
-	waitFor(t, 5*time.Second, "shown", func() bool { tap.mu.Lock(); defer tap.mu.Unlock(); return len(tap.items) == 11 })
+	v.Publish(t, "", DefaultQueue, note(t, "tap-skip", "nobody.claims.this"))
+	testkit.WaitFor(t, 20*time.Second, "acknowledged", func() bool { return testutil.ToFloat64(c.m.acked) == 21 })
+	testkit.WaitFor(t, 5*time.Second, "shown", func() bool { tap.mu.Lock(); defer tap.mu.Unlock(); return len(tap.items) == 11 })
 	tap.mu.Lock()
 	defer tap.mu.Unlock()
 	for i, it := range tap.items[:10] {

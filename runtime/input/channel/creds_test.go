@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/channel/client"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/channel/wire"
 )
@@ -76,7 +77,7 @@ func TestImpersonation(t *testing.T) {
 	if err := root.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "tap delivery", func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == 1 })
+	testkit.WaitFor(t, 10*time.Second, "tap delivery", func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == 1 })
 	mu.Lock()
 	defer mu.Unlock()
 	if len(settled) != 1 || settled[0].Status != wire.Committed {
@@ -212,7 +213,7 @@ func TestSlowSubscriberIsBounded(t *testing.T) {
 			if err := pub.Flush(ctx); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, 30*time.Second, "the reading subscriber keeps up", func() bool { mu.Lock(); defer mu.Unlock(); return got == i+1 })
+			testkit.WaitFor(t, 30*time.Second, "the reading subscriber keeps up", func() bool { mu.Lock(); defer mu.Unlock(); return got == i+1 })
 		}
 	}
 	if err := pub.Flush(ctx); err != nil {
@@ -221,7 +222,7 @@ func TestSlowSubscriberIsBounded(t *testing.T) {
 	if st := pub.Stats(); st.Acked != n {
 		t.Fatalf("publisher %+v", st)
 	}
-	waitFor(t, 30*time.Second, "the reading subscriber gets everything", func() bool { mu.Lock(); defer mu.Unlock(); return got == n })
+	testkit.WaitFor(t, 30*time.Second, "the reading subscriber gets everything", func() bool { mu.Lock(); defer mu.Unlock(); return got == n })
 	mu.Lock()
 	if lastDropped != 0 {
 		t.Fatalf("the reading subscriber was told it missed %d", lastDropped)

@@ -23,10 +23,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 
-	"github.com/tally-billing/tally-openstack-collector/mappers"
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/broker"
@@ -41,15 +40,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// testCacheDir is the compiled-module cache the tests share (the Makefile
-// sets TALLY_OSC_TEST_CACHE).
-func testCacheDir() string {
-	if d := os.Getenv("TALLY_OSC_TEST_CACHE"); d != "" {
-		return d
-	}
-	return filepath.Join(os.TempDir(), "tally-osc-test-wazero-cache")
-}
-
 var (
 	moduleOnce sync.Once
 	moduleEng  *runtime.Engine
@@ -62,18 +52,14 @@ var (
 func channelModule(tb testing.TB) pipeline.Mapper {
 	tb.Helper()
 	moduleOnce.Do(func() {
-		mods, err := mappers.Builtin()
-		if err != nil || mods["channel.wasm"] == nil {
-			moduleErr = fmt.Errorf("the built-in channel module is not built (run make wasm): %v", err)
-			return
-		}
+		wasm := testkit.BuiltModule(tb, "mappers/dist/channel.wasm")
 		ctx := context.Background()
-		moduleEng, moduleErr = runtime.NewEngine(ctx, runtime.Config{CacheDir: testCacheDir(), Logger: zerolog.Nop()})
+		moduleEng, moduleErr = runtime.NewEngine(ctx, runtime.Config{CacheDir: testkit.CacheDir(tb), Logger: zerolog.Nop()})
 		if moduleErr != nil {
 			return
 		}
 		// As the daemon loads a built-in module: guarded until it earned trust.
-		moduleMod, moduleErr = moduleEng.Load(ctx, "builtin:channel.wasm", mods["channel.wasm"], runtime.WithGuard(runtime.GuardUntrusted))
+		moduleMod, moduleErr = moduleEng.Load(ctx, "builtin:channel.wasm", wasm, runtime.WithGuard(runtime.GuardUntrusted))
 	})
 	if moduleErr != nil {
 		tb.Fatal(moduleErr)
@@ -262,8 +248,6 @@ func (h *harness) counter(name string, labels ...string) float64 {
 	return total
 }
 
-var _ = testutil.ToFloat64
-
 func (h *harness) client(opts client.Options) *client.Client {
 	h.t.Helper()
 	opts.Socket = h.sock
@@ -276,17 +260,6 @@ func (h *harness) client(opts client.Options) *client.Client {
 	}
 	h.t.Cleanup(func() { _ = c.Close(context.Background(), true) })
 	return c
-}
-
-func waitFor(tb testing.TB, limit time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %s waiting for: %s", limit, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // usage is a usage message of the generic shape with its own id.
@@ -305,10 +278,7 @@ func testUser(tb testing.TB, name string) client.Cred {
 		tb.Fatal("the channel's credential tests run as root: they create users and run clients as them")
 	}
 	if _, err := user.Lookup(name); err != nil {
-		path, lerr := exec.LookPath("useradd")
-		if lerr != nil {
-			tb.Fatal("useradd is not on PATH (apt-get install passwd)")
-		}
+		path := testkit.LookPath(tb, "useradd", "passwd")
 		out, err := exec.Command(path, "--system", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", name).CombinedOutput()
 		// 9: the name exists (another test created it meanwhile).
 		var ee *exec.ExitError
@@ -380,10 +350,7 @@ type helperProc struct {
 // runAs starts the test binary in helper mode as cred, through setpriv.
 func runAs(tb testing.TB, cred client.Cred, mode string, env ...string) *helperProc {
 	tb.Helper()
-	setpriv, err := exec.LookPath("setpriv")
-	if err != nil {
-		tb.Fatal("setpriv is not on PATH (apt-get install util-linux)")
-	}
+	setpriv := testkit.LookPath(tb, "setpriv", "util-linux")
 	args := []string{fmt.Sprintf("--reuid=%d", cred.UID), fmt.Sprintf("--regid=%d", cred.GID), "--clear-groups", helperBin(tb)}
 	cmd := exec.Command(setpriv, args...)
 	cmd.Env = append([]string{"CHANNEL_TEST_HELPER=" + mode, "PATH=/usr/bin:/bin"}, env...)

@@ -4,22 +4,20 @@ import (
 	"bytes"
 	"errors"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
 // The Python client of examples/channel, written from docs/channel.md with
 // the standard library only, publishes through the real socket: what the
 // document describes is enough to write a client.
 func TestPythonClientFromTheDocument(t *testing.T) {
-	py := "/usr/bin/python3"
-	if err := exec.Command(py, "-c", "import socket, struct").Run(); err != nil {
-		t.Fatalf("%s is needed (apt-get install python3): %v", py, err)
-	}
+	py := testkit.LookPath(t, "python3", "python3")
 	h := newHarness(t, Options{})
 	h.start()
-	script, _ := filepath.Abs("../../../examples/channel/channel_publish.py")
+	script := testkit.RepoPath(t, "examples/channel/channel_publish.py")
 	in := string(usage("py-1")) + "\n\n" + string(usage("py-2")) + "\n" + `{"broken` + "\n"
 	cmd := exec.Command(py, script, "--socket", h.sock, "--tag", "usage.license", "--type", "JSON", "--perm", "0444")
 	cmd.Stdin = strings.NewReader(in)

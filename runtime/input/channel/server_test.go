@@ -14,6 +14,7 @@ import (
 	"time"
 
 	imetrics "github.com/tally-billing/tally-openstack-collector/internal/metrics"
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/channel/client"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/channel/wire"
 )
@@ -320,7 +321,7 @@ func TestTapSeesMappedAndRaw(t *testing.T) {
 	if err := pub.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "deliveries", func() bool { mu.Lock(); defer mu.Unlock(); return len(mapped) == 1 && len(raw) == 1 })
+	testkit.WaitFor(t, 10*time.Second, "deliveries", func() bool { mu.Lock(); defer mu.Unlock(); return len(mapped) == 1 && len(raw) == 1 })
 	mu.Lock()
 	defer mu.Unlock()
 	m := mapped[0]
@@ -340,7 +341,7 @@ func TestTapSeesMappedAndRaw(t *testing.T) {
 	// Unsubscribed: nothing more arrives, and the hub goes idle.
 	s1.Close()
 	s2.Close()
-	waitFor(t, 10*time.Second, "hub idle", func() bool { return !h.srv.Tap().Active() })
+	testkit.WaitFor(t, 10*time.Second, "hub idle", func() bool { return !h.srv.Tap().Active() })
 }
 
 // A client publishes before the daemon exists; the daemon comes, is stopped
@@ -379,12 +380,12 @@ func TestPublisherSurvivesDaemonRestart(t *testing.T) {
 		}
 	}()
 	// Nothing is there: the queue fills to its bound and waits.
-	waitFor(t, 10*time.Second, "queue full", func() bool { return c.Stats().NoBufs > 0 })
+	testkit.WaitFor(t, 10*time.Second, "queue full", func() bool { return c.Stats().NoBufs > 0 })
 	if st := c.Stats(); st.State == client.StateConnected || st.Acked != 0 {
 		t.Fatalf("stats before the daemon %+v", st)
 	}
 	h.start()
-	waitFor(t, 20*time.Second, "first acknowledgements", func() bool { mu.Lock(); defer mu.Unlock(); return len(acked) > 500 })
+	testkit.WaitFor(t, 20*time.Second, "first acknowledgements", func() bool { mu.Lock(); defer mu.Unlock(); return len(acked) > 500 })
 	h.stop()
 	h.restartBox()
 	mid := c.Stats()
