@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	goruntime "runtime"
@@ -122,13 +121,11 @@ func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
 			return nil, fmt.Errorf("instantiate host module: %w", err)
 		}
 	}
+	// The clocks, the sleep and the random source are the instance's own
+	// (sandbox.go), set in newInstance.
 	e.modCfg = wazero.NewModuleConfig().
 		WithName("").
-		WithStartFunctions().
-		WithSysNanotime().
-		WithSysWalltime().
-		WithSysNanosleep().
-		WithRandSource(rand.Reader)
+		WithStartFunctions()
 	return e, nil
 }
 

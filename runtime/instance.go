@@ -61,6 +61,8 @@ type instance struct {
 	deadline atomic.Int64
 	oom      atomic.Bool
 	lastDur  time.Duration
+	clk      vclock    // the guest's clocks (sandbox.go)
+	rnd      guestRand // the guest's random source (sandbox.go)
 
 	in       *jsonindex.Index // input of the call in progress (tally.field)
 	cursor   jsonindex.Cursor // answers the lookups of the call in progress
@@ -86,7 +88,14 @@ func (m *Module) newInstance(ctx context.Context, guarded bool) (*instance, erro
 	inst.cc.done = make(chan struct{})
 	stdout := &lineWriter{log: m.glog, level: levelStdout, stream: "stdout"}
 	stderr := &lineWriter{log: m.glog, level: levelStderr, stream: "stderr", oom: &inst.oom}
-	cfg := m.e.modCfg.WithStdout(stdout).WithStderr(stderr)
+	inst.clk.now = virtualStart
+	inst.beginClock(int64(initTimeout), nil)
+	cfg := m.e.modCfg.WithStdout(stdout).WithStderr(stderr).
+		WithNanotime(inst.nanotime, sys.ClockResolution(1)).
+		WithWalltime(inst.walltime, sys.ClockResolution(1)).
+		WithNanosleep(inst.nanosleep).
+		WithOsyield(func() {}).
+		WithRandSource(&inst.rnd)
 
 	ictx, cancel := context.WithTimeout(ctx, initTimeout)
 	defer cancel()
@@ -138,6 +147,7 @@ func (inst *instance) close() {
 
 func (inst *instance) readManifest(ctx context.Context) (Manifest, error) {
 	fn := inst.mod.ExportedFunction("tally_manifest")
+	inst.beginClock(int64(initTimeout), nil)
 	d := inst.m.e.clock() + int64(initTimeout)
 	inst.deadline.Store(d)
 	res, err := fn.Call(&inst.cc)
@@ -180,6 +190,7 @@ func (inst *instance) call(in *jsonindex.Index, src Source, timeout time.Duratio
 	// cursor: a path with the same parent as the one before ("payload.b"
 	// after "payload.a") resumes from that parent.
 	inst.cursor.Reset(in)
+	inst.beginClock(int64(timeout), input)
 	e := inst.m.e
 	start := e.clock()
 	d := start + int64(timeout)
@@ -189,6 +200,7 @@ func (inst *instance) call(in *jsonindex.Index, src Source, timeout time.Duratio
 	inst.lastDur = time.Duration(e.clock() - start)
 	inst.in = nil
 	inst.cursor.Reset(nil)
+	inst.rnd.input = nil
 	if err == nil && fired {
 		// Finished right at the deadline: the guest may have been stopped or
 		// its context closed; do not reuse the instance.

@@ -3,8 +3,9 @@
 #   noop.wasm      answers {"events":[]}: the bare ABI round trip of a Go guest
 #   sample.wasm    a small nova mapping: conformance tests and benchmarks
 #   memstats.wasm  the sample plus the guest's own allocation counter (SDK tests)
+#   clockrand.wasm reads the clocks and crypto/rand, and sleeps (runtime sandbox tests)
 
-SDK_GUESTS := noop sample memstats
+SDK_GUESTS := noop sample memstats clockrand
 SDK_SRC := go.mod $(shell find wasm-sdk -name '*.go' -not -name '*_test.go')
 
 wasm-sdk/testdata/%.wasm: $(SDK_SRC)

@@ -197,3 +197,21 @@ func TestMapDirectory(t *testing.T) {
 		t.Error("a missing path exited 0")
 	}
 }
+
+// TestMapperTestRunsEachFixtureTwice: a drop-in module whose event_id changes
+// from one call to the next (a counter kept across calls) passes a single
+// run of its fixture but fails mapper test, which maps every input twice.
+func TestMapperTestRunsEachFixtureTwice(t *testing.T) {
+	wasm, err := os.ReadFile("../../runtime/testdata/counter.wasm")
+	if err != nil {
+		t.Fatalf("runtime/testdata/counter.wasm not built (run make test-wasm): %v", err)
+	}
+	dir := t.TempDir()
+	_ = os.WriteFile(filepath.Join(dir, "counter.wasm"), wasm, 0o644)
+	_ = os.WriteFile(filepath.Join(dir, "x.in.json"), []byte(`{"event_type":"test.x","message_id":"a"}`), 0o644)
+	_ = os.WriteFile(filepath.Join(dir, "x.out.json"), []byte(`{"events":[{"event_type":"test.count","event_id":"n1"}]}`), 0o644)
+	code, out, errOut := runCmd(t, "", nil, "mapper", "test", "--mappers", dir)
+	if code == 0 || !strings.Contains(out, "0 passed, 1 failed") || !strings.Contains(out, "second time") {
+		t.Fatalf("a mapper that maps the same input differently passed: %d\n%s%s", code, out, errOut)
+	}
+}
