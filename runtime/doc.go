@@ -38,7 +38,8 @@
 //   - Output: Config.MaxOutputBytes per call; Config.MaxEventBytes per event
 //     (larger events are left out and counted in Result.Oversize).
 //   - Imports: only the "tally" host module and WASI preview 1 (no preopened
-//     directories, no environment, no arguments; real clocks; stdout and stderr
+//     directories, no environment, no arguments; virtual clocks, sleeps and a
+//     random source seeded from the input (sandbox.go); stdout and stderr
 //     to the log, rate-limited).
 //
 // # Concurrency

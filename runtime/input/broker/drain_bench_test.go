@@ -44,7 +44,8 @@ func novaProcessor(b *testing.B) Processor {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = eng.Close(ctx) })
-	mod, err := eng.Load(ctx, "builtin:nova.wasm", wasm, runtime.WithGuard(runtime.GuardUntrusted))
+	// Guarded, as the daemon runs every module.
+	mod, err := eng.Load(ctx, "builtin:nova.wasm", wasm, runtime.WithGuard(runtime.GuardAlways))
 	if err != nil {
 		b.Fatal(err)
 	}
