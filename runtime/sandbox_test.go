@@ -30,7 +30,7 @@ func mapOnce(t *testing.T, m *runtime.Module, doc string) string {
 // on a fresh one: walltime starts every call at 2000-01-01T00:00:00Z, and the
 // random bytes are seeded from the input.
 func TestGuestSeesNoRealClockNorRandomness(t *testing.T) {
-	wasm := guest(t, goClockRand, "the SDK's clockrand test guest")
+	wasm := guest(t, goClockRand)
 	e := newEngine(t, runtime.Config{PoolSize: 1})
 	m, err := e.Load(context.Background(), goClockRand, wasm)
 	if err != nil {
@@ -70,7 +70,7 @@ func idOf(ev string) string {
 // clocks a one-hour sleep held the call (and its delivery) for an hour: the
 // deadline could not interrupt it.
 func TestGuestSleepIsVirtualAndEndsAtTheDeadline(t *testing.T) {
-	wasm := guest(t, goClockRand, "the SDK's clockrand test guest")
+	wasm := guest(t, goClockRand)
 	e := newEngine(t, runtime.Config{PoolSize: 1, CallTimeout: 250 * time.Millisecond})
 	m, err := e.Load(context.Background(), goClockRand, wasm)
 	if err != nil {

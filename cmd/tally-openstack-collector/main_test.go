@@ -202,10 +202,7 @@ func TestMapDirectory(t *testing.T) {
 // from one call to the next (a counter kept across calls) passes a single
 // run of its fixture but fails mapper test, which maps every input twice.
 func TestMapperTestRunsEachFixtureTwice(t *testing.T) {
-	wasm, err := os.ReadFile("../../runtime/testdata/counter.wasm")
-	if err != nil {
-		t.Fatalf("runtime/testdata/counter.wasm not built (run make test-wasm): %v", err)
-	}
+	wasm := testkit.WAT(t, "../../runtime/testdata", "counter")
 	dir := t.TempDir()
 	_ = os.WriteFile(filepath.Join(dir, "counter.wasm"), wasm, 0o644)
 	_ = os.WriteFile(filepath.Join(dir, "x.in.json"), []byte(`{"event_type":"test.x","message_id":"a"}`), 0o644)

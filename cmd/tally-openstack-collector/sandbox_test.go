@@ -3,13 +3,13 @@ package main
 import (
 	"context"
 	"errors"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
 )
 
@@ -20,10 +20,7 @@ import (
 // 1,000 good calls earned a built-in module code without termination checks,
 // and the looping call never returned.
 func TestBuiltinThatStartsLoopingIsStopped(t *testing.T) {
-	wasm, err := os.ReadFile("../../runtime/testdata/loopafter.wasm")
-	if err != nil {
-		t.Fatalf("runtime/testdata/loopafter.wasm not built (run make test-wasm): %v", err)
-	}
+	wasm := testkit.WAT(t, "../../runtime/testdata", "loopafter")
 	ctx := context.Background()
 	e, err := runtime.NewEngine(ctx, runtime.Config{PoolSize: 1, CallTimeout: 100 * time.Millisecond, Logger: zerolog.Nop()})
 	if err != nil {
