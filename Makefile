@@ -5,7 +5,8 @@
 #   make run     the whole product on this machine (see README.md): Go and a RabbitMQ
 #   make test    every test: prepares the machine first (.ci/prepare installs the
 #                Debian packages the tests need and starts RabbitMQ), builds the
-#                test modules, runs the linters and the tests
+#                test modules, runs the linters and the tests, the packages with
+#                concurrency of their own under the race detector
 #   make lint    go vet and staticcheck
 #   make bench   the benchmarks
 
@@ -55,19 +56,22 @@ run: build
 # make test on a new machine: .ci/prepare first (packages, RabbitMQ), then the
 # test modules, which need what it installed. A test whose tool or service is
 # missing fails, naming the Debian package; TALLY_OSC_ALLOW_SKIP=1 makes it
-# skip instead (a developer's laptop; see README.md).
+# skip instead (a developer's laptop; see README.md). The packages with
+# concurrency of their own run under the race detector only (test-race), the
+# others without it (test-go): each package once.
 test: prepare
-	$(MAKE) test-wasm lint test-go
+	$(MAKE) test-wasm lint test-go test-race
 
 prepare:
 	.ci/prepare
 
-test-go: test-wasm
-	$(GO) test -count=1 -timeout 14m ./...
-
-# The packages with concurrency of their own, under the race detector.
+# The packages with concurrency of their own, tested under the race detector.
 RACE_PKGS := ./runtime/input/broker ./runtime/input/plog ./runtime/catalog ./runtime/pipeline ./outbox ./sender \
 	$(if $(wildcard runtime/input/channel/*.go),./runtime/input/channel)
+
+test-go: test-wasm
+	$(GO) test -count=1 -timeout 14m $$($(GO) list ./... | grep -v -x -F "$$($(GO) list $(RACE_PKGS))")
+
 test-race: test-wasm
 	$(GO) test -race -count=1 -timeout 14m $(RACE_PKGS)
 

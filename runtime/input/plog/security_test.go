@@ -205,12 +205,7 @@ func TestRefusedCommandsLogSampled(t *testing.T) {
 	logs := &syncWriter{}
 	o := udpOnly()
 	o.TrustedSources = untrustedLoopback
-	h := newHarness(t, 0, o)
-	h.srv.log = zerolog.New(logs) // after newHarness, which gives a Nop logger
-	for _, l := range h.srv.listeners {
-		l.log = h.srv.log
-		l.cmdLog = sampledCommandLog(h.srv.log)
-	}
+	h := newLoggedHarness(t, 0, o, zerolog.New(logs))
 	c := h.dial(0)
 	const n = 12 // within one source's burst: refused, not rate-limited
 	for i := 0; i < n; i++ {

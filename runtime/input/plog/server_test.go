@@ -60,6 +60,13 @@ func (g *gate) release() { g.held.Store(false); g.mu.Unlock() }
 
 func newHarness(t testing.TB, maxEvents int64, opts Options, wrap ...func(Outbox) Outbox) *harness {
 	t.Helper()
+	return newLoggedHarness(t, maxEvents, opts, zerolog.Nop(), wrap...)
+}
+
+// newLoggedHarness is newHarness with the server logging to log. The logger
+// is given before the server starts: its listeners' goroutines read it.
+func newLoggedHarness(t testing.TB, maxEvents int64, opts Options, log zerolog.Logger, wrap ...func(Outbox) Outbox) *harness {
+	t.Helper()
 	dir := t.TempDir()
 	if base := os.Getenv("TALLY_OSC_BENCH_DIR"); base != "" { // benchmarks: an outbox on tmpfs
 		if _, ok := t.(*testing.B); ok {
@@ -82,7 +89,7 @@ func newHarness(t testing.TB, maxEvents int64, opts Options, wrap ...func(Outbox
 		t.Fatal(err)
 	}
 	g := &gate{p: p}
-	opts.Processor, opts.Outbox, opts.Registerer, opts.Logger = g, box, reg, zerolog.Nop()
+	opts.Processor, opts.Outbox, opts.Registerer, opts.Logger = g, box, reg, log
 	for _, w := range wrap {
 		opts.Outbox = w(opts.Outbox)
 	}
