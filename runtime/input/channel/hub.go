@@ -82,7 +82,6 @@ type Hub struct {
 	mu      sync.Mutex // subscribers and their subscriptions, for writers
 	subs    map[*subscriber]struct{}
 	m       *hubMetrics
-	once    sync.Once
 	done    chan struct{}
 	ran     atomic.Bool
 }
