@@ -71,8 +71,20 @@ func TestHTTPNonLoopbackWithoutTokenServesProbesOnly(t *testing.T) {
 			t.Errorf("GET %s anonymously on 0.0.0.0: %d %q, want 403 naming CONTROL_TOKEN", p, code, body)
 		}
 	}
-	if n := sum(c.metrics(t), "tally_collector_control_auth_failures_total", `reason="no_token"`); n != float64(len(protectedPaths)) {
-		t.Errorf("refusals counted: %v, want %d", n, len(protectedPaths))
+	// The routes that change state, new ones included, sit behind the same check.
+	posts := []string{"/deadletters/replay", "/deadletters/purge", "/mappers/nova/promote", "/mappers/nova/abort"}
+	for _, p := range posts {
+		resp, err := http.Post("http://"+c.httpAddr+p, "application/json", strings.NewReader(`{"all":true}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("POST %s anonymously on 0.0.0.0: %d, want 403", p, resp.StatusCode)
+		}
+	}
+	if n := sum(c.metrics(t), "tally_collector_control_auth_failures_total", `reason="no_token"`); n != float64(len(protectedPaths)+len(posts)) {
+		t.Errorf("refusals counted: %v, want %d", n, len(protectedPaths)+len(posts))
 	}
 	// The control command says why it is refused.
 	cmd := c.cliCmd("mappers")
