@@ -147,6 +147,38 @@
 // not parse is printed redacted and cut to 512 bytes under "unparseable";
 // a body that is not JSON (msgpack, zlib or gzip data) is reported by size.
 //
+// # Control link
+//
+// Control carries the mapper decisions (promote, abort) between the replicas
+// of one deployment, each of which consumes the same queue with an outbox of
+// its own. It knows nothing of mappers: cmd hands it the catalogue's
+// decisions (Publish) and gives what it receives to the catalogue (Apply).
+// One connection of its own per replica:
+//
+//  1. Declare the durable fanout exchange ControlOptions.Exchange
+//     (tally-collector-control) and the durable queue
+//     <exchange>.<replica> (quorum with x-delivery-limit -1, or classic, as
+//     the notification queue), and bind it. The queue outlives the
+//     replica, so a replica that is down finds the decisions taken meanwhile
+//     when it comes back.
+//  2. Consume it exclusively, prefetch 1: a second collector with the same
+//     replica name is refused (ErrReplicaNameTaken) and retries.
+//  3. Publish, in order, the decisions not confirmed yet: persistent, on a
+//     channel in confirm mode, one at a time.
+//  4. Deliver each message to Apply, in order; acknowledge it once Apply
+//     returned nil, or hold it and call Apply again after ApplyRetry. A
+//     body that cannot be read is logged, counted and acknowledged.
+//
+// Publish keeps a decision in ControlOptions.Store (the outbox) before
+// sending it and forgets it once the broker confirmed it, so a decision the
+// broker did not take yet is sent again by the next session, or the next run.
+// It waits for the confirm at most ConfirmTimeout and answers at once when
+// the link is down; either way the error wraps ErrNotShared and the
+// decision stays kept. At most MaxUnsent wait. A replica receives its own
+// decisions too; Apply ignores them (the catalogue knows its replica name).
+// Metrics: tally_collector_control_link_up, tally_collector_control_unsent_decisions,
+// tally_collector_control_published_total, tally_collector_control_unreadable_total.
+//
 // # Concurrency
 //
 // New and Dump may be called from any goroutine. Run may be called once per

@@ -37,9 +37,9 @@ func vhostByName(name string) *vhost { return &vhost{testkit.VhostByName(name)} 
 // The narrow account of docs/broker.md: its patterns are exactly the ones
 // the document gives (for the exchanges nova and openstack).
 const (
-	narrowConfigure  = `^(tally-notifications|amq\.gen-.*)$`
-	narrowWrite      = `^(tally-notifications|amq\.gen-.*)$`
-	narrowRead       = `^(tally-notifications|amq\.gen-.*|nova|openstack)$`
+	narrowConfigure  = `^(tally-notifications|tally-collector-control(\..+)?|amq\.gen-.*)$`
+	narrowWrite      = `^(tally-notifications|tally-collector-control(\..+)?|amq\.gen-.*)$`
+	narrowRead       = `^(tally-notifications|tally-collector-control(\..+)?|amq\.gen-.*|nova|openstack)$`
 	narrowTopicWrite = `^$`
 	narrowTopicRead  = `^notifications\.(audit|debug|info|warn|error|critical|sample)$`
 	narrowPassword   = "n4rrow-pw"
