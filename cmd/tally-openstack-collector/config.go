@@ -57,6 +57,8 @@ type Config struct {
 	LogFormat          string
 
 	MappersPromote    catalog.PromoteMode
+	ReplicaName       string
+	ControlExchange   string
 	ControlToken      string
 	ControlTokenFile  string
 	MapperMemoryLimit uint32

@@ -436,3 +436,43 @@ func TestSettingsTableComplete(t *testing.T) {
 		}
 	}
 }
+
+// TestReplicaSettings: REPLICA_NAME defaults to the host name (shown as such
+// in the effective settings), a name the control queue cannot carry is
+// refused, and an empty CONTROL_EXCHANGE turns the control link off.
+func TestReplicaSettings(t *testing.T) {
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := loadConfig(parse(t, nil), daemonEnv, modeDaemon)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ReplicaName != host || c.ControlExchange != "tally-collector-control" {
+		t.Errorf("defaults: replica %q (host %q), exchange %q", c.ReplicaName, host, c.ControlExchange)
+	}
+	if !strings.Contains(strings.Join(c.Effective(), "\n"), "TALLY_OSC_REPLICA_NAME="+host) {
+		t.Errorf("the effective settings do not show the host name:\n%s", strings.Join(c.Effective(), "\n"))
+	}
+
+	env := append(append([]string(nil), daemonEnv...), "TALLY_OSC_REPLICA_NAME=tally-collector-1", "TALLY_OSC_CONTROL_EXCHANGE=")
+	c, err = loadConfig(parse(t, nil), env, modeDaemon)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ReplicaName != "tally-collector-1" || c.ControlExchange != "" {
+		t.Errorf("replica %q, exchange %q", c.ReplicaName, c.ControlExchange)
+	}
+	if l, err := newControl(c, zerolog.Nop(), nil, nil); l != nil || err != nil {
+		t.Errorf("an empty CONTROL_EXCHANGE should leave the link off: %v %v", l, err)
+	}
+
+	for _, bad := range []string{"TALLY_OSC_REPLICA_NAME=pod 1", "TALLY_OSC_CONTROL_EXCHANGE=amq.fanout", "TALLY_OSC_CONTROL_EXCHANGE=a/b"} {
+		_, err := loadConfig(parse(t, nil), append(append([]string(nil), daemonEnv...), bad), modeDaemon)
+		var ce *ConfigError
+		if !errors.As(err, &ce) || !strings.Contains(err.Error(), strings.SplitN(strings.TrimPrefix(bad, "TALLY_OSC_"), "=", 2)[0]) {
+			t.Errorf("%s: %v", bad, err)
+		}
+	}
+}

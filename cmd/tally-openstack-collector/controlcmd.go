@@ -24,7 +24,9 @@ const mappersUsage = `Usage: tally-openstack-collector mappers [promote NAME | a
 
 Without arguments: every event type pattern of the running daemon, its module,
 version and migration state, and the last reload. promote and abort end the
-shadow migration of the module NAME. The daemon is reached on HTTP_ADDR; every
+shadow migration of the module NAME, on this replica at once and, through the
+broker, on every other replica (CONTROL_EXCHANGE); when the broker cannot take
+the decision yet, the command says so and the daemon keeps sending it. The daemon is reached on HTTP_ADDR; every
 command sends the control token (CONTROL_TOKEN or CONTROL_TOKEN_FILE) when one
 is set.
 
@@ -128,6 +130,11 @@ func runMappers(args, environ []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		_ = printJSON(stdout, out)
+		if out.Replicas == catalog.ReplicasPending {
+			fmt.Fprintf(stderr, "mappers %s: in effect on this replica only for now: %s\n"+
+				"The other replicas get it once the broker confirms it; the decision is kept and sent again until then.\n",
+				fs.Arg(0), out.ReplicasError)
+		}
 		return 0
 	}
 	fmt.Fprint(stderr, mappersUsage)

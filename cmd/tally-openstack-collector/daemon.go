@@ -116,8 +116,14 @@ func (d *daemon) run(ctx context.Context) error {
 	d.log.Info().Int64("depth", ob.Depth()).Str("path", d.cfg.BufferPath).Msg("outbox open")
 
 	// 2. The mappers: engine, built-in modules, drop-ins, and the decisions
-	// of the last run kept in the outbox.
-	proc, err := loadMappers(ctx, d.cfg, d.base, d.reg, ob)
+	// of the last run kept in the outbox; the control link shares promote
+	// and abort decisions with the other replicas (nil when turned off).
+	link, err := newControl(d.cfg, d.base, d.reg, ob)
+	if err != nil {
+		d.closeOutbox()
+		return fmt.Errorf("control link: %w", err)
+	}
+	proc, err := loadMappers(ctx, d.cfg, d.base, d.reg, ob, link)
 	if err != nil {
 		d.closeOutbox()
 		return fmt.Errorf("load mappers: %w", err)
@@ -185,6 +191,16 @@ func (d *daemon) run(ctx context.Context) error {
 		return fmt.Errorf("plog: %w", err)
 	}
 	d.p.inputs = inputs
+
+	// The control link, for the daemon's whole life: decisions taken on
+	// other replicas while this one was down are applied now.
+	controlDone := make(chan struct{})
+	go func() {
+		defer close(controlDone)
+		if link != nil {
+			_ = link.Run(sampleCtx) // returns nil when sampleCtx ends
+		}
+	}()
 
 	sendCtx, stopSender := context.WithCancel(ctx)
 	defer stopSender()
@@ -288,6 +304,7 @@ func (d *daemon) run(ctx context.Context) error {
 
 	stopSampling()
 	<-reloadDone
+	<-controlDone
 	d.shutdownHTTP()
 	d.closeMappers(stopCtx)
 	if err := d.closeOutbox(); err != nil && runErr == nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
+	"github.com/tally-billing/tally-openstack-collector/runtime/input/broker"
 )
 
 // envPrefix is the prefix of every environment variable the collector reads.
@@ -209,6 +210,34 @@ var settings = []setting{
 				return fmt.Errorf("%q is not shadow or immediate", raw)
 			}
 			return nil
+		}},
+	{key: "replica_name", modes: daemonOnly,
+		usage: "this collector's name among the replicas sharing the queue, unique and stable (default: the host name, in a StatefulSet the pod name); names its control queue",
+		parse: func(c *Config, raw string) error {
+			if raw == "" {
+				h, err := os.Hostname()
+				if err != nil {
+					return fmt.Errorf("empty, and the host name is unknown (%v): set it", err)
+				}
+				raw = h
+				if c.values != nil {
+					c.values["replica_name"] = h
+				}
+			}
+			c.ReplicaName = raw
+			if err := broker.CheckControlName(raw); err != nil {
+				return fmt.Errorf("%q: %w", raw, err)
+			}
+			return nil
+		}},
+	{key: "control_exchange", def: broker.DefaultControlExchange, modes: daemonOnly,
+		usage: "fanout exchange that carries mapper promote and abort decisions to every replica; empty: a decision stays on the replica it is given to",
+		field: func(c *Config) any { return &c.ControlExchange },
+		check: func(c *Config) error {
+			if c.ControlExchange == "" {
+				return nil
+			}
+			return broker.CheckControlName(c.ControlExchange)
 		}},
 	{key: "control_token", secret: true, modes: daemonOnly,
 		usage: "bearer token of every route but /livez, /readyz and /metrics (mapper state, dead letters, promote, abort, replay, the profiler); without it they are open on a loopback HTTP_ADDR only",

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,6 +34,7 @@ type outboxHandle = *outbox.Outbox
 var (
 	_ outboxPart         = (*outbox.Outbox)(nil)
 	_ catalog.StateStore = (*outbox.Outbox)(nil)
+	_ broker.RecordStore = (*outbox.Outbox)(nil)
 	_ senderPart         = (*sender.Sender)(nil)
 	_ inputPart          = (*broker.Consumer)(nil)
 	_ readyPart          = (*broker.Consumer)(nil)
@@ -89,8 +91,10 @@ var builtinModuleOptions = []runtime.ModuleOption{runtime.WithGuard(runtime.Guar
 // shipped in the binary, then the drop-in directory, where a module wins over
 // a built-in one for the event types it claims. state keeps the catalogue's
 // decisions across restarts (the daemon's outbox); nil for the offline
-// commands, which take the directory as it stands.
-func loadMappers(ctx context.Context, cfg *Config, base zerolog.Logger, reg prometheus.Registerer, state catalog.StateStore) (*mapperSet, error) {
+// commands, which take the directory as it stands. link, when not nil,
+// shares the operator's promote and abort decisions with the other replicas
+// and hands theirs to the catalogue.
+func loadMappers(ctx context.Context, cfg *Config, base zerolog.Logger, reg prometheus.Registerer, state catalog.StateStore, link *controlLink) (*mapperSet, error) {
 	eng, err := runtime.NewEngine(ctx, runtime.Config{
 		CacheDir:    cfg.MapperCacheDir,
 		MemoryLimit: cfg.MapperMemoryLimit,
@@ -107,12 +111,19 @@ func loadMappers(ctx context.Context, cfg *Config, base zerolog.Logger, reg prom
 		_ = ms.Close(ctx)
 		return nil, err
 	}
+	var onDecision func(context.Context, catalog.Decision) error
+	replica := ""
+	if link != nil {
+		onDecision, replica = link.publish, cfg.ReplicaName
+	}
 	cat, err := catalog.New(ctx, catalog.Options{
 		Engine:         eng,
 		Builtin:        builtin,
 		Dir:            cfg.MappersDir,
 		Promote:        cfg.MappersPromote,
 		State:          state,
+		Replica:        replica,
+		OnDecision:     onDecision,
 		BuiltinOptions: builtinModuleOptions,
 		Logger:         component(base, "catalog"),
 		Registerer:     reg,
@@ -122,6 +133,9 @@ func loadMappers(ctx context.Context, cfg *Config, base zerolog.Logger, reg prom
 		return nil, err
 	}
 	ms.catalog = cat
+	if link != nil {
+		link.cat.Store(cat)
+	}
 	ms.pipeline, err = pipeline.New(pipeline.Options{
 		Router:     cat,
 		Logger:     component(base, "pipeline"),
@@ -184,6 +198,58 @@ func brokerOptions(cfg *Config, log zerolog.Logger, reg prometheus.Registerer) b
 	}
 }
 
+// controlLink is the broker's control link joined to the catalogue: the
+// catalogue's decisions go out through publish, and what the link receives
+// is applied by apply. The catalogue is made after the link (its options
+// name publish), so apply finds it through cat; the link runs only once it
+// is set.
+type controlLink struct {
+	*broker.Control
+	cat atomic.Pointer[catalog.Catalog]
+}
+
+// The decision is the same document on both sides; the conversions below
+// stop compiling if one of the two types changes without the other.
+var _ = catalog.Decision(broker.Decision{})
+
+func (l *controlLink) publish(ctx context.Context, d catalog.Decision) error {
+	return l.Publish(ctx, broker.Decision(d))
+}
+
+func (l *controlLink) apply(ctx context.Context, d broker.Decision) error {
+	cat := l.cat.Load()
+	if cat == nil {
+		return errors.New("the mapper catalogue is not loaded")
+	}
+	_, err := cat.ApplyDecision(ctx, catalog.Decision(d))
+	return err
+}
+
+// newControl builds the control link of this replica (CONTROL_EXCHANGE,
+// REPLICA_NAME); nil when CONTROL_EXCHANGE is empty. Decisions the broker
+// has not confirmed are kept in the outbox.
+func newControl(cfg *Config, base zerolog.Logger, reg prometheus.Registerer, ob outboxHandle) (*controlLink, error) {
+	if cfg.ControlExchange == "" {
+		return nil, nil
+	}
+	l := &controlLink{}
+	ctl, err := broker.NewControl(broker.ControlOptions{
+		TransportURL: cfg.TransportURL,
+		Exchange:     cfg.ControlExchange,
+		Replica:      cfg.ReplicaName,
+		QueueType:    cfg.QueueType,
+		Apply:        l.apply,
+		Store:        ob,
+		Logger:       base,
+		Registerer:   reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	l.Control = ctl
+	return l, nil
+}
+
 // newConsumer builds the AMQP consumer. The broker package tags its logger
 // with its component itself, so it gets the base logger.
 func newConsumer(cfg *Config, base zerolog.Logger, reg prometheus.Registerer, ob outboxHandle, ms *mapperSet) (inputPart, error) {
@@ -229,7 +295,7 @@ func runDump(ctx context.Context, cfg *Config, base zerolog.Logger, w io.Writer)
 
 // offlineMappers loads the mappers for map and mapper test: no metrics.
 func offlineMappers(ctx context.Context, cfg *Config, base zerolog.Logger) (*mapperSet, error) {
-	return loadMappers(ctx, cfg, base, nil, nil)
+	return loadMappers(ctx, cfg, base, nil, nil, nil)
 }
 
 // controlHandler serves the catalogue's routes (/mappers, /deadletters) on the
