@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
+
+	imetrics "github.com/tally-billing/tally-openstack-collector/internal/metrics"
 )
 
 // The control link carries the mapper decisions (promote, abort) between the
@@ -183,10 +185,14 @@ func NewControl(opts ControlOptions) (*Control, error) {
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("%w: %s", ErrOptions, strings.Join(problems, "; "))
 	}
+	m, err := newControlMetrics(opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
 	l := &Control{
 		opts: opts, dopts: d, eps: eps, queue: d.Queue,
 		log:  opts.Logger.With().Str("component", "control").Logger(),
-		m:    newControlMetrics(opts.Registerer),
+		m:    m,
 		kick: make(chan struct{}, 1),
 	}
 	l.lastErr = errors.New("not connected yet")
@@ -561,7 +567,9 @@ type controlMetrics struct {
 	unreadable prometheus.Counter
 }
 
-func newControlMetrics(reg prometheus.Registerer) *controlMetrics {
+// newControlMetrics builds the link's metrics and registers them on reg
+// (nil: nowhere), all or none.
+func newControlMetrics(reg prometheus.Registerer) (*controlMetrics, error) {
 	m := &controlMetrics{
 		up: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tally_collector_control_link_up",
@@ -580,8 +588,8 @@ func newControlMetrics(reg prometheus.Registerer) *controlMetrics {
 			Help: "Control messages dropped because their body could not be read.",
 		}),
 	}
-	if reg != nil {
-		reg.MustRegister(m.up, m.unsent, m.published, m.unreadable)
+	if err := imetrics.Register(reg, m.up, m.unsent, m.published, m.unreadable); err != nil {
+		return nil, fmt.Errorf("broker: control link: %w", err)
 	}
-	return m
+	return m, nil
 }

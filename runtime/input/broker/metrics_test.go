@@ -6,6 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
 // TestMetricsRegisteredOnce: a second consumer on the same registry is an
@@ -20,5 +22,20 @@ func TestMetricsRegisteredOnce(t *testing.T) {
 	_, err := New(proc, box, opts)
 	if err == nil || !strings.Contains(err.Error(), "tally_collector_consumed_total") {
 		t.Fatalf("second consumer: %v", err)
+	}
+}
+
+// TestControlMetricsRegisteredOnce: so does a second control link.
+func TestControlMetricsRegisteredOnce(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	r := &replicaLink{logs: &testkit.SyncBuffer{}}
+	opts := controlOptions(nil, "collector-0", r)
+	opts.Registerer = reg
+	if _, err := NewControl(opts); err != nil {
+		t.Fatal(err)
+	}
+	_, err := NewControl(opts)
+	if err == nil || !strings.Contains(err.Error(), "tally_collector_control_link_up") {
+		t.Fatalf("second link: %v", err)
 	}
 }
