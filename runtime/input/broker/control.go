@@ -132,16 +132,6 @@ type outgoing struct {
 	err  error
 }
 
-// Errors of the control link.
-var (
-	// ErrNotShared is returned by Publish when the broker did not confirm
-	// the decision (yet): it is kept and sent again.
-	ErrNotShared = errors.New("decision not confirmed by the broker yet")
-	// ErrReplicaNameTaken: another collector consumes this replica's
-	// queue; REPLICA_NAME must differ between replicas.
-	ErrReplicaNameTaken = errors.New("another collector consumes this replica's control queue")
-)
-
 // NewControl checks the options and loads the decisions a previous run left
 // unconfirmed. Nothing is dialled before Run.
 func NewControl(opts ControlOptions) (*Control, error) {

@@ -21,6 +21,12 @@ var (
 	ErrExchangesMissing = errors.New("required exchanges missing")
 	// ErrNotConsuming is what Ready answers while no session is consuming.
 	ErrNotConsuming = errors.New("not consuming from the broker")
+	// ErrNotShared is returned by Control.Publish when the broker did not
+	// confirm the decision (yet): it is kept and sent again.
+	ErrNotShared = errors.New("decision not confirmed by the broker yet")
+	// ErrReplicaNameTaken: another collector consumes this replica's control
+	// queue; REPLICA_NAME must differ between replicas.
+	ErrReplicaNameTaken = errors.New("another collector consumes this replica's control queue")
 	// errSessionLost: the channel or connection closed under the session.
 	errSessionLost = errors.New("broker session lost")
 )
