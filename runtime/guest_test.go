@@ -18,7 +18,7 @@ const (
 	novaIn = "testdata/nova-compute.instance.exists.json"
 )
 
-// TestGoGuestMemoryFlat runs a Go guest (real clocks) for 110k calls on one
+// TestGoGuestMemoryFlat runs a Go guest (virtual clocks) for 110k calls on one
 // instance and checks its linear memory does not grow between 10k and 110k
 // calls: the guest's garbage collector keeps up.
 func TestGoGuestMemoryFlat(t *testing.T) {
