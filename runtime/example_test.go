@@ -19,7 +19,7 @@ func Example() {
 	}
 	defer e.Close(ctx)
 
-	wasm, err := os.ReadFile("testdata/fieldmap.wasm") // built by `make wasm`
+	wasm, err := os.ReadFile("testdata/fieldmap.wasm") // built by `make test-wasm`
 	if err != nil {
 		panic(err)
 	}

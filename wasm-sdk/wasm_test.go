@@ -28,7 +28,7 @@ import (
 	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/internal/sample"
 )
 
-// guestWasm returns testdata/<name>.wasm as built by `make wasm`, or builds
+// guestWasm returns testdata/<name>.wasm as built by `make test-wasm`, or builds
 // it into a temporary directory when it is not there (a plain `go test`).
 func guestWasm(t testing.TB, name string) []byte {
 	t.Helper()
