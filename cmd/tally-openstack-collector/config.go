@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -49,6 +50,10 @@ type Config struct {
 	PlogListeners []string
 	Plog          []PlogListener
 	PlogDefaults  plog.Settings
+
+	ChannelSocket          string
+	ChannelSocketMode      os.FileMode
+	ChannelQueueLimitBytes int64
 
 	UnhealthyThreshold time.Duration
 	HTTPAddr           string

@@ -69,6 +69,9 @@ func TestDefaults(t *testing.T) {
 		{"ReportingTimeout", c.ReportingTimeout, 30 * time.Second},
 		{"StopTimeout", c.StopTimeout, 30 * time.Second},
 		{"FlushTimeout", c.FlushTimeout, 10 * time.Second},
+		{"ChannelSocket", c.ChannelSocket, ""},
+		{"ChannelSocketMode", c.ChannelSocketMode, os.FileMode(0o660)},
+		{"ChannelQueueLimitBytes", c.ChannelQueueLimitBytes, int64(1 << 20)},
 	}
 	for _, ch := range checks {
 		if ch.got != ch.want {
@@ -195,6 +198,14 @@ func TestValidation(t *testing.T) {
 		{name: "plog listeners", mode: modeDaemon, env: append([]string{"TALLY_OSC_PLOG_LISTENERS=udp://127.0.0.1:23456,tcp://127.0.0.1:23457"}, daemonEnv...)},
 		{name: "plog listener scheme", mode: modeDaemon, env: append([]string{"TALLY_OSC_PLOG_LISTENERS=http://127.0.0.1:1,udp://nohost"}, daemonEnv...),
 			wants: []string{"scheme must be udp or tcp", "want udp://host:port"}},
+		{name: "channel", mode: modeDaemon, env: append([]string{"TALLY_OSC_CHANNEL_SOCKET=/run/tally/channel.sock", "TALLY_OSC_CHANNEL_SOCKET_MODE=0666", "TALLY_OSC_CHANNEL_QUEUE_LIMIT_BYTES=65536"}, daemonEnv...)},
+		{name: "channel problems", mode: modeDaemon, env: append([]string{"TALLY_OSC_CHANNEL_SOCKET=channel.sock", "TALLY_OSC_CHANNEL_SOCKET_MODE=0888", "TALLY_OSC_CHANNEL_QUEUE_LIMIT_BYTES=100"}, daemonEnv...),
+			wants: []string{`TALLY_OSC_CHANNEL_SOCKET: "channel.sock" is not an absolute path`, `TALLY_OSC_CHANNEL_SOCKET_MODE: "0888" is not an octal file mode`, "TALLY_OSC_CHANNEL_QUEUE_LIMIT_BYTES: must be between 4096 and 1073741824"}},
+		{name: "channel mode locks the daemon out", mode: modeDaemon, env: append([]string{"TALLY_OSC_CHANNEL_SOCKET_MODE=0066"}, daemonEnv...),
+			wants: []string{"does not let the daemon's own user read and write"}},
+		{name: "channel client needs only the channel settings", mode: modeChannel, env: []string{"TALLY_OSC_CHANNEL_SOCKET=/run/x.sock", "TALLY_OSC_PREFETCH=0"}},
+		{name: "channel client checks its settings", mode: modeChannel, env: []string{"TALLY_OSC_CHANNEL_QUEUE_LIMIT_BYTES=big"},
+			wants: []string{`TALLY_OSC_CHANNEL_QUEUE_LIMIT_BYTES: "big" is not a whole number`}},
 		{name: "http addr", mode: modeDaemon, env: append([]string{"TALLY_OSC_HTTP_ADDR=9469"}, daemonEnv...),
 			wants: []string{"TALLY_OSC_HTTP_ADDR"}},
 		{name: "mappers dir missing", mode: modeDaemon, env: append([]string{"TALLY_OSC_MAPPERS_DIR=/nonexistent/mappers"}, daemonEnv...),

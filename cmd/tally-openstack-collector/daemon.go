@@ -160,11 +160,23 @@ func (d *daemon) run(ctx context.Context) error {
 		}
 	}()
 
-	// 4. The broker consumer, the sender and the plog listeners. The
-	// consumer is built first: the sender holds back while it drains a
-	// backlog. The broker package tags its logger itself.
-	cons, err := newConsumer(d.cfg, d.base, d.reg, ob, proc)
+	// 4. The local channel (its socket bound now, so a path in use stops
+	// start-up), the broker consumer, the sender and the plog listeners. The
+	// channel comes before the consumer, which offers its tap what it
+	// commits; the consumer before the sender, which holds back while it
+	// drains a backlog. The broker package tags its logger itself.
+	ch, err := newChannel(d.cfg, component(d.base, "channel"), d.reg, ob, proc)
 	if err != nil {
+		d.shutdownHTTP()
+		d.closeMappers(ctx)
+		d.closeOutbox()
+		return fmt.Errorf("channel: %w", err)
+	}
+	cons, err := newConsumer(d.cfg, d.base, d.reg, ob, proc, ch)
+	if err != nil {
+		if ch != nil {
+			_ = ch.Close(ctx)
+		}
 		d.shutdownHTTP()
 		d.closeMappers(ctx)
 		d.closeOutbox()
@@ -174,8 +186,14 @@ func (d *daemon) run(ctx context.Context) error {
 	if r, ok := cons.(readyPart); ok {
 		d.probes.setReady("broker", r.Ready)
 	}
+	closeChannel := func() {
+		if ch != nil {
+			_ = ch.Close(ctx)
+		}
+	}
 	snd, err := newSender(d.cfg, component(d.base, "sender"), d.reg, ob, cons)
 	if err != nil {
+		closeChannel()
 		d.shutdownHTTP()
 		d.closeMappers(ctx)
 		d.closeOutbox()
@@ -185,6 +203,7 @@ func (d *daemon) run(ctx context.Context) error {
 	d.probes.setReady("sender", snd.Ready)
 	inputs, err := newPlogInputs(d.cfg, component(d.base, "plog"), d.reg, ob, proc)
 	if err != nil {
+		closeChannel()
 		d.shutdownHTTP()
 		d.closeMappers(ctx)
 		d.closeOutbox()
@@ -211,7 +230,7 @@ func (d *daemon) run(ctx context.Context) error {
 		name string
 		err  error
 	}
-	done := make(chan result, 2+len(inputs))
+	done := make(chan result, 3+len(inputs))
 	var senderDone = make(chan struct{})
 	go func() {
 		defer close(senderDone)
@@ -236,6 +255,9 @@ func (d *daemon) run(ctx context.Context) error {
 	start("broker", cons)
 	for i, in := range inputs {
 		start(fmt.Sprintf("plog[%d] %s", i, d.cfg.Plog[i].Address), in)
+	}
+	if ch != nil {
+		start("channel "+d.cfg.ChannelSocket, ch)
 	}
 	d.log.Info().Str("http_addr", d.ln.Addr().String()).Msg("started")
 	// systemd (Type=notify): READY=1 once the broker session consumes (the

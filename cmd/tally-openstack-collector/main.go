@@ -9,6 +9,8 @@
 //	tally-openstack-collector version              version, commit, ABI versions
 //	tally-openstack-collector mappers              the running daemon's catalogue
 //	tally-openstack-collector deadletter list      the running daemon's dead letters
+//	tally-openstack-collector publish TAG [FILE...] messages to the daemon's local channel
+//	tally-openstack-collector tap REGEX            the daemon's events, live
 //
 // Settings come from defaults, then the YAML file given with --config, then
 // TALLY_OSC_* variables, then flags (docs/settings.md).
@@ -42,6 +44,10 @@ Usage:
   tally-openstack-collector version                         version, commit, mapper ABI versions
   tally-openstack-collector mappers [promote|abort NAME]    the running daemon's mapper catalogue
   tally-openstack-collector deadletter list|show|replay     the running daemon's dead letters
+  tally-openstack-collector publish [--channel SOCKET] [--type STRING|JSON] [--perm 0440] [--no-wait] TAG [FILE...]
+                                                            hand messages to the daemon's local channel, one per line
+  tally-openstack-collector tap [--channel SOCKET] [--raw] REGEX
+                                                            print the daemon's events live, one JSON line each
 
 Every flag can also be set as TALLY_OSC_<NAME> (dashes as underscores) or in
 the --config file; flags win over the environment, which wins over the file.
@@ -79,6 +85,10 @@ func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 		return runMappers(args, environ, stdout, stderr)
 	case "deadletter":
 		return runDeadletter(args, environ, stdout, stderr)
+	case "publish":
+		return runPublish(args, environ, stdin, stdout, stderr)
+	case "tap":
+		return runTap(args, environ, stdout, stderr)
 	case "help":
 		fs := rootFlags()
 		fmt.Fprint(stdout, usageHead+fs.FlagUsages())

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,13 +22,15 @@ const envPrefix = "TALLY_OSC_"
 
 // mode says what the process is about to do; it decides which settings must be
 // valid. The daemon needs all of them, the dump only the AMQP ones, the
-// offline tools (map, mapper test) only the mapper ones.
+// offline tools (map, mapper test) only the mapper ones, the channel's
+// clients (publish, tap) only the channel ones.
 type mode int
 
 const (
 	modeDaemon mode = iota
 	modeDump
 	modeOffline
+	modeChannel
 )
 
 func (m mode) String() string {
@@ -36,15 +39,18 @@ func (m mode) String() string {
 		return "daemon"
 	case modeDump:
 		return "dump"
+	case modeChannel:
+		return "channel client"
 	}
 	return "offline"
 }
 
 var (
-	allModes    = []mode{modeDaemon, modeDump, modeOffline}
-	amqpModes   = []mode{modeDaemon, modeDump}
-	daemonOnly  = []mode{modeDaemon}
-	mapperModes = []mode{modeDaemon, modeOffline}
+	allModes     = []mode{modeDaemon, modeDump, modeOffline, modeChannel}
+	channelModes = []mode{modeDaemon, modeChannel}
+	amqpModes    = []mode{modeDaemon, modeDump}
+	daemonOnly   = []mode{modeDaemon}
+	mapperModes  = []mode{modeDaemon, modeOffline}
 )
 
 // setting describes one key: its name in the config file (lower case), in the
@@ -154,6 +160,18 @@ var settings = []setting{
 			}
 			return errors.Join(errs...)
 		}},
+	{key: "channel_socket", modes: channelModes,
+		usage: "Unix socket of the local message channel (publish, tap); empty: the channel is off",
+		field: func(c *Config) any { return &c.ChannelSocket },
+		check: func(c *Config) error {
+			if c.ChannelSocket != "" && !filepath.IsAbs(c.ChannelSocket) {
+				return fmt.Errorf("%q is not an absolute path", c.ChannelSocket)
+			}
+			return nil
+		}},
+	{key: "channel_queue_limit_bytes", def: "1048576", modes: channelModes, min: 4096, max: 1 << 30,
+		usage: "bytes a channel client holds until the daemon answers (publish), and the daemon holds for one slow tap, at most",
+		field: func(c *Config) any { return &c.ChannelQueueLimitBytes }},
 	{key: "unhealthy_threshold_s", def: "600", modes: daemonOnly,
 		usage: "seconds of unbroken outbox unusability before /livez fails",
 		parse: func(c *Config, raw string) error {
@@ -270,6 +288,21 @@ var settings = []setting{
 		check: func(c *Config) error {
 			if _, _, err := net.SplitHostPort(c.DebugPprofAddr); err != nil {
 				return fmt.Errorf("%q is not host:port", c.DebugPprofAddr)
+			}
+			return nil
+		}},
+	{key: "channel_socket_mode", def: "0660", modes: daemonOnly,
+		usage: "file mode of the channel socket, octal: who may connect at all",
+		parse: func(c *Config, raw string) error {
+			n, err := strconv.ParseUint(raw, 8, 32)
+			c.ChannelSocketMode = os.FileMode(n)
+			switch {
+			case err != nil:
+				return fmt.Errorf("%q is not an octal file mode (like 0660)", raw)
+			case n&^0o777 != 0:
+				return fmt.Errorf("%q has bits beyond 0777", raw)
+			case n&0o600 != 0o600:
+				return fmt.Errorf("%q does not let the daemon's own user read and write the socket", raw)
 			}
 			return nil
 		}},

@@ -24,6 +24,7 @@ import (
 	"github.com/tally-billing/tally-openstack-collector/runtime"
 	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/broker"
+	"github.com/tally-billing/tally-openstack-collector/runtime/input/channel"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/plog"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 	"github.com/tally-billing/tally-openstack-collector/sender"
@@ -39,6 +40,8 @@ var (
 	_ inputPart          = (*broker.Consumer)(nil)
 	_ readyPart          = (*broker.Consumer)(nil)
 	_ inputPart          = (*plog.Server)(nil)
+	_ inputPart          = (*channel.Server)(nil)
+	_ broker.Tap         = busTap{}
 	_ closerPart         = (*mapperSet)(nil)
 )
 
@@ -251,9 +254,56 @@ func newControl(cfg *Config, base zerolog.Logger, reg prometheus.Registerer, ob 
 }
 
 // newConsumer builds the AMQP consumer. The broker package tags its logger
-// with its component itself, so it gets the base logger.
-func newConsumer(cfg *Config, base zerolog.Logger, reg prometheus.Registerer, ob outboxHandle, ms *mapperSet) (inputPart, error) {
-	return broker.New(ms.pipeline, ob, brokerOptions(cfg, base, reg))
+// with its component itself, so it gets the base logger. With the local
+// channel on, what the consumer commits is offered to the channel's tap.
+func newConsumer(cfg *Config, base zerolog.Logger, reg prometheus.Registerer, ob outboxHandle, ms *mapperSet, ch *channel.Server) (inputPart, error) {
+	opts := brokerOptions(cfg, base, reg)
+	if ch != nil {
+		opts.Tap = busTap{hub: ch.Tap(), uid: uint32(os.Getuid()), gid: uint32(os.Getgid())}
+	}
+	return broker.New(ms.pipeline, ob, opts)
+}
+
+// newChannel builds the local message channel when CHANNEL_SOCKET is set
+// (nil otherwise). Raw notifications on its tap are rendered by the dump's
+// redaction, so the tap shows them as --dump does.
+func newChannel(cfg *Config, log zerolog.Logger, reg prometheus.Registerer, ob outboxHandle, ms *mapperSet) (*channel.Server, error) {
+	if cfg.ChannelSocket == "" {
+		return nil, nil
+	}
+	return channel.New(channel.Options{
+		Socket:     cfg.ChannelSocket,
+		SocketMode: cfg.ChannelSocketMode,
+		Processor:  ms.pipeline,
+		Outbox:     ob,
+		Hub: channel.HubOptions{
+			SubscriberQueueBytes: cfg.ChannelQueueLimitBytes,
+			Redact:               broker.DumpLine,
+		},
+		Logger:     log,
+		Registerer: reg,
+	})
+}
+
+// busTap hands the tap what the AMQP consumer committed: the events carry
+// the daemon's own credentials with channel.BusPerm.
+type busTap struct {
+	hub      *channel.Hub
+	uid, gid uint32
+}
+
+func (t busTap) Active() bool { return t.hub.Active() }
+
+func (t busTap) Committed(items []broker.Committed) {
+	recs := make([]channel.Record, len(items))
+	for i, it := range items {
+		recs[i] = channel.Record{
+			Origin: channel.OriginAMQP, Exchange: it.Exchange, RoutingKey: it.RoutingKey,
+			EventType: it.EventType, Raw: it.Body, Events: it.Events,
+			UID: t.uid, GID: t.gid, Perm: channel.BusPerm,
+		}
+	}
+	t.hub.Offer(recs)
 }
 
 func newPlogInputs(cfg *Config, log zerolog.Logger, reg prometheus.Registerer, ob outboxHandle, ms *mapperSet) ([]inputPart, error) {

@@ -12,6 +12,12 @@ import (
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/channel/wire"
 )
 
+// BusPerm is the permission of the events (and raw notifications) the AMQP
+// input hands the tap: with the daemon's own uid and gid, readable by its
+// user and its group. The raw form keeps only the owner's bit, as for every
+// record.
+const BusPerm = 0o440
+
 // Origins of a Record.
 const (
 	OriginAMQP    = "amqp"

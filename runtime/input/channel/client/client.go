@@ -181,6 +181,7 @@ type Client struct {
 	subSeq   uint32
 	calling  int // settlements whose OnSettled has not returned yet
 	writing  int // messages taken by the writer whose write has not returned
+	lastErr  error
 	st       Stats
 
 	stop     chan struct{} // closed by Close: stop connecting
@@ -407,6 +408,14 @@ func (c *Client) State() State {
 	return c.state
 }
 
+// LastError is why the last connection attempt failed (the socket missing,
+// permission denied, the daemon refusing), or nil once connected.
+func (c *Client) LastError() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lastErr
+}
+
 // SetQueueLimit changes the queue bound; messages already queued stay.
 func (c *Client) SetQueueLimit(n int) {
 	if n <= 0 {
@@ -464,6 +473,9 @@ func (c *Client) run() {
 			connected++
 			c.serve(conn, r)
 		} else {
+			c.mu.Lock()
+			c.lastErr = err
+			c.mu.Unlock()
 			c.logf(slog.LevelDebug, "channel connection failed", "socket", c.opts.Socket, "err", err)
 		}
 		c.setState(StateDisconnected)

@@ -30,6 +30,7 @@ func (c *Client) serve(conn net.Conn, r *wire.Reader) {
 	if !c.closing {
 		c.state = StateConnected
 	}
+	c.lastErr = nil
 	c.dropped.Store(0)
 	c.mu.Unlock()
 	c.logf(slog.LevelInfo, "channel connected", "socket", c.opts.Socket)
