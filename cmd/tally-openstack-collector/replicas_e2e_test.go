@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -144,4 +145,71 @@ func TestEndToEndDecisionsReachEveryReplica(t *testing.T) {
 	if got := sum(reps[0].metrics(t), "tally_collector_mapper_decisions_received_total", `action="promote"`, `result="ignored"`); got != 1 {
 		t.Errorf("collector-0 ignored promotes %v (its own decision)", got)
 	}
+}
+
+// TestEndToEndDecisionKeptWhileTheBrokerIsOutOfReach: a promote given to a
+// replica that cannot reach the broker takes effect there, the answer and
+// the command say it is local only for now, and the decision, kept in the
+// outbox, reaches the other replica once the first is back on the broker
+// (here after a restart).
+func TestEndToEndDecisionKeptWhileTheBrokerIsOutOfReach(t *testing.T) {
+	b, v, a := novaStack(t)
+	var reps [2]*collector
+	var dirs [2]string
+	for i := range reps {
+		dirs[i] = t.TempDir()
+		dropIn(t, dirs[i], "echo_v1", "echo")
+		reps[i] = newCollector(t, b, v, a.url(), a.token, "TALLY_OSC_EXCHANGES=nova",
+			"TALLY_OSC_MAPPERS_DIR="+dirs[i], fmt.Sprintf("TALLY_OSC_REPLICA_NAME=collector-%d", i))
+	}
+	reps[1].start(t)
+	reps[1].waitReady(t)
+	good := reps[0].env
+	reps[0].env = append(append([]string(nil), good...), "TALLY_OSC_TRANSPORT_URL=amqp://guest:guest@127.0.0.1:1/")
+	reps[0].start(t)
+	testkit.WaitFor(t, 60*time.Second, "collector-0 serving its HTTP routes", func() bool {
+		code, _, err := reps[0].get("/mappers")
+		return err == nil && code == 200
+	})
+	for i, c := range reps {
+		dropIn(t, dirs[i], "echo_v2", "echo-2")
+		c.waitModule(t, fmt.Sprintf("collector-%d", i), "echo", "migrating:echo@1.0.0->echo@2.0.0")
+	}
+
+	cmd := exec.Command(reps[0].bin, "mappers", "promote", "echo")
+	cmd.Env = reps[0].env
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("promote: %v\n%s%s", err, stdout.String(), stderr.String())
+	}
+	var oc catalog.MigrationOutcome
+	if err := json.Unmarshal([]byte(stdout.String()), &oc); err != nil || oc.Result != "promoted" ||
+		oc.Replicas != catalog.ReplicasPending || !strings.Contains(oc.ReplicasError, "broker link is down") {
+		t.Fatalf("promote with the broker out of reach: %v\n%s", err, stdout.String())
+	}
+	if !strings.Contains(stderr.String(), "in effect on this replica only") {
+		t.Errorf("the command does not warn:\n%s", stderr.String())
+	}
+	reps[0].waitModule(t, "collector-0", "echo", "active:echo@2.0.0")
+	if got := sum(reps[0].metrics(t), "tally_collector_control_unsent_decisions"); got != 1 {
+		t.Errorf("unsent decisions %v", got)
+	}
+	if got := reps[1].module(t, "echo"); got != "migrating:echo@1.0.0->echo@2.0.0" {
+		t.Fatalf("collector-1 changed without the decision: %s", got)
+	}
+
+	// collector-0 is restarted on the broker: the kept decision leaves.
+	code, took := reps[0].p.stop(t, 30*time.Second)
+	if code != 0 {
+		t.Fatalf("collector-0 stopped with %d", code)
+	}
+	t.Logf("collector-0 stopped in %s", took)
+	reps[0].env = good
+	reps[0].start(t)
+	reps[0].waitReady(t)
+	reps[1].waitModule(t, "collector-1", "echo", "active:echo@2.0.0")
+	testkit.WaitFor(t, 60*time.Second, "nothing unsent on collector-0", func() bool {
+		return sum(reps[0].metrics(t), "tally_collector_control_unsent_decisions") == 0
+	})
 }
