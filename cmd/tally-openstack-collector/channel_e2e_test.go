@@ -381,7 +381,12 @@ func TestEndToEndPublishReportsWhatWasNotCommitted(t *testing.T) {
 	if code != 2 {
 		t.Fatalf("bad --type: exit %d:\n%s", code, out)
 	}
-	ids := apiIDsEventually(t, a, "ok-1", "ok-2")
+	// --no-wait: written to the socket, then gone; the daemon commits them.
+	code, out = run(usageLine("nowait-1")+"\n"+usageLine("nowait-2")+"\n", "--no-wait", "usage.license")
+	if code != 0 || !strings.Contains(out, "2 messages written to the socket") {
+		t.Fatalf("--no-wait: exit %d:\n%s", code, out)
+	}
+	ids := apiIDsEventually(t, a, "ok-1", "ok-2", "nowait-1", "nowait-2")
 	if ids["nobody"] {
 		t.Fatal("an unclaimed message reached the API")
 	}

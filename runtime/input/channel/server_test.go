@@ -533,3 +533,51 @@ func TestMetricsRegisteredOnce(t *testing.T) {
 		t.Fatal("the refused server left its socket listening")
 	}
 }
+
+// A subscriber follows the daemon across a restart: its subscriptions are
+// sent again on the new connection, and what is committed after the restart
+// reaches it.
+func TestSubscriptionSurvivesRestart(t *testing.T) {
+	h := newHarness(t, Options{})
+	h.start()
+	var mu sync.Mutex
+	var got []string
+	sub := h.client(client.Options{Mode: client.ModeBidir})
+	s, err := sub.Subscribe(`^license\.`, false, func(d client.Delivery) {
+		var ev map[string]any
+		_ = json.Unmarshal(d.Data, &ev)
+		mu.Lock()
+		got = append(got, ev["event_id"].(string))
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	publish := func(id string) {
+		t.Helper()
+		if _, err := sub.Publish(client.Message{Tag: "usage", Type: client.JSON, Data: usage(id)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := sub.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish("before")
+	testkit.WaitFor(t, 10*time.Second, "the first event", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 1 })
+	h.stop()
+	testkit.WaitFor(t, 10*time.Second, "disconnected", func() bool { return sub.State() != client.StateConnected })
+	h.start()
+	testkit.WaitFor(t, 10*time.Second, "subscribed again", func() bool { return h.srv.Tap().Active() })
+	publish("after")
+	testkit.WaitFor(t, 10*time.Second, "the event after the restart", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 2 })
+	mu.Lock()
+	defer mu.Unlock()
+	if got[0] != "before" || got[1] != "after" || sub.Stats().Reconnects != 1 {
+		t.Fatalf("events %v, stats %+v", got, sub.Stats())
+	}
+}

@@ -73,6 +73,14 @@ const (
 	JSON   = wire.JSON
 )
 
+// Settlement statuses (docs/channel.md, the ACK frame).
+const (
+	Committed    = wire.Committed    // the events are in the daemon's outbox
+	DeadLettered = wire.DeadLettered // the mapper failed; kept in the dead-letter area
+	Skipped      = wire.Skipped      // nothing to commit (a tag no module claims ...)
+	Refused      = wire.Refused      // dropped by the channel (credentials, invalid ...)
+)
+
 // Defaults.
 const (
 	DefaultQueueLimitBytes   = 1 << 20
