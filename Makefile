@@ -60,7 +60,12 @@ run: build
 # concurrency of their own run under the race detector only (test-race), the
 # others without it (test-go): each package once.
 test: prepare
-	$(MAKE) test-wasm lint test-go test-race
+	$(MAKE) -k test-wasm || [[ "$(TALLY_OSC_ALLOW_SKIP)" == 1 ]]
+	$(MAKE) lint test-go test-race
+
+# With TALLY_OSC_ALLOW_SKIP=1 a test module that could not be built (no wabt,
+# no clang-14) does not stop the run: the tests that need it skip, naming it.
+TEST_WASM := $(if $(filter 1,$(TALLY_OSC_ALLOW_SKIP)),wasm,test-wasm)
 
 prepare:
 	.ci/prepare
@@ -69,10 +74,10 @@ prepare:
 RACE_PKGS := ./runtime/input/broker ./runtime/input/plog ./runtime/catalog ./runtime/pipeline ./outbox ./sender \
 	$(if $(wildcard runtime/input/channel/*.go),./runtime/input/channel)
 
-test-go: test-wasm
+test-go: $(TEST_WASM)
 	$(GO) test -count=1 -timeout 14m $$($(GO) list ./... | grep -v -x -F "$$($(GO) list $(RACE_PKGS))")
 
-test-race: test-wasm
+test-race: $(TEST_WASM)
 	$(GO) test -race -count=1 -timeout 14m $(RACE_PKGS)
 
 lint: $(STATICCHECK)
