@@ -403,6 +403,10 @@ func newCollector(tb testing.TB, b bins, v *vhost, reportingURL, token string, e
 		"TALLY_OSC_HTTP_ADDR="+c.httpAddr,
 		"TALLY_OSC_LOG_FORMAT=json",
 		"TALLY_OSC_MAPPER_CACHE_DIR="+testkit.CacheDir(tb),
+		// These tests count deliveries, not deadlines: on a machine busy
+		// compiling the other packages' tests a call of the default 250 ms
+		// can overrun, and its notification is rightly dead-lettered.
+		"TALLY_OSC_MAPPER_CALL_TIMEOUT=10s",
 	)
 	c.env = append(c.env, extra...)
 	return c
