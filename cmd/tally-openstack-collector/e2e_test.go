@@ -68,10 +68,17 @@ func (e *e2e) waitDelivered(t testing.TB, n int, limit time.Duration) {
 // with the expected id, and no credential.
 func (e *e2e) checkExactSet(t *testing.T, n int) []storedEvent {
 	t.Helper()
-	events, raw := e.api.events(t)
+	return checkExactSet(t, e.api, e.prefix, n)
+}
+
+// checkExactSet: the API holds exactly one event for each of the n
+// notifications published with prefix, and no credential.
+func checkExactSet(t *testing.T, a *api, prefix string, n int) []storedEvent {
+	t.Helper()
+	events, raw := a.events(t)
 	want := make(map[string]bool, n)
 	for i := 0; i < n; i++ {
-		want[messageID(e.prefix, i)] = true
+		want[messageID(prefix, i)] = true
 	}
 	seen := make(map[string]int, len(events))
 	for _, ev := range events {
@@ -94,7 +101,7 @@ func (e *e2e) checkExactSet(t *testing.T, n int) []storedEvent {
 	if missing+unexpected+doubled > 0 || len(events) != n {
 		t.Errorf("API holds %d events for %d published: %d missing, %d unexpected, %d stored twice", len(events), n, missing, unexpected, doubled)
 	}
-	if bytes.Contains(raw, []byte(secretFor(e.prefix))) {
+	if bytes.Contains(raw, []byte(secretFor(prefix))) {
 		t.Error("a context token reached the Reporting API")
 	}
 	return events

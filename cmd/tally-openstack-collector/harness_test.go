@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -245,10 +246,41 @@ func publishRawErr(v *vhost, c *corpus, prefix string, from, to int) error {
 // oslo.messaging Notifier (driver messagingv2), in parallel processes.
 func publishOslo(tb testing.TB, v *vhost, c *corpus, prefix string, from, to, procs int) {
 	tb.Helper()
+	if err := publishOsloURL(v.OsloURL(), prefix, from, to, procs).Err(); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// osloRun is what a run of oslo publishers reports: the indexes the
+// Notifier logged as not sent and dropped (it does not raise; see
+// testdata/e2e/oslo_publish.py), and the failures of the processes.
+type osloRun struct {
+	Dropped []int
+	Log     string // what the publishers that dropped something wrote on stderr
+	Failed  error
+}
+
+// Err is the run's failure, a dropped notification included.
+func (r osloRun) Err() error {
+	if len(r.Dropped) > 0 {
+		return errors.Join(r.Failed, fmt.Errorf("the oslo Notifier dropped %d notifications (%v):\n%s", len(r.Dropped), r.Dropped, tail(r.Log, 4000)))
+	}
+	return r.Failed
+}
+
+// publishOsloURL publishes notifications [from, to) of the corpus through the
+// real oslo.messaging Notifier on the oslo transport URL url, in procs
+// parallel processes; with only, just those indexes of the range. It does
+// not use a testing.TB, so it may run off the test goroutine.
+func publishOsloURL(url, prefix string, from, to, procs int, only ...int) osloRun {
 	corpusPath, _ := filepath.Abs("testdata/e2e/corpus.json")
 	script, _ := filepath.Abs("testdata/e2e/oslo_publish.py")
-	var wg sync.WaitGroup
-	errs := make(chan error, procs)
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		run  osloRun
+		errs []error
+	)
 	per := (to - from + procs - 1) / procs
 	for p := 0; p < procs; p++ {
 		lo, hi := from+p*per, min(from+(p+1)*per, to)
@@ -261,19 +293,45 @@ func publishOslo(tb testing.TB, v *vhost, c *corpus, prefix string, from, to, pr
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, "/usr/bin/python3", script,
-				"--url", v.OsloURL(),
+				"--url", url,
 				"--corpus", corpusPath, "--prefix", prefix,
-				"--from", strconv.Itoa(lo), "--to", strconv.Itoa(hi))
-			if out, err := cmd.CombinedOutput(); err != nil {
-				errs <- fmt.Errorf("oslo publisher [%d,%d): %v\n%s", lo, hi, err, out)
+				"--from", strconv.Itoa(lo), "--to", strconv.Itoa(hi), "--only", joinInts(only))
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			var report struct {
+				Dropped []int `json:"dropped"`
+			}
+			lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+			if err == nil {
+				if jerr := json.Unmarshal([]byte(lines[len(lines)-1]), &report); jerr != nil {
+					err = fmt.Errorf("no report on stdout: %w", jerr)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("oslo publisher [%d,%d): %v\n%s%s", lo, hi, err, stdout.String(), stderr.String()))
+				return
+			}
+			if len(report.Dropped) > 0 {
+				run.Dropped = append(run.Dropped, report.Dropped...)
+				run.Log += fmt.Sprintf("--- oslo publisher [%d,%d):\n%s", lo, hi, stderr.String())
 			}
 		}()
 	}
 	wg.Wait()
-	close(errs)
-	for err := range errs {
-		tb.Fatal(err)
+	sort.Ints(run.Dropped)
+	run.Failed = errors.Join(errs...)
+	return run
+}
+
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
 	}
+	return strings.Join(s, ",")
 }
 
 // proc is a child process of a test.
@@ -387,15 +445,29 @@ type collector struct {
 	bin, httpAddr string
 	env           []string
 	p             *proc
+	past          []*proc // the runs before p, oldest first
 	runs          int
 }
 
 func newCollector(tb testing.TB, b bins, v *vhost, reportingURL, token string, extra ...string) *collector {
 	tb.Helper()
+	// The local broker is RabbitMQ 3.x: classic.
+	return newCollectorAt(tb, b, v.URL(), reportingURL, token, append([]string{"TALLY_OSC_QUEUE_TYPE=classic"}, extra...)...)
+}
+
+// newCollectorAt is a collector on transportURL with the default queue type
+// (quorum) unless extra says otherwise; extra entries override earlier ones.
+func newCollectorAt(tb testing.TB, b bins, transportURL, reportingURL, token string, extra ...string) *collector {
+	tb.Helper()
 	c := &collector{bin: b.collector, httpAddr: testkit.FreeAddr(tb)}
-	c.env = append(os.Environ(),
-		"TALLY_OSC_TRANSPORT_URL="+v.URL(),
-		"TALLY_OSC_QUEUE_TYPE=classic", // the local broker is RabbitMQ 3.x
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "TALLY_OSC_QUEUE_TYPE=") {
+			env = append(env, kv)
+		}
+	}
+	c.env = append(env,
+		"TALLY_OSC_TRANSPORT_URL="+transportURL,
 		"TALLY_OSC_BUFFER_PATH="+filepath.Join(tb.TempDir(), "outbox"),
 		"TALLY_OSC_REPORTING_URL="+reportingURL,
 		"TALLY_OSC_REPORTING_TOKEN="+token,
@@ -414,6 +486,9 @@ func newCollector(tb testing.TB, b bins, v *vhost, reportingURL, token string, e
 
 func (c *collector) start(tb testing.TB) {
 	tb.Helper()
+	if c.p != nil {
+		c.past = append(c.past, c.p)
+	}
 	c.runs++
 	c.p = startProc(tb, fmt.Sprintf("collector#%d", c.runs), c.bin, nil, c.env)
 }

@@ -86,6 +86,14 @@ func RabbitMQ4Ctl(t testing.TB, node int, args ...string) string {
 	return out
 }
 
+// RabbitMQ4CtlErr is RabbitMQ4Ctl answering the error instead of failing the
+// test: for a node that may be down, or for a cleanup.
+func RabbitMQ4CtlErr(tb testing.TB, node int, args ...string) (string, error) {
+	tb.Helper()
+	checkRabbitMQ4Node(tb, node)
+	return runRabbitMQ4(RepoPath(tb, RabbitMQ4Script), rabbitMQ4CtlTimeout, append([]string{"ctl", fmt.Sprint(node)}, args...)...)
+}
+
 // StopRabbitMQ4Node takes node (1, 2 or 3) away hard: its Erlang VM is
 // killed with SIGKILL, as in a crash. The node is started again when the test
 // ends (t.Cleanup), if the test has not done so, so that later tests find
