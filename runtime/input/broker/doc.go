@@ -105,9 +105,13 @@
 // (outbox.ErrRefused: a full disk, an I/O error) requeues everything held the
 // same way and takes no delivery for RefusedRetry (1 s), so the broker sees
 // at most one nack per second. Mappings still running when their delivery is
-// requeued finish and are dropped. A nack
-// does not count against a quorum queue's delivery limit; a closed session
-// would.
+// requeued finish and are dropped. On RabbitMQ 4 every return counts as a
+// delivery of a quorum queue's message, a nack as much as a channel or
+// connection that closed while holding it (x-delivery-count rises by one
+// each time): that is why the queue is declared with x-delivery-limit -1,
+// which keeps a message however often it comes back, where RabbitMQ 4's
+// default limit of 20 would drop it (cmd/tally-openstack-collector's
+// TestClusterRedeliveredPastTwenty).
 //
 // # Readiness, backlog and metrics
 //
