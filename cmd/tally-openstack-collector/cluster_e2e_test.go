@@ -266,8 +266,9 @@ func (e *clusterE2E) startNode(t *testing.T, n int) {
 
 // deliverAll waits until the API holds n distinct events and answers its
 // stats and how many dead letters it replayed. A notification whose mapper
-// call overran its deadline (250 ms: a machine starved of CPU gets there)
-// is not lost but kept as a dead letter; like an operator, deliverAll
+// call overran its deadline (a process stalled with its outbox volume, or a
+// machine starved of CPU, overruns even the harness's generous one) is not
+// lost but kept as a dead letter; like an operator, deliverAll
 // replays the dead letters of the collectors that run (POST
 // /deadletters/replay) and logs them. each, when not nil, runs at every
 // look.
