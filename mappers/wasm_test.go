@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -292,4 +293,70 @@ func BenchmarkBuiltinNovaExists(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchInputs are the inputs of the per-module benchmarks, the same as the
+// native Benchmark<Module> of each module's package.
+var benchInputs = []struct{ name, module, file string }{
+	{"nova", "nova", "edge__exists_2024_1"},
+	{"nova-versioned", "nova", "instance.exists__nova__1"},
+	{"cinder", "cinder", "volume.create.end__watcher__4"},
+	{"neutron", "neutron", "port.create.end__ceilometer__1"},
+	{"glance", "glance", "image.upload__ceilometer__2"},
+	{"octavia", "octavia", "octavia.loadbalancer.create.end__octavia__1"},
+	{"manila", "manila", "share.extend.end__manila__2"},
+	{"designate", "designate", "dns.domain.update__designate__2"},
+	{"swift", "swift", "objectstore.http.request__ceilometermiddleware__1"},
+	{"trove", "trove", "trove.instance.create__trove__1"},
+	{"ironic", "ironic", "baremetal.node.provision_set.start__ironic__1"},
+}
+
+// BenchmarkBuiltin maps one input per module through its compiled module,
+// loaded unguarded (runtime.GuardNever: how a built-in module runs once
+// GuardUntrusted has trusted it), indexing the JSON on every iteration as the
+// pipeline does once per message. Compare each with the native benchmark of
+// the module's package; docs/performance.md has the figures.
+func BenchmarkBuiltin(b *testing.B) {
+	loadBuiltin(b)
+	wasm, err := Builtin()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, bi := range benchInputs {
+		b.Run(bi.name, func(b *testing.B) {
+			in, err := os.ReadFile(filepath.Join(bi.module, "testdata", bi.file+fixture.InSuffix))
+			if err != nil {
+				b.Fatal(err)
+			}
+			m, err := shared.eng.Load(ctx, "builtin:"+bi.module+".wasm", wasm[bi.module+".wasm"], runtime.WithGuard(runtime.GuardNever))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close(ctx)
+			var idx jsonindex.Index
+			b.SetBytes(int64(len(in)))
+			b.ReportAllocs()
+			cpu0 := cpuTime()
+			for b.Loop() {
+				if err := idx.Parse(in); err != nil {
+					b.Fatal(err)
+				}
+				res, err := m.Map(ctx, &idx, testSource)
+				if err != nil || len(res.Events) != 1 {
+					b.Fatalf("events %d, err %v", len(res.Events), err)
+				}
+			}
+			b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+// cpuTime returns the user+system CPU time of the process in nanoseconds.
+func cpuTime() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }

@@ -31,72 +31,115 @@ func init() { sdk.Register(manifest, mapCinder) }
 
 func main() {}
 
+// paths are the members of all three resource types, looked up together
+// with one host call; each type uses its own.
+var paths = []string{
+	"event_type",
+	"message_id",
+	"timestamp",
+	"payload.tenant_id",
+	"payload.project_id",
+	"payload.user_id",
+	"payload.id",
+	"payload.volume_id",
+	"payload.snapshot_id",
+	"payload.backup_id",
+	"payload.size",
+	"payload.volume_size",
+	"payload.volume_type",
+	"payload.volume_type_id",
+	"payload.status",
+	"payload.availability_zone",
+	"payload.audit_period_beginning",
+	"payload.audit_period_ending",
+}
+
+// Indexes into paths.
+const (
+	pEventType = iota
+	pMessageID
+	pTimestamp
+	pTenantID
+	pProjectID
+	pUserID
+	pID
+	pVolumeID
+	pSnapshotID
+	pBackupID
+	pSize
+	pVolumeSize
+	pVolumeType
+	pVolumeTypeID
+	pStatus
+	pAvailabilityZone
+	pAuditBeginning
+	pAuditEnding
+	nPaths
+)
+
 func mapCinder(m *sdk.Message, out *sdk.Output) {
-	et, ok := openstack.EventType(m)
-	if !ok {
-		return
+	var v [nPaths]sdk.Value
+	m.GetMany(paths, v[:])
+	et := v[pEventType]
+	if et.Kind() != sdk.String || len(et.Raw()) == 0 {
+		return // see openstack.EventType
 	}
 	e := out.Event()
-	if et.HasPrefix("backup.") {
-		openstack.WriteHeader(m, e, et, "cinder", "backup", -1)
-		openstack.WriteStr(e, "resource_id", openstack.First(m, "payload.backup_id", "payload.id"))
-		common(m, e, et, "backup.")
+	switch {
+	case et.HasPrefix("backup."):
+		header(m, e, &v, "backup", v[pBackupID], "backup.")
 		a := e.Object("attributes")
-		a.NumValue("size_gb", m.Get("payload.size"))
-		openstack.WriteStr(a, "volume_id", m.Get("payload.volume_id"))
-		openstack.WriteStr(a, "status", m.Get("payload.status"))
-		openstack.WriteStr(a, "availability_zone", m.Get("payload.availability_zone"))
-		auditPeriod(m, a, et)
+		a.NumValue("size_gb", v[pSize])
+		openstack.WriteStr(a, "volume_id", v[pVolumeID])
+		openstack.WriteStr(a, "status", v[pStatus])
+		openstack.WriteStr(a, "availability_zone", v[pAvailabilityZone])
+		auditPeriod(a, &v)
 		a.End()
-		e.End()
-		return
-	}
-	if et.HasPrefix("snapshot.") {
-		openstack.WriteHeader(m, e, et, "cinder", "snapshot", -1)
-		openstack.WriteStr(e, "resource_id", openstack.First(m, "payload.snapshot_id", "payload.id"))
-		common(m, e, et, "snapshot.")
+	case et.HasPrefix("snapshot."):
+		header(m, e, &v, "snapshot", v[pSnapshotID], "snapshot.")
 		a := e.Object("attributes")
-		a.NumValue("size_gb", m.Get("payload.volume_size"))
-		openstack.WriteStr(a, "volume_id", m.Get("payload.volume_id"))
-		openstack.WriteStr(a, "status", m.Get("payload.status"))
-		auditPeriod(m, a, et)
+		a.NumValue("size_gb", v[pVolumeSize])
+		openstack.WriteStr(a, "volume_id", v[pVolumeID])
+		openstack.WriteStr(a, "status", v[pStatus])
+		auditPeriod(a, &v)
 		a.End()
-		e.End()
-		return
+	default:
+		header(m, e, &v, "volume", v[pVolumeID], "volume.")
+		a := e.Object("attributes")
+		a.NumValue("size_gb", v[pSize])
+		openstack.WriteStr(a, "volume_type", openstack.Pick(v[pVolumeType], v[pVolumeTypeID]))
+		openstack.WriteStr(a, "status", v[pStatus])
+		openstack.WriteStr(a, "availability_zone", v[pAvailabilityZone])
+		if et.HasPrefix("volume.attach.") || et.HasPrefix("volume.detach.") {
+			// Newer releases list the attachments in volume_attachment (the
+			// server as server_id, earlier as instance_uuid); older ones name
+			// the server in payload.instance_uuid. Of several attachments the
+			// first is taken.
+			openstack.WriteStr(a, "instance_id", openstack.First(m,
+				"payload.volume_attachment.0.server_id",
+				"payload.volume_attachment.0.instance_uuid",
+				"payload.instance_uuid"))
+		}
+		auditPeriod(a, &v)
+		a.End()
 	}
-	openstack.WriteHeader(m, e, et, "cinder", "volume", -1)
-	openstack.WriteStr(e, "resource_id", openstack.First(m, "payload.volume_id", "payload.id"))
-	common(m, e, et, "volume.")
-	a := e.Object("attributes")
-	a.NumValue("size_gb", m.Get("payload.size"))
-	openstack.WriteStr(a, "volume_type", openstack.First(m, "payload.volume_type", "payload.volume_type_id"))
-	openstack.WriteStr(a, "status", m.Get("payload.status"))
-	openstack.WriteStr(a, "availability_zone", m.Get("payload.availability_zone"))
-	if et.HasPrefix("volume.attach.") || et.HasPrefix("volume.detach.") {
-		// Newer releases list the attachments in volume_attachment (the
-		// server as server_id, earlier as instance_uuid); older ones name the
-		// server in payload.instance_uuid. Of several attachments the first
-		// is taken.
-		openstack.WriteStr(a, "instance_id", openstack.First(m,
-			"payload.volume_attachment.0.server_id",
-			"payload.volume_attachment.0.instance_uuid",
-			"payload.instance_uuid"))
-	}
-	auditPeriod(m, a, et)
-	a.End()
 	e.End()
 }
 
-// auditPeriod writes the audit period of an exists event.
-func auditPeriod(m *sdk.Message, a *sdk.Event, et sdk.Value) {
-	if openstack.IsExists(et) {
-		openstack.WriteAuditPeriod(a, m.Get("payload.audit_period_beginning"), m.Get("payload.audit_period_ending"))
-	}
+// header writes the members every event begins with, the resource id (id,
+// else payload.id), the project, the user and the action.
+func header(m *sdk.Message, e *sdk.Event, v *[nPaths]sdk.Value, resourceType string, id sdk.Value, prefix string) {
+	et := v[pEventType]
+	openstack.WriteHeaderValues(e, v[pMessageID], v[pTimestamp], et, "cinder", resourceType, -1)
+	openstack.WriteStr(e, "resource_id", openstack.Pick(id, v[pID]))
+	openstack.WriteProject(m, e, openstack.Pick(v[pTenantID], v[pProjectID]))
+	openstack.WriteUser(m, e, v[pUserID])
+	openstack.WriteAction(e, et, prefix)
 }
 
-// common writes the project, user and action of either resource type.
-func common(m *sdk.Message, e *sdk.Event, et sdk.Value, prefix string) {
-	openstack.WriteProject(m, e, openstack.First(m, "payload.tenant_id", "payload.project_id"))
-	openstack.WriteUser(m, e, m.Get("payload.user_id"))
-	openstack.WriteAction(e, et, prefix)
+// auditPeriod writes the audit period of an exists event.
+func auditPeriod(a *sdk.Event, v *[nPaths]sdk.Value) {
+	if openstack.IsExists(v[pEventType]) {
+		openstack.WriteAuditPeriod(a, v[pAuditBeginning], v[pAuditEnding])
+	}
 }

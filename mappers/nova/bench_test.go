@@ -29,6 +29,27 @@ func BenchmarkNovaExists(b *testing.B) {
 	b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
 }
 
+// BenchmarkNovaVersioned maps the versioned instance.exists of
+// testdata/instance.exists__nova__1.in.json (a nova sample with its $ref
+// members resolved) natively: two host lookups of the member list, one to
+// tell the format, one to read it. Through the compiled module:
+// BenchmarkBuiltin/nova-versioned in package mappers.
+func BenchmarkNovaVersioned(b *testing.B) {
+	in, err := os.ReadFile("testdata/instance.exists__nova__1.in.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(in)))
+	b.ReportAllocs()
+	cpu0 := cpuTime()
+	for b.Loop() {
+		if _, err := sdk.MapJSON(mapNova, in); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+}
+
 // cpuTime returns the user+system CPU time of the process in nanoseconds.
 func cpuTime() int64 {
 	var ru syscall.Rusage

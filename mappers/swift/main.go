@@ -36,42 +36,94 @@ const (
 // maxMeasurements bounds the measurements looked at.
 const maxMeasurements = 16
 
+// paths are the members read, looked up together with one host call. The
+// middleware sends at most two measurements; they are among them, and any
+// further one is looked up on its own.
+var paths = []string{
+	"event_type",
+	"message_id",
+	"timestamp",
+	"payload.target.id",
+	"payload.initiator.project_id",
+	"payload.initiator.id",
+	"payload.target.action",
+	"payload.target.metadata.container",
+	"payload.target.metadata.object",
+	"payload.outcome",
+	"payload.measurements",
+	"payload.measurements.0.metric.name",
+	"payload.measurements.0.result",
+	"payload.measurements.1.metric.name",
+	"payload.measurements.1.result",
+	"payload.measurements.2",
+}
+
+// Indexes into paths.
+const (
+	pEventType = iota
+	pMessageID
+	pTimestamp
+	pAccount
+	pProject
+	pUser
+	pMethod
+	pContainer
+	pObject
+	pOutcome
+	pMeasurements
+	pName0
+	pResult0
+	pName1
+	pResult1
+	pMore
+	nPaths
+)
+
 func mapSwift(m *sdk.Message, out *sdk.Output) {
-	et, ok := openstack.EventType(m)
-	if !ok {
-		return
+	var v [nPaths]sdk.Value
+	m.GetMany(paths, v[:])
+	et := v[pEventType]
+	if et.Kind() != sdk.String || len(et.Raw()) == 0 {
+		return // see openstack.EventType
 	}
 	e := out.Event()
-	openstack.WriteHeader(m, e, et, "swift", "object_storage", -1)
-	openstack.WriteStr(e, "resource_id", m.Get("payload.target.id"))
-	openstack.WriteProject(m, e, m.Get("payload.initiator.project_id"))
-	openstack.WriteUser(m, e, m.Get("payload.initiator.id"))
+	openstack.WriteHeaderValues(e, v[pMessageID], v[pTimestamp], et, "swift", "object_storage", -1)
+	openstack.WriteStr(e, "resource_id", v[pAccount])
+	openstack.WriteProject(m, e, v[pProject])
+	openstack.WriteUser(m, e, v[pUser])
 	openstack.WriteAction(e, et, "objectstore.http.")
 
 	a := e.Object("attributes")
-	openstack.WriteStr(a, "method", m.Get("payload.target.action"))
-	openstack.WriteStr(a, "container", m.Get("payload.target.metadata.container"))
-	openstack.WriteStr(a, "object", m.Get("payload.target.metadata.object"))
+	openstack.WriteStr(a, "method", v[pMethod])
+	openstack.WriteStr(a, "container", v[pContainer])
+	openstack.WriteStr(a, "object", v[pObject])
 	var received, sent sdk.Value
-	if m.Get("payload.measurements").Kind() == sdk.Array {
-		var p openstack.PathBuf
-		for i := 0; i < maxMeasurements; i++ {
-			p.SetBase("payload.measurements", i)
-			name := m.Get(p.At("metric.name"))
-			if name.Kind() == sdk.Missing && m.Get(p.Base()).Kind() == sdk.Missing {
-				break
-			}
-			switch {
-			case name.Equal(metricIncoming) && received.Kind() == sdk.Missing:
-				received = m.Get(p.At("result"))
-			case name.Equal(metricOutgoing) && sent.Kind() == sdk.Missing:
-				sent = m.Get(p.At("result"))
+	take := func(name, result sdk.Value) {
+		switch {
+		case name.Equal(metricIncoming) && received.Kind() == sdk.Missing:
+			received = result
+		case name.Equal(metricOutgoing) && sent.Kind() == sdk.Missing:
+			sent = result
+		}
+	}
+	if v[pMeasurements].Kind() == sdk.Array {
+		take(v[pName0], v[pResult0])
+		take(v[pName1], v[pResult1])
+		if v[pMore].Kind() != sdk.Missing {
+			var p openstack.PathBuf
+			for i := 2; i < maxMeasurements; i++ {
+				p.SetBase("payload.measurements", i)
+				if m.Get(p.Base()).Kind() == sdk.Missing {
+					break
+				}
+				name := m.Get(p.At("metric.name"))
+				take(name, m.Get(p.At("result")))
 			}
 		}
 	}
 	a.NumValue("bytes_received", received)
 	a.NumValue("bytes_sent", sent)
-	openstack.WriteStr(a, "outcome", m.Get("payload.outcome"))
+	openstack.WriteStr(a, "outcome", v[pOutcome])
 	a.End()
 	e.End()
 }

@@ -195,3 +195,14 @@ func WriteAuditPeriod(e *sdk.Event, beginning, ending sdk.Value) {
 	e.Timestamp("audit_period_beginning", beginning)
 	e.Timestamp("audit_period_ending", ending)
 }
+
+// Pick returns the first of vs that is usable, or a Missing value: First for
+// values already looked up together (sdk.Message.GetMany).
+func Pick(vs ...sdk.Value) sdk.Value {
+	for _, v := range vs {
+		if Usable(v) {
+			return v
+		}
+	}
+	return sdk.Value{}
+}
