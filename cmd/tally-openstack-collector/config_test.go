@@ -47,7 +47,7 @@ func TestDefaults(t *testing.T) {
 		got, want any
 	}{
 		{"TransportURL", c.TransportURL, "amqp://guest:guest@127.0.0.1:5672/"},
-		{"Exchanges", strings.Join(c.Exchanges, ","), "nova,neutron,openstack,glance"},
+		{"Exchanges", strings.Join(c.Exchanges, ","), "nova,neutron,openstack,glance,designate,swift,trove,ironic"},
 		{"Topics", strings.Join(c.Topics, ","), "notifications"},
 		{"Queue", c.Queue, "tally-notifications"},
 		{"QueueType", c.QueueType, "quorum"},
