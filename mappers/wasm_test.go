@@ -312,10 +312,11 @@ var benchInputs = []struct{ name, module, file string }{
 }
 
 // BenchmarkBuiltin maps one input per module through its compiled module,
-// loaded unguarded (runtime.GuardNever: how a built-in module runs once
-// GuardUntrusted has trusted it), indexing the JSON on every iteration as the
-// pipeline does once per message. Compare each with the native benchmark of
-// the module's package; docs/performance.md has the figures.
+// indexing the JSON on every iteration as the pipeline does once per
+// message: guard=always is how the daemon runs built-in modules
+// (termination checks compiled in), guard=never the same code without them.
+// Compare each with the native benchmark of the module's package;
+// docs/performance.md has the figures.
 func BenchmarkBuiltin(b *testing.B) {
 	loadBuiltin(b)
 	wasm, err := Builtin()
@@ -324,31 +325,33 @@ func BenchmarkBuiltin(b *testing.B) {
 	}
 	ctx := context.Background()
 	for _, bi := range benchInputs {
-		b.Run(bi.name, func(b *testing.B) {
-			in, err := os.ReadFile(filepath.Join(bi.module, "testdata", bi.file+fixture.InSuffix))
-			if err != nil {
-				b.Fatal(err)
-			}
-			m, err := shared.eng.Load(ctx, "builtin:"+bi.module+".wasm", wasm[bi.module+".wasm"], runtime.WithGuard(runtime.GuardNever))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer m.Close(ctx)
-			var idx jsonindex.Index
-			b.SetBytes(int64(len(in)))
-			b.ReportAllocs()
-			cpu0 := cpuTime()
-			for b.Loop() {
-				if err := idx.Parse(in); err != nil {
+		in, err := os.ReadFile(filepath.Join(bi.module, "testdata", bi.file+fixture.InSuffix))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, g := range []runtime.Guard{runtime.GuardNever, runtime.GuardAlways} {
+			b.Run(bi.name+"/guard="+g.String(), func(b *testing.B) {
+				m, err := shared.eng.Load(ctx, "builtin:"+bi.module+".wasm", wasm[bi.module+".wasm"], runtime.WithGuard(g))
+				if err != nil {
 					b.Fatal(err)
 				}
-				res, err := m.Map(ctx, &idx, testSource)
-				if err != nil || len(res.Events) != 1 {
-					b.Fatalf("events %d, err %v", len(res.Events), err)
+				defer m.Close(ctx)
+				var idx jsonindex.Index
+				b.SetBytes(int64(len(in)))
+				b.ReportAllocs()
+				cpu0 := cpuTime()
+				for b.Loop() {
+					if err := idx.Parse(in); err != nil {
+						b.Fatal(err)
+					}
+					res, err := m.Map(ctx, &idx, testSource)
+					if err != nil || len(res.Events) != 1 {
+						b.Fatalf("events %d, err %v", len(res.Events), err)
+					}
 				}
-			}
-			b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
-		})
+				b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+			})
+		}
 	}
 }
 
