@@ -16,7 +16,7 @@ import (
 
 var manifest = sdk.Manifest{
 	Name:    "glance",
-	Version: "1.0.0",
+	Version: "1.1.0",
 	EventTypes: []string{
 		"image.*",
 		// Shares of an image with another project: not a change of the image.
