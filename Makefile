@@ -75,7 +75,7 @@ RACE_PKGS := ./runtime/input/broker ./runtime/input/plog ./runtime/catalog ./run
 	$(if $(wildcard runtime/input/channel/*.go),./runtime/input/channel)
 
 test-go: $(TEST_WASM)
-	$(GO) test -count=1 -timeout 14m $$($(GO) list ./... | grep -v -x -F "$$($(GO) list $(RACE_PKGS))")
+	$(GO) test -count=1 -timeout 25m $$($(GO) list ./... | grep -v -x -F "$$($(GO) list $(RACE_PKGS))")
 
 test-race: $(TEST_WASM)
 	$(GO) test -race -count=1 -timeout 14m $(RACE_PKGS)

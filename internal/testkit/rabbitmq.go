@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -43,9 +44,9 @@ func RequireBroker(tb testing.TB) {
 // is tried again for up to two minutes, since another run may be restarting
 // the broker (it holds the broker lock exclusively meanwhile, see
 // HoldBrokerShared); then it fails the test. Each try is stopped after 90 s,
-// but that stops only rabbitmqctl's wrapper, not the Erlang VM it started
-// (which keeps one of the CLI's few distribution ports): give a command that
-// waits, such as await_startup, its own --timeout.
+// together with the Erlang VM rabbitmqctl's wrapper starts (see ctlCommand):
+// a VM left behind would keep one of the CLI's few distribution ports, and a
+// handful of them make every later rabbitmqctl fail.
 func Rabbitmqctl(tb testing.TB, args ...string) string {
 	tb.Helper()
 	out, err := rabbitmqctlRetry(2*time.Minute, args...)
@@ -59,7 +60,7 @@ func rabbitmqctlRetry(limit time.Duration, args ...string) (string, error) {
 	deadline := time.Now().Add(limit)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-		out, err := exec.CommandContext(ctx, "rabbitmqctl", args...).CombinedOutput()
+		out, err := ctlCommand(ctx, "rabbitmqctl", args...).CombinedOutput()
 		cancel()
 		if err == nil || time.Now().After(deadline) {
 			return string(out), err
@@ -458,4 +459,52 @@ func LockBrokerExclusive(tb testing.TB) (unlock func()) {
 	}
 	tb.Cleanup(unlock)
 	return unlock
+}
+
+// ctlCommand runs a CLI tool and, when ctx ends, kills it with every process
+// it started: rabbitmqctl is a shell wrapper around su, which starts the
+// Erlang VM in a session of its own, so neither killing the wrapper nor its
+// process group would reach the VM.
+func ctlCommand(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Cancel = func() error { return killTree(cmd.Process.Pid) }
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
+// killTree kills pid and all its descendants, children first found from
+// /proc, so none is orphaned before it is killed.
+func killTree(pid int) error {
+	children := map[int][]int{}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so read after ')'.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		var self, ppid int
+		var state string
+		if _, err := fmt.Sscanf(string(b[:bytes.IndexByte(b, ' ')]), "%d", &self); err != nil {
+			continue
+		}
+		if _, err := fmt.Sscanf(string(b[i+1:]), " %s %d", &state, &ppid); err != nil {
+			continue
+		}
+		children[ppid] = append(children[ppid], self)
+	}
+	var kill func(int)
+	kill = func(p int) {
+		_ = syscall.Kill(p, syscall.SIGSTOP) // no new children while we look
+		for _, c := range children[p] {
+			kill(c)
+		}
+		_ = syscall.Kill(p, syscall.SIGKILL)
+	}
+	kill(pid)
+	return nil
 }
