@@ -272,7 +272,7 @@ func BenchmarkBuiltinNovaExists(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	for _, g := range []runtime.Guard{runtime.GuardAlways, runtime.GuardNever} {
+	for _, g := range []runtime.Guard{runtime.GuardAlways, runtime.GuardWatched, runtime.GuardNever} {
 		b.Run("guard="+g.String(), func(b *testing.B) {
 			m, err := shared.eng.Load(ctx, "builtin:nova.wasm", wasm["nova.wasm"], runtime.WithGuard(g))
 			if err != nil {
@@ -329,7 +329,7 @@ func BenchmarkBuiltin(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, g := range []runtime.Guard{runtime.GuardNever, runtime.GuardAlways} {
+		for _, g := range []runtime.Guard{runtime.GuardNever, runtime.GuardWatched, runtime.GuardAlways} {
 			b.Run(bi.name+"/guard="+g.String(), func(b *testing.B) {
 				m, err := shared.eng.Load(ctx, "builtin:"+bi.module+".wasm", wasm[bi.module+".wasm"], runtime.WithGuard(g))
 				if err != nil {

@@ -31,10 +31,16 @@
 //     that traps near the limit, or whose stderr reports running out of memory,
 //     fails with ReasonMemory.
 //   - Time: Config.CallTimeout per call (or the caller's deadline if earlier),
-//     enforced by a timer per instance. How an overrun is stopped depends on the
+//     enforced by one watchdog goroutine per engine that scans the deadlines
+//     of the calls in progress. How an overrun is stopped depends on the
 //     module's Guard (see WithGuard): guarded code checks for termination at
-//     function entries and loop heads and is stopped at the deadline; unguarded
-//     code cannot be stopped, only detected.
+//     loop heads and is stopped at the deadline; unguarded code cannot be
+//     stopped, only detected. GuardWatched runs unguarded code on a goroutine
+//     of the instance's own, so that its caller is answered at the deadline
+//     and the instance abandoned to its guest (Engine.Runaways); a guest that
+//     calls the host after that is stopped there. Compiled guest code cannot
+//     be preempted by Go: an abandoned guest keeps its core, and a garbage
+//     collection waits for it to return.
 //   - Output: Config.MaxOutputBytes per call; Config.MaxEventBytes per event
 //     (larger events are left out and counted in Result.Oversize).
 //   - Imports: only the "tally" host module and WASI preview 1 (no preopened
@@ -46,12 +52,15 @@
 //
 // Engine and Module are safe for concurrent use; Map holds no lock while the
 // guest runs. An instance serves one call at a time. Module.Close waits for
-// calls in flight. A jsonindex.Index passed to Map is only read, and only during
-// the call.
+// calls in flight (not for abandoned ones). A jsonindex.Index passed to Map is
+// only read, and only during the call: an abandoned guest's host calls take
+// the instance's host lock and find the call abandoned, and its caller takes
+// that lock once before it returns, so none reads the index afterwards.
 //
 // # Allocation
 //
 // A successful unguarded call allocates nothing but the copy of its events (one
-// buffer and the slice of events). Guarded calls add wazero's per-call watcher
+// buffer and the slice of events); GuardWatched adds none (the hand-over uses
+// the instance's two channels). Guarded calls add wazero's per-call watcher
 // (a goroutine and a channel per exported-function call).
 package runtime

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	goruntime "runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -35,7 +36,21 @@ type Engine struct {
 	insts   map[*instance]struct{} // live instances, scanned by the watchdog
 	stopDog chan struct{}
 	dogDone chan struct{}
+
+	runaways  atomic.Int64 // GuardWatched calls abandoned at their deadline, still running
+	abandoned atomic.Int64 // GuardWatched calls abandoned at their deadline, in all
 }
+
+// Abandoned returns how many calls of GuardWatched modules were abandoned at
+// their deadline so far: each overran it and was answered with a timeout
+// while its guest still ran.
+func (e *Engine) Abandoned() int64 { return e.abandoned.Load() }
+
+// Runaways returns how many calls of GuardWatched modules were abandoned at
+// their deadline and are still running in their guest: each keeps a core
+// until its guest returns or calls the host. Zero when all is well; a process
+// with a call that never ends has lost that core until it restarts.
+func (e *Engine) Runaways() int { return int(e.runaways.Load()) }
 
 // clock is a monotonic time in nanoseconds, the unit of instance deadlines.
 func (e *Engine) clock() int64 { return int64(time.Since(e.start)) }
@@ -295,7 +310,7 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, opts ...Mod
 	invalid := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s: %s", ErrInvalidModule, name, fmt.Sprintf(format, args...))
 	}
-	guarded := o.guard != GuardNever
+	guarded := o.guard != GuardNever && o.guard != GuardWatched
 	cm, err := e.runtime(guarded).CompileModule(compileCtx(ctx), wasm)
 	if err != nil {
 		return nil, invalid("compile: %v", err)
@@ -305,8 +320,8 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, opts ...Mod
 		return nil, invalid("%v", err)
 	}
 	m := newModule(e, name, o)
-	if o.guard == GuardUntrusted {
-		m.wasm = wasm
+	if o.guard == GuardUntrusted || o.guard == GuardWatched {
+		m.wasm = wasm // the other variant is compiled when needed
 	}
 	m.compiled[boolIdx(guarded)] = cm
 	inst, err := m.newInstance(ctx, guarded)

@@ -14,7 +14,7 @@ import (
 // memory, a negative count), each answered -1 without writing anything.
 func TestFieldsImport(t *testing.T) {
 	e := newEngine(t, runtime.Config{})
-	for _, g := range []runtime.Guard{runtime.GuardAlways, runtime.GuardNever} {
+	for _, g := range []runtime.Guard{runtime.GuardAlways, runtime.GuardNever, runtime.GuardWatched} {
 		m := load(t, e, "fields", runtime.WithGuard(g))
 		msg := `{"event_type":"compute.instance.exists","payload":{"a":1,"instance_id":"i-\"1\""}}`
 		res, err := m.Map(context.Background(), index(t, msg), src)

@@ -122,7 +122,7 @@ func benchModule(b *testing.B, wasm []byte, name string, in []byte, guard runtim
 	})
 }
 
-var guards = []runtime.Guard{runtime.GuardNever, runtime.GuardAlways}
+var guards = []runtime.Guard{runtime.GuardNever, runtime.GuardAlways, runtime.GuardWatched}
 
 // BenchmarkMap: the ABI round trip (WAT and Go no-op guests) and the nova
 // mapping, guarded and unguarded.

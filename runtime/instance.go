@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -64,6 +65,18 @@ type instance struct {
 	clk      vclock    // the guest's clocks (sandbox.go)
 	rnd      guestRand // the guest's random source (sandbox.go)
 
+	// A GuardWatched instance runs its guest calls on a goroutine of its own
+	// (run): calls carries a function to call with stack, results its error.
+	// state is per guest call: stRunning while the guest runs, then
+	// stReturned (set by run) or stAbandoned (set by the caller at the
+	// deadline), whichever comes first. hostMu is held by the host functions
+	// that read the caller's data (the input index, the random seed), so that
+	// an abandoned guest never reads what its caller has gone on to reuse.
+	calls   chan api.Function
+	results chan error
+	state   atomic.Int32
+	hostMu  sync.Mutex
+
 	in       *jsonindex.Index // input of the call in progress (tally.field)
 	cursor   jsonindex.Cursor // answers the lookups of the call in progress
 	out      jsonindex.Index  // output parser, reused
@@ -77,15 +90,14 @@ type instance struct {
 }
 
 func (m *Module) newInstance(ctx context.Context, guarded bool) (*instance, error) {
-	m.cmu.Lock()
-	cm := m.compiled[boolIdx(guarded)]
-	m.cmu.Unlock()
-	if cm == nil {
-		return nil, errors.New("no compiled code")
+	cm, err := m.compiledVariant(ctx, guarded)
+	if err != nil {
+		return nil, err
 	}
 	inst := &instance{m: m, guarded: guarded}
 	inst.cc.inst = inst
 	inst.cc.done = make(chan struct{})
+	inst.rnd.cc = &inst.cc
 	stdout := &lineWriter{log: m.glog, level: levelStdout, stream: "stdout"}
 	stderr := &lineWriter{log: m.glog, level: levelStderr, stream: "stderr", oom: &inst.oom}
 	inst.clk.now = virtualStart
@@ -120,9 +132,70 @@ func (m *Module) newInstance(ctx context.Context, guarded bool) (*instance, erro
 			return nil, fmt.Errorf("_initialize: %w", err)
 		}
 	}
+	if !guarded && m.opts.guard == GuardWatched {
+		inst.calls = make(chan api.Function)
+		inst.results = make(chan error, 1)
+		go inst.run()
+	}
 	m.e.track(inst)
 	return inst, nil
 }
+
+// The states of a watched guest call (instance.state).
+const (
+	stRunning int32 = iota
+	stReturned
+	stAbandoned
+)
+
+// errAbandoned is the error of a watched call abandoned at its deadline.
+var errAbandoned = errors.New("abandoned at its deadline; the guest may still be running")
+
+// run is the goroutine of a GuardWatched instance: it makes the guest calls
+// handed over by guestCall, until the instance is closed or abandoned.
+func (inst *instance) run() {
+	for fn := range inst.calls {
+		err := fn.CallWithStack(&inst.cc, inst.stack[:])
+		if !inst.state.CompareAndSwap(stRunning, stReturned) {
+			// Abandoned by its caller: the guest has returned at last (or was
+			// stopped at a host call); nobody waits for it.
+			inst.m.e.runaways.Add(-1)
+			inst.m.log.Warn().Err(err).Msg("an abandoned mapper call has ended; its core is free again")
+			_ = inst.mod.Close(context.Background())
+			return
+		}
+		inst.results <- err
+	}
+}
+
+// guestCall calls fn with inst.stack as its parameters and results: on the
+// caller's goroutine, or for a watched instance on the instance's own,
+// waiting until the guest returns or the watchdog finds the call past its
+// deadline. In the latter case the instance is abandoned (errAbandoned).
+func (inst *instance) guestCall(fn api.Function) error {
+	if inst.calls == nil {
+		return fn.CallWithStack(&inst.cc, inst.stack[:])
+	}
+	inst.state.Store(stRunning)
+	inst.calls <- fn
+	select {
+	case err := <-inst.results:
+		return err
+	case <-inst.cc.done:
+	}
+	if !inst.state.CompareAndSwap(stRunning, stAbandoned) {
+		return <-inst.results // it returned as the deadline fired
+	}
+	inst.m.e.runaways.Add(1)
+	inst.m.e.abandoned.Add(1)
+	// Wait for a host call in progress; any later one stops the guest.
+	inst.hostMu.Lock()
+	inst.hostMu.Unlock() //nolint:staticcheck // an empty critical section: a barrier
+	return errAbandoned
+}
+
+// isAbandoned reports whether the instance was left to a runaway guest call.
+func (inst *instance) isAbandoned() bool { return inst.state.Load() == stAbandoned }
 
 // expire is called by the watchdog with the deadline it saw; it marks the call
 // as overrun unless that call has ended in the meantime.
@@ -135,11 +208,20 @@ func (inst *instance) expire(d int64) {
 		close(inst.cc.done) // wazero's watcher stops the guest
 		return
 	}
+	if inst.calls != nil {
+		inst.cc.fired.Store(true)
+		close(inst.cc.done) // the caller stops waiting (guestCall)
+		inst.m.demote()
+		return
+	}
 	inst.m.untrust()
 }
 
 func (inst *instance) close() {
 	inst.m.e.untrack(inst)
+	if inst.calls != nil {
+		close(inst.calls) // ends run
+	}
 	if inst.mod != nil {
 		_ = inst.mod.Close(context.Background())
 	}
@@ -150,14 +232,14 @@ func (inst *instance) readManifest(ctx context.Context) (Manifest, error) {
 	inst.beginClock(int64(initTimeout), nil)
 	d := inst.m.e.clock() + int64(initTimeout)
 	inst.deadline.Store(d)
-	res, err := fn.Call(&inst.cc)
+	err := inst.guestCall(fn)
 	if !inst.deadline.CompareAndSwap(d, 0) && err == nil {
 		err = errors.New("deadline passed")
 	}
 	if err != nil {
 		return Manifest{}, fmt.Errorf("tally_manifest failed: %v", err)
 	}
-	ptr, n := uint32(res[0]>>32), uint32(res[0])
+	ptr, n := uint32(inst.stack[0]>>32), uint32(inst.stack[0])
 	b, ok := inst.mem.Read(ptr, n)
 	if !ok {
 		return Manifest{}, fmt.Errorf("tally_manifest answered bytes [%d,+%d) outside memory of %d bytes", ptr, n, inst.mem.Size())
@@ -197,6 +279,10 @@ func (inst *instance) call(in *jsonindex.Index, src Source, timeout time.Duratio
 	inst.deadline.Store(d)
 	ptr, len32, reason, err := inst.invoke(input)
 	fired := !inst.deadline.CompareAndSwap(d, 0)
+	if inst.isAbandoned() {
+		// Its guest may still run and read the call's state: leave it be.
+		return Result{}, ReasonTimeout, fmt.Errorf("call overran its deadline of %v: %w", timeout, err)
+	}
 	inst.lastDur = time.Duration(e.clock() - start)
 	inst.in = nil
 	inst.cursor.Reset(nil)
@@ -227,7 +313,7 @@ func (inst *instance) invoke(input []byte) (ptr, n uint32, reason Reason, err er
 	var inPtr uint32
 	if len(input) > 0 {
 		inst.stack[0] = uint64(len(input))
-		if err := inst.alloc.CallWithStack(&inst.cc, inst.stack[:]); err != nil {
+		if err := inst.guestCall(inst.alloc); err != nil {
 			return 0, 0, inst.classify(err), fmt.Errorf("tally_alloc: %w", err)
 		}
 		inPtr = uint32(inst.stack[0])
@@ -240,7 +326,7 @@ func (inst *instance) invoke(input []byte) (ptr, n uint32, reason Reason, err er
 	}
 	inst.stack[0] = uint64(inPtr)
 	inst.stack[1] = uint64(len(input))
-	if err := inst.mapf.CallWithStack(&inst.cc, inst.stack[:]); err != nil {
+	if err := inst.guestCall(inst.mapf); err != nil {
 		return 0, 0, inst.classify(err), fmt.Errorf("tally_map: %w", err)
 	}
 	r := inst.stack[0]
@@ -436,6 +522,30 @@ func (cc *callCtx) abortIfExpired() {
 	}
 }
 
+// hostEnter is called by a host function before it reads the state of the
+// call (the input index, the random seed), and hostExit after: a watched
+// instance's guest abandoned by its caller is stopped here instead, and its
+// caller waits (guestCall) for a host function in progress to finish before
+// it goes on to reuse that state.
+func (cc *callCtx) hostEnter() {
+	cc.abortIfExpired()
+	inst := cc.inst
+	if inst.calls == nil {
+		return
+	}
+	inst.hostMu.Lock()
+	if inst.state.Load() == stAbandoned {
+		inst.hostMu.Unlock()
+		panic(sys.NewExitError(sys.ExitCodeDeadlineExceeded))
+	}
+}
+
+func (cc *callCtx) hostExit() {
+	if cc.inst.calls != nil {
+		cc.inst.hostMu.Unlock()
+	}
+}
+
 func hostLog(ctx context.Context, mod api.Module, stack []uint64) {
 	cc, ok := ctx.(*callCtx)
 	if !ok {
@@ -456,7 +566,8 @@ func hostField(ctx context.Context, mod api.Module, stack []uint64) {
 	if !ok || cc.inst.in == nil {
 		return
 	}
-	cc.abortIfExpired()
+	cc.hostEnter()
+	defer cc.hostExit()
 	path, ok := mod.Memory().Read(ptr, n)
 	if !ok {
 		return
@@ -483,7 +594,8 @@ func hostFields(ctx context.Context, mod api.Module, stack []uint64) {
 	if !ok || count < 0 || count > maxFields {
 		return
 	}
-	cc.abortIfExpired()
+	cc.hostEnter()
+	defer cc.hostExit()
 	mem := mod.Memory()
 	table, ok1 := mem.Read(ptr, uint32(count)*8)
 	out, ok2 := mem.Read(outPtr, uint32(count)*8)

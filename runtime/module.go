@@ -57,6 +57,7 @@ type Module struct {
 	trusted   atomic.Bool  // GuardUntrusted: new instances run unguarded
 	compiling atomic.Bool
 	overruns  atomic.Int64 // unguarded calls that overran their deadline
+	demoted   atomic.Bool  // GuardWatched: a call overran; new instances run guarded
 }
 
 func newModule(e *Engine, name string, o moduleOptions) *Module {
@@ -97,6 +98,8 @@ func (m *Module) wantGuarded() bool {
 	switch m.opts.guard {
 	case GuardNever:
 		return false
+	case GuardWatched:
+		return m.demoted.Load()
 	case GuardUntrusted:
 		if !m.trusted.Load() {
 			return true
@@ -140,6 +143,12 @@ func (m *Module) Map(ctx context.Context, in *jsonindex.Index, src Source) (Resu
 		m.release(inst, true)
 		return res, nil
 	}
+	if inst.isAbandoned() {
+		m.releaseAbandoned(inst)
+		m.log.Error().Dur("deadline", timeout).Int("runaways", m.e.Runaways()).
+			Msg("a watched mapper call overran its deadline: answered as a timeout; its guest keeps a core until it returns or calls the host; the module now runs guarded")
+		return Result{}, &MapError{Reason: reason, Module: m.id, Err: err}
+	}
 	m.release(inst, reason == ReasonGuestError)
 	if reason != ReasonGuestError {
 		m.log.Warn().Str("reason", string(reason)).Err(err).Msg("mapper call failed; instance discarded")
@@ -163,17 +172,24 @@ func (m *Module) acquire(ctx context.Context) (*instance, error) {
 		<-m.sem
 		return nil, ErrClosed
 	}
+	want := m.wantGuarded()
 	m.mu.Lock()
-	if n := len(m.idle); n > 0 {
+	for n := len(m.idle); n > 0; n = len(m.idle) {
 		inst := m.idle[n-1]
 		m.idle[n-1] = nil
 		m.idle = m.idle[:n-1]
+		if inst.guarded == want {
+			m.mu.Unlock()
+			return inst, nil
+		}
+		m.count-- // the other kind: the module switched since it was made
 		m.mu.Unlock()
-		return inst, nil
+		inst.close()
+		m.mu.Lock()
 	}
 	m.count++
 	m.mu.Unlock()
-	inst, err := m.newInstance(context.WithoutCancel(ctx), m.wantGuarded())
+	inst, err := m.newInstance(context.WithoutCancel(ctx), want)
 	if err != nil {
 		m.mu.Lock()
 		m.count--
@@ -212,6 +228,45 @@ func (m *Module) release(inst *instance, keep bool) {
 		m.mu.Unlock()
 	}
 	<-m.sem
+}
+
+// compiledVariant returns the module's code with (guarded) or without
+// termination checks, compiling it on first use when the module keeps its
+// bytes for that (GuardWatched turning guarded after an overrun).
+func (m *Module) compiledVariant(ctx context.Context, guarded bool) (wazero.CompiledModule, error) {
+	m.cmu.Lock()
+	defer m.cmu.Unlock()
+	if cm := m.compiled[boolIdx(guarded)]; cm != nil {
+		return cm, nil
+	}
+	if m.wasm == nil || m.opts.guard != GuardWatched {
+		return nil, errors.New("no compiled code")
+	}
+	cm, err := m.e.runtime(guarded).CompileModule(compileCtx(ctx), m.wasm)
+	if err != nil {
+		return nil, fmt.Errorf("compile the guarded variant: %w", err)
+	}
+	m.compiled[boolIdx(guarded)] = cm
+	m.log.Info().Bool("guarded", guarded).Msg("compiled the module's other variant")
+	return cm, nil
+}
+
+// releaseAbandoned gives back the pool slot of an instance abandoned to its
+// runaway guest; the instance's own goroutine closes it when the guest returns.
+func (m *Module) releaseAbandoned(inst *instance) {
+	m.e.untrack(inst)
+	m.mu.Lock()
+	m.count--
+	m.mu.Unlock()
+	<-m.sem
+}
+
+// demote is called when a GuardWatched call overran its deadline: the module
+// runs guarded from then on (its guarded variant is compiled by the next new
+// instance).
+func (m *Module) demote() {
+	m.overruns.Add(1)
+	m.demoted.Store(true)
 }
 
 // earnTrust compiles the unguarded variant in the background; once it is ready
@@ -286,6 +341,11 @@ func (m *Module) Close(ctx context.Context) error {
 	})
 	return err
 }
+
+// Overruns returns how many of the module's unguarded calls overran their
+// deadline (GuardWatched, GuardUntrusted and GuardNever; a guarded call that
+// overruns is stopped and counted as a timeout only).
+func (m *Module) Overruns() int64 { return m.overruns.Load() }
 
 // Instances returns the number of live instances (idle and busy).
 func (m *Module) Instances() int {

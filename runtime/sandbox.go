@@ -75,13 +75,16 @@ func (inst *instance) beginClock(budget int64, input []byte) {
 // with the SHA-256 of the current call's input, made on the first read of the
 // call.
 type guestRand struct {
+	cc    *callCtx
 	input []byte
 	r     *rand.ChaCha8
 }
 
 func (g *guestRand) Read(p []byte) (int, error) {
 	if g.r == nil {
+		g.cc.hostEnter() // input is the caller's
 		g.r = rand.NewChaCha8(sha256.Sum256(g.input))
+		g.cc.hostExit()
 	}
 	return g.r.Read(p)
 }

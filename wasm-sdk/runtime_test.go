@@ -84,7 +84,7 @@ func benchRuntime(b *testing.B, guest string, parallel bool, opts ...runtime.Mod
 // outside the loop, as the pipeline does before routing.
 func BenchmarkRuntime(b *testing.B) {
 	for _, guest := range []string{"noop", "sample"} {
-		for _, g := range []runtime.Guard{runtime.GuardNever, runtime.GuardAlways} {
+		for _, g := range []runtime.Guard{runtime.GuardNever, runtime.GuardWatched, runtime.GuardAlways} {
 			b.Run(guest+"/"+g.String(), func(b *testing.B) { benchRuntime(b, guest, false, runtime.WithGuard(g)) })
 			b.Run(guest+"/"+g.String()+"/parallel", func(b *testing.B) { benchRuntime(b, guest, true, runtime.WithGuard(g)) })
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/redact"
+	"github.com/tally-billing/tally-openstack-collector/runtime"
 	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/plog"
 )
@@ -70,6 +71,9 @@ type Config struct {
 	MapperCallTimeout time.Duration
 	MapperPoolSize    int
 	MapperCacheDir    string
+	// MapperBuiltinGuard is how the built-in modules run: runtime.GuardWatched
+	// (the default) or runtime.GuardAlways.
+	MapperBuiltinGuard runtime.Guard
 
 	DebugPprof     bool
 	DebugPprofAddr string

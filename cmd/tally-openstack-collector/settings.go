@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/tally-billing/tally-openstack-collector/runtime"
 	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/broker"
 )
@@ -276,6 +277,15 @@ var settings = []setting{
 	{key: "mapper_pool_size", def: "0", modes: mapperModes, min: 0, max: 4096,
 		usage: "instances per module at most (0: one per CPU)",
 		field: func(c *Config) any { return &c.MapperPoolSize }},
+	{key: "mapper_builtin_guard", def: "watched", modes: mapperModes, oneOf: []string{"watched", "always"},
+		usage: "how built-in modules run: watched (no termination checks; an overrun is answered at its deadline and the module then runs guarded) or always (termination checks, as drop-in modules; two to four times the CPU)",
+		parse: func(c *Config, raw string) error {
+			c.MapperBuiltinGuard = runtime.GuardWatched
+			if raw == "always" {
+				c.MapperBuiltinGuard = runtime.GuardAlways
+			}
+			return nil
+		}},
 	{key: "mapper_cache_dir", modes: mapperModes,
 		usage: "on-disk compilation cache of mapper modules (empty: none)",
 		field: func(c *Config) any { return &c.MapperCacheDir }},

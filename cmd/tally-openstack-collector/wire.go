@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	imetrics "github.com/tally-billing/tally-openstack-collector/internal/metrics"
 	"github.com/tally-billing/tally-openstack-collector/internal/tokenfile"
 	"github.com/tally-billing/tally-openstack-collector/mappers"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
@@ -83,12 +84,24 @@ func openOutbox(cfg *Config, log zerolog.Logger, reg prometheus.Registerer) (out
 	})
 }
 
-// builtinModuleOptions are the options of the built-in modules: the
-// runtime's default, code with termination checks, as for drop-in modules. A
-// built-in module that starts looping is stopped at its call's deadline like
-// any other (docs/abi.md, "Runaway guests"); the price is measured in
-// docs/performance.md.
-var builtinModuleOptions = []runtime.ModuleOption{runtime.WithGuard(runtime.GuardAlways)}
+// builtinModuleOptions are the options of the built-in modules. By default
+// (MAPPER_BUILTIN_GUARD=watched) their code runs without termination checks,
+// watched (runtime.GuardWatched): it is the project's own, tested with its
+// fixtures like the host code, and termination checks would cost their Go
+// guests two to four times the mapping (docs/performance.md). A built-in call
+// that overruns its deadline is still answered at the deadline as a timeout
+// (the notification becomes a dead letter), the module runs guarded from then
+// on, and tally_collector_mapper_runaway_calls counts the abandoned calls still running
+// (docs/abi.md, "Runaway guests", says what one that never ends costs).
+// MAPPER_BUILTIN_GUARD=always runs them guarded like drop-in modules, which
+// always are.
+func builtinModuleOptions(cfg *Config) []runtime.ModuleOption {
+	g := cfg.MapperBuiltinGuard
+	if g != runtime.GuardAlways {
+		g = runtime.GuardWatched
+	}
+	return []runtime.ModuleOption{runtime.WithGuard(g)}
+}
 
 // loadMappers starts the engine and the catalogue: the built-in modules
 // shipped in the binary, then the drop-in directory, where a module wins over
@@ -109,6 +122,20 @@ func loadMappers(ctx context.Context, cfg *Config, base zerolog.Logger, reg prom
 		return nil, fmt.Errorf("start the mapper engine: %w", err)
 	}
 	ms := &mapperSet{engine: eng, chains: map[string]pipeline.Mapper{}}
+	if reg != nil {
+		runaways := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tally_collector_mapper_runaway_calls",
+			Help: "Mapper calls abandoned at their deadline whose guest still runs (built-in modules run without termination checks); each keeps a core until the process restarts.",
+		}, func() float64 { return float64(eng.Runaways()) })
+		abandoned := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tally_collector_mapper_abandoned_calls_total",
+			Help: "Mapper calls of built-in modules answered with a timeout at their deadline while their guest still ran; the module runs guarded afterwards.",
+		}, func() float64 { return float64(eng.Abandoned()) })
+		if err := imetrics.Register(reg, runaways, abandoned); err != nil {
+			_ = ms.Close(ctx)
+			return nil, err
+		}
+	}
 	builtin, err := mappers.Builtin()
 	if err != nil {
 		_ = ms.Close(ctx)
@@ -127,7 +154,7 @@ func loadMappers(ctx context.Context, cfg *Config, base zerolog.Logger, reg prom
 		State:          state,
 		Replica:        replica,
 		OnDecision:     onDecision,
-		BuiltinOptions: builtinModuleOptions,
+		BuiltinOptions: builtinModuleOptions(cfg),
 		Logger:         component(base, "catalog"),
 		Registerer:     reg,
 	})
