@@ -95,8 +95,13 @@ bench: test-wasm
 	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v '/cmd/tally-openstack-collector$$')
 	$(MAKE) bench-e2e
 
+# The end-to-end drain: a bare amqp091-go consumer against the collector, both
+# at PREFETCH=100, on a classic queue of the machine's RabbitMQ and on a quorum
+# queue of the RabbitMQ 4 test cluster (.ci/rabbitmq4-cluster); a table of
+# rate, CPU and memory for each. TALLY_BENCH_QUEUES=classic|quorum picks one,
+# TALLY_BENCH_RUNS=3 gives medians and ranges, TALLY_BENCH_N the notifications.
 bench-e2e: test-wasm
-	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkEndToEnd$$' -benchtime 1x -timeout 20m ./cmd/tally-openstack-collector
+	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkEndToEnd$$' -benchtime 1x -timeout 40m ./cmd/tally-openstack-collector
 
 clean:
 	rm -rf bin .cache mappers/dist/*.wasm

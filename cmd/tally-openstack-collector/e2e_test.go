@@ -48,10 +48,16 @@ func setupE2E(t *testing.T, extraEnv ...string) *e2e {
 // waitDelivered waits until the API holds n distinct events.
 func (e *e2e) waitDelivered(t testing.TB, n int, limit time.Duration) {
 	t.Helper()
+	waitAccepted(t, e.api, n, limit)
+}
+
+// waitAccepted waits until the API a holds n distinct events.
+func waitAccepted(t testing.TB, a *api, n int, limit time.Duration) {
+	t.Helper()
 	var last apiStats
 	deadline := time.Now().Add(limit)
 	for {
-		last = e.api.stats(t)
+		last = a.stats(t)
 		if last.Accepted >= int64(n) {
 			return
 		}
@@ -207,7 +213,7 @@ func TestEndToEndChaos(t *testing.T) {
 		pace := publishFor / time.Duration(n/slice)
 		for from := 0; from < n; from += slice {
 			t0 := time.Now()
-			if pubErr = publishRawRetry(e.v, e.corpus, e.prefix, from, min(from+slice, n)); pubErr != nil {
+			if pubErr = publishRawRetry(e.v.URL(), e.corpus, e.prefix, from, min(from+slice, n)); pubErr != nil {
 				return
 			}
 			time.Sleep(pace - time.Since(t0))
@@ -272,7 +278,7 @@ func TestEndToEndGracefulStop(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		for from := 0; from < n; from += 200 {
-			if err := publishRawRetry(e.v, e.corpus, e.prefix, from, min(from+200, n)); err != nil {
+			if err := publishRawRetry(e.v.URL(), e.corpus, e.prefix, from, min(from+200, n)); err != nil {
 				done <- err
 				return
 			}

@@ -41,7 +41,13 @@ const brokerAddr = testkit.BrokerAddr
 // broker lock shared, so no test restarts the broker under it.
 type vhost = testkit.Vhost
 
-func TestMain(m *testing.M) { os.Exit(testkit.Main(m)) }
+func TestMain(m *testing.M) {
+	if os.Getenv(bareConsumerEnv) != "" {
+		// This binary started again as BenchmarkEndToEnd's bare consumer.
+		os.Exit(bareConsumerMain())
+	}
+	os.Exit(testkit.Main(m))
+}
 
 // binaries are built once per test binary.
 var (
@@ -159,19 +165,20 @@ const osloTimestampLayout = "2006-01-02 15:04:05.000000"
 // closed the publisher's connection) is a duplicate the API recognises.
 func publishRaw(tb testing.TB, v *vhost, c *corpus, prefix string, from, to int) {
 	tb.Helper()
-	if err := publishRawRetry(v, c, prefix, from, to); err != nil {
+	if err := publishRawRetry(v.URL(), c, prefix, from, to); err != nil {
 		tb.Fatal(err)
 	}
 }
 
-// publishRawRetry publishes [from, to), starting over on a lost connection
+// publishRawRetry publishes [from, to) to the AMQP URL url (a virtual host's
+// exchanges), starting over on a lost connection
 // (closed connections, a broker restarted by another package's test) for up
 // to two minutes. It does not use the testing.TB, so it may run off the test
 // goroutine.
-func publishRawRetry(v *vhost, c *corpus, prefix string, from, to int) error {
+func publishRawRetry(url string, c *corpus, prefix string, from, to int) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		err := publishRawErr(v, c, prefix, from, to)
+		err := publishRawErr(url, c, prefix, from, to)
 		if err == nil || time.Now().After(deadline) {
 			return err
 		}
@@ -181,8 +188,8 @@ func publishRawRetry(v *vhost, c *corpus, prefix string, from, to int) error {
 
 var publishEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func publishRawErr(v *vhost, c *corpus, prefix string, from, to int) error {
-	conn, err := amqp.DialConfig(v.URL(), amqp.Config{Properties: amqp.Table{"connection_name": "tally-e2e-publisher"}})
+func publishRawErr(url string, c *corpus, prefix string, from, to int) error {
+	conn, err := amqp.DialConfig(url, amqp.Config{Properties: amqp.Table{"connection_name": "tally-e2e-publisher"}})
 	if err != nil {
 		return fmt.Errorf("dial: %w", err)
 	}

@@ -13,7 +13,7 @@ import (
 )
 
 // status is GET /mappers of a running collector.
-func (c *collector) status(t *testing.T) catalog.Status {
+func (c *collector) status(t testing.TB) catalog.Status {
 	t.Helper()
 	code, body, err := c.get("/mappers")
 	if err != nil || code != 200 {

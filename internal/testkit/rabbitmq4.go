@@ -74,6 +74,18 @@ func rabbitMQ4Up(script string) ([]string, error) {
 	return urls, nil
 }
 
+// RabbitMQ4Root answers the root file system the cluster's nodes run
+// chrooted into (`.ci/rabbitmq4-cluster root`): a process whose
+// /proc/PID/root is this directory is one the script started in it.
+func RabbitMQ4Root(tb testing.TB) string {
+	tb.Helper()
+	out, err := runRabbitMQ4(RepoPath(tb, RabbitMQ4Script), rabbitMQ4CtlTimeout, "root")
+	if err != nil {
+		tb.Fatalf("RabbitMQ 4 cluster root: %v", err)
+	}
+	return strings.TrimSpace(out)
+}
+
 // RabbitMQ4Ctl runs rabbitmqctl against node (1, 2 or 3) with args and
 // returns its standard output. A non-zero exit fails the test.
 func RabbitMQ4Ctl(t testing.TB, node int, args ...string) string {
