@@ -43,9 +43,9 @@ import (
 // polled every 100 ms). Over that window: the rate; the process's CPU
 // (user+system from /proc/PID/stat, % of one core) and that CPU divided by
 // the notifications; the whole machine's busy time from /proc/stat (% of
-// NumCPU×100); the broker's CPU (its beam.smp processes: the one whose root is
-// "/" for the classic queue, the sum of the three nodes' whose root is the
-// cluster's root for the quorum queue). The bare consumer runs as a separate
+// NumCPU×100); the broker's CPU (its nodes' Erlang VMs, see beamPIDs: the
+// one whose root is "/" for the classic queue, the sum of the three nodes'
+// whose root is the cluster's root for the quorum queue). The bare consumer runs as a separate
 // small process (this test binary, started again with
 // TALLY_BENCH_BARE_CONSUMER set, which only consumes), so that its CPU is
 // read from /proc exactly as the collector's is, and the benchmark's own
@@ -138,7 +138,7 @@ func classicBenchQueue(b *testing.B) *benchQueue {
 	q.brokers = func() []int {
 		pids := beamPIDs("/")
 		if len(pids) != 1 {
-			b.Fatalf("%d beam.smp processes with root /, want the machine's RabbitMQ alone", len(pids))
+			b.Fatalf("%d RabbitMQ nodes with root /, want the machine's alone", len(pids))
 		}
 		return pids
 	}
@@ -165,7 +165,7 @@ func quorumBenchQueue(b *testing.B) *benchQueue {
 	q.brokers = func() []int {
 		pids := beamPIDs(root)
 		if len(pids) != 3 {
-			b.Fatalf("%d beam.smp processes under %s, want the three nodes'", len(pids), root)
+			b.Fatalf("%d RabbitMQ nodes with root %s, want the cluster's three", len(pids), root)
 		}
 		return pids
 	}
@@ -663,9 +663,11 @@ func readCPU(pid int) (float64, error) {
 	return (utime + stime) / 100, nil // USER_HZ is 100 on Linux
 }
 
-// beamPIDs lists the Erlang VMs (command name beam.smp) whose root directory
-// is root: "/" for the machine's RabbitMQ, the cluster's root for the nodes
-// of .ci/rabbitmq4-cluster, which run chrooted into it.
+// beamPIDs lists the RabbitMQ nodes, Erlang VMs (command name beam.smp)
+// started with "-s rabbit boot", whose root directory is root: "/" for the
+// machine's RabbitMQ, the cluster's root for the nodes of
+// .ci/rabbitmq4-cluster, which run chrooted into it. The VMs of rabbitmqctl
+// runs, which come and go, are left out.
 func beamPIDs(root string) []int {
 	entries, _ := os.ReadDir("/proc")
 	var pids []int
@@ -676,6 +678,10 @@ func beamPIDs(root string) []int {
 		}
 		comm, err := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
 		if err != nil || strings.TrimSpace(string(comm)) != "beam.smp" {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !bytes.Contains(cmdline, []byte("\x00-s\x00rabbit\x00boot\x00")) {
 			continue
 		}
 		if r, err := os.Readlink(filepath.Join("/proc", e.Name(), "root")); err == nil && r == root {
