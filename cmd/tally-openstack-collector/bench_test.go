@@ -551,7 +551,7 @@ func (q *benchQueue) print(b *testing.B, n int, rs []benchRun, idleRSS float64, 
 	fmt.Fprintf(&w, "collector CPU per notification up to the last event at the Reporting API: %s µs; all there %s s after the drain began\n",
 		spread(col(func(r benchRun) float64 { return r.cpuWithSendUs }), 1),
 		spread(col(func(r benchRun) float64 { return r.apiSecs }), 1))
-	fmt.Fprintf(&w, "collector resident memory: idle (%d built-in modules, empty outbox) %.1f MiB, peak %s MiB\n",
+	fmt.Fprintf(&w, "collector resident memory: idle (%d built-in modules, empty outbox) %.1f MiB; peak of the draining process %s MiB\n",
 		modules, idleRSS/1024, spread(col(func(r benchRun) float64 { return r.peakRSSKiB / 1024 }), 1))
 	for i, r := range rs {
 		fmt.Fprintf(&w, "run %d: load average %s before, %s after\n", i+1, r.loadBefore, r.load)
