@@ -7,7 +7,25 @@
 // restart does not recompile), checks its imports and exports against the ABI,
 // starts a first instance, calls its _initialize if it has one, and reads its
 // manifest. Anything wrong is an error that names the module and the reason and
-// wraps ErrInvalidModule.
+// wraps ErrInvalidModule. Compilations are serialised per engine (each uses
+// every core already; concurrent compilations of one module's bytes were seen
+// to panic inside wazero 1.12).
+//
+// Engine.Inspect answers a module's manifest without keeping the module: with
+// Config.CacheDir it reads <CacheDir>/tally-manifests-v1/<sha256>.json, the
+// manifest stored beside wazero's compilation cache under the SHA-256 of the
+// module's bytes, and compiles nothing; otherwise it loads the module, reads
+// the manifest, closes the module and stores the manifest there. A stored
+// manifest passes the same checks as the guest's answer or is ignored. The
+// catalogue uses it to route to built-in modules that are compiled only when
+// their first notification arrives.
+//
+// What closing frees: Module.Close closes the instances (their linear memory
+// is then garbage) and the wazero.CompiledModule. CompiledModule.Close drops
+// the engine's reference to the compiled code; the executable memory is
+// unmapped by a finalizer once nothing refers to it, so after the next
+// garbage collection. The on-disk cache is kept: the next Load of the same
+// bytes reads the machine code from it instead of compiling.
 //
 // A Module keeps a pool of instances, grown on demand up to Config.PoolSize.
 // Module.Map takes an idle instance (or starts one, or waits for one), writes the
@@ -47,6 +65,9 @@
 //     directories, no environment, no arguments; virtual clocks, sleeps and a
 //     random source seeded from the input (sandbox.go); stdout and stderr
 //     to the log, rate-limited).
+//
+// A caller that loads a module on its first call reports a load that failed
+// as a MapError of ReasonLoad (no guest code ran).
 //
 // # Concurrency
 //

@@ -31,6 +31,12 @@ type Engine struct {
 	closed  bool
 	modules map[*Module]struct{}
 
+	// compileMu serialises compilations. Concurrent loads of one module's
+	// bytes were seen to panic inside wazero 1.12 (NewFunction, index out
+	// of range); built-in modules loaded on first use can meet a reload
+	// loading the same bytes. Each compilation uses every core already.
+	compileMu sync.Mutex
+
 	start   time.Time // origin of clock
 	imu     sync.Mutex
 	insts   map[*instance]struct{} // live instances, scanned by the watchdog
@@ -311,7 +317,7 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, opts ...Mod
 		return fmt.Errorf("%w: %s: %s", ErrInvalidModule, name, fmt.Sprintf(format, args...))
 	}
 	guarded := o.guard != GuardNever && o.guard != GuardWatched
-	cm, err := e.runtime(guarded).CompileModule(compileCtx(ctx), wasm)
+	cm, err := e.compile(ctx, guarded, wasm)
 	if err != nil {
 		return nil, invalid("compile: %v", err)
 	}
@@ -349,6 +355,14 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, opts ...Mod
 	e.mu.Unlock()
 	m.log.Debug().Str("guard", o.guard.String()).Msg("mapper loaded")
 	return m, nil
+}
+
+// compile compiles wasm (or takes it from the compilation cache), one
+// compilation at a time.
+func (e *Engine) compile(ctx context.Context, guarded bool, wasm []byte) (wazero.CompiledModule, error) {
+	e.compileMu.Lock()
+	defer e.compileMu.Unlock()
+	return e.runtime(guarded).CompileModule(compileCtx(ctx), wasm)
 }
 
 func (e *Engine) forget(m *Module) {

@@ -25,6 +25,10 @@ const (
 	ReasonInvalidOutput Reason = "invalid_output" // output too large, not JSON, or missing required fields
 	ReasonABI           Reason = "abi"            // a pointer or length outside guest memory
 	ReasonGuestError    Reason = "guest_error"    // the guest answered {"error": ...}
+	// ReasonLoad: the module could not be compiled or started when its
+	// first call needed it (a built-in module of the catalogue, loaded on
+	// first use); no guest code ran.
+	ReasonLoad Reason = "load"
 )
 
 // MapError is the error of a failed Module.Map. After any reason but

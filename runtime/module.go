@@ -242,7 +242,7 @@ func (m *Module) compiledVariant(ctx context.Context, guarded bool) (wazero.Comp
 	if m.wasm == nil || m.opts.guard != GuardWatched {
 		return nil, errors.New("no compiled code")
 	}
-	cm, err := m.e.runtime(guarded).CompileModule(compileCtx(ctx), m.wasm)
+	cm, err := m.e.compile(ctx, guarded, m.wasm)
 	if err != nil {
 		return nil, fmt.Errorf("compile the guarded variant: %w", err)
 	}
@@ -283,7 +283,7 @@ func (m *Module) earnTrust() {
 		if ready {
 			return
 		}
-		cm, err := m.e.free.CompileModule(compileCtx(context.Background()), m.wasmBytes())
+		cm, err := m.e.compile(context.Background(), false, m.wasmBytes())
 		if err != nil {
 			m.log.Error().Err(err).Msg("compile unguarded variant; staying guarded")
 			m.trusted.Store(false)

@@ -33,14 +33,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tally_collector_mapper_failures_total",
-			Help: "Mapper calls that failed, by reason (trap, timeout, memory, invalid_output, abi, guest_error).",
+			Help: "Mapper calls that failed, by reason (trap, timeout, memory, invalid_output, abi, guest_error, load).",
 		}, []string{"reason"}),
 	}
 	// Pre-create the bounded label values so dashboards see zeros.
 	for _, r := range []string{ReasonUnclaimed, ReasonEventTooLarge, ReasonNoEventType, ReasonVersioned} {
 		m.skipped.WithLabelValues(r)
 	}
-	for _, r := range []string{"trap", "timeout", "memory", "invalid_output", "abi", "guest_error"} {
+	for _, r := range []string{"trap", "timeout", "memory", "invalid_output", "abi", "guest_error", "load"} {
 		m.failures.WithLabelValues(r)
 	}
 	if err := imetrics.Register(reg, m.mapped, m.skipped, m.unparseable, m.failures); err != nil {
