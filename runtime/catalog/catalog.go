@@ -2,11 +2,10 @@ package catalog
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
@@ -66,7 +65,8 @@ type Options struct {
 	// Engine loads the modules. Required.
 	Engine *runtime.Engine
 	// Builtin are the built-in modules by file name (mappers.Builtin()); each
-	// is loaded as "builtin:<file>". May be empty.
+	// is known as "builtin:<file>" by its manifest, and loaded under that
+	// name when the first call routed to it arrives. May be empty.
 	Builtin map[string][]byte
 	// Dir is the drop-in directory (MAPPERS_DIR); "" for built-ins only.
 	Dir string
@@ -135,6 +135,8 @@ type Catalog struct {
 	log     zerolog.Logger
 	metrics *metrics
 	load    func(ctx context.Context, name string, wasm []byte, o origin) (module, error)
+	// inspect reads a built-in module's manifest without keeping it loaded.
+	inspect func(ctx context.Context, name string, wasm []byte) (runtime.Inspection, error)
 
 	snap atomic.Pointer[snapshot]
 
@@ -164,8 +166,9 @@ type Catalog struct {
 
 var _ pipeline.Router = (*Catalog)(nil)
 
-// New loads the built-in modules and the drop-in directory and returns the
-// catalogue. With Options.State it restores the decisions of the last run;
+// New reads the manifests of the built-in modules (compiling none of them
+// when the manifests are stored beside the compilation cache), loads the
+// drop-in directory and returns the catalogue. With Options.State it restores the decisions of the last run;
 // without, or on a first start, every valid module found is active at once:
 // the directory as it stands is the configuration (see the package
 // documentation, "Restarts"). A drop-in that fails is logged and shown in
@@ -176,6 +179,9 @@ func New(ctx context.Context, opts Options) (*Catalog, error) {
 		return nil, errors.New("catalog: options: Engine is required")
 	}
 	c := newCatalog(opts)
+	c.inspect = func(ctx context.Context, name string, wasm []byte) (runtime.Inspection, error) {
+		return opts.Engine.Inspect(ctx, name, wasm, opts.BuiltinOptions...)
+	}
 	c.load = func(ctx context.Context, name string, wasm []byte, o origin) (module, error) {
 		mo := opts.DropInOptions
 		if o == originBuiltin {
@@ -219,22 +225,34 @@ func (c *Catalog) start(ctx context.Context) error {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	compiled := 0
 	for _, n := range names {
 		wasm := c.opts.Builtin[n]
-		mod, err := c.load(ctx, "builtin:"+n, wasm, originBuiltin)
+		file := "builtin:" + n
+		in, err := c.inspect(ctx, file, wasm)
 		if err != nil {
 			c.closeAll(ctx)
 			return fmt.Errorf("catalog: built-in %s: %w", n, err)
 		}
-		sum := sha256.Sum256(wasm)
-		ld := &loaded{mod: mod, origin: originBuiltin, file: "builtin:" + n, base: n, sha: hex.EncodeToString(sum[:]), at: time.Now().UTC()}
-		name := mod.Manifest().Name
+		if !in.Stored {
+			compiled++
+		}
+		mod := newLazyModule(file, in.Manifest, func(ctx context.Context) (module, error) {
+			return c.load(ctx, file, wasm, originBuiltin)
+		}, func(err error, took time.Duration) { c.builtinLoaded(file, in.Manifest, err, took) })
+		ld := &loaded{mod: mod, origin: originBuiltin, file: file, base: n, sha: in.SHA256, at: time.Now().UTC()}
+		name := in.Manifest.Name
 		if prev, ok := c.slots[name]; ok {
-			_ = mod.Close(ctx)
 			c.closeAll(ctx)
 			return fmt.Errorf("catalog: built-ins %s and %s are both named %q", prev.builtin.file, ld.file, name)
 		}
 		c.slots[name] = &slot{name: name, builtin: ld, active: ld}
+	}
+	if compiled > 0 {
+		// The modules compiled only to read their manifests are closed;
+		// hand their memory back now rather than as the runtime's scavenger
+		// gets to it, so a first start settles where a later one does.
+		debug.FreeOSMemory()
 	}
 	c.loadState()
 	c.mu.Lock()

@@ -21,8 +21,12 @@
 //
 // # Sources
 //
-// Built-in modules (Options.Builtin) are loaded by New and stay loaded for
-// the life of the catalogue: they are the fallback of their name. Drop-in
+// Built-in modules (Options.Builtin) are known to New by their manifests
+// only (runtime.Engine.Inspect: from the manifest stored beside the
+// compilation cache, or read by compiling the module once and closing it);
+// they stay in the catalogue for its life, as the fallback of their name. A
+// built-in module is compiled and given its first instance when the first
+// call routed to it arrives (see "Built-in modules on first use"). Drop-in
 // modules are the *.wasm files of Options.Dir (symlinks followed, dot-files
 // such as a ConfigMap's ..data skipped). A drop-in nova.wasm may ship fixture
 // pairs in nova.fixtures/ beside it (*.in.json and *.out.json, see package
@@ -142,6 +146,24 @@
 // scan); Reload does one scan on demand. Named gives a Mapper that stands for
 // a module name and so follows reloads, for chains resolved once (plog).
 //
+// # Built-in modules on first use
+//
+// Ten Go modules cost about 20 MiB each once compiled and started, whether or
+// not the cloud runs their service; so a built-in module is loaded by the
+// first call that needs it (lazy.go). Routing, Status and the migration rules
+// need only the manifest. On the hot path, once loaded, Map is one atomic
+// load before the module's own Map: no lock is taken. Concurrent first calls
+// load it once: the first does the work, the others wait for it or for
+// their ctx. A load that fails answers that call, and every call in the next
+// 30 seconds, with a *runtime.MapError of runtime.ReasonLoad, which the
+// pipeline reports as Failed (the broker dead-letters the notification, to be
+// replayed); it is counted and logged, and the load is tried again after
+// that. ModuleInfo.Compiled and tally_collector_mapper_builtins_compiled show
+// which built-in modules are in memory. When New had to compile modules to
+// read their manifests (nothing stored yet), it hands their memory back to
+// the system at once (debug.FreeOSMemory), so a first start settles where a
+// later one does.
+//
 // # Metrics
 //
 //	tally_collector_mapper_reloads_total{result}   reloads that changed something or failed (ok, error)
@@ -150,6 +172,8 @@
 //	tally_collector_mapper_migrations              migrations in progress
 //	tally_collector_mapper_decisions_received_total{action,result}   decisions of other replicas: applied, deferred, ignored
 //	tally_collector_mapper_decisions_deferred      decisions waiting for their candidate
+//	tally_collector_mapper_builtins_compiled       built-in modules compiled and in memory
+//	tally_collector_mapper_builtin_compiles_total{result}   loads of built-in modules on first use: ok, error
 //
 // # Dead letters
 //

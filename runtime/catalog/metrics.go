@@ -13,6 +13,9 @@ type metrics struct {
 	lastOK     prometheus.Gauge
 	decisions  *prometheus.CounterVec
 	deferred   prometheus.Gauge
+	// Built-in modules loaded on first use (lazy.go).
+	builtinsCompiled prometheus.Gauge
+	builtinCompiles  *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -41,12 +44,22 @@ func newMetrics() *metrics {
 			Name: "tally_collector_mapper_decisions_deferred",
 			Help: "Decisions of other replicas kept until their candidate reaches this one.",
 		}),
+		builtinsCompiled: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tally_collector_mapper_builtins_compiled",
+			Help: "Built-in mapper modules compiled and in memory; the others are compiled when the first notification they claim arrives.",
+		}),
+		builtinCompiles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tally_collector_mapper_builtin_compiles_total",
+			Help: "Built-in mapper modules compiled on first use, by result (ok, error); after an error the module's notifications are dead-lettered with reason load, and compiling is tried again 30s later.",
+		}, []string{"result"}),
 	}
 	for _, a := range []string{DecisionPromote, DecisionAbort} {
 		for _, r := range []string{DecisionApplied, DecisionDeferred, DecisionIgnored} {
 			m.decisions.WithLabelValues(a, r)
 		}
 	}
+	m.builtinCompiles.WithLabelValues("ok")
+	m.builtinCompiles.WithLabelValues("error")
 	m.reloads.WithLabelValues("ok")
 	m.reloads.WithLabelValues("error")
 	m.lastOK.Set(1)
@@ -55,5 +68,6 @@ func newMetrics() *metrics {
 
 // register registers the metrics on reg (nil: nowhere), all or none.
 func (m *metrics) register(reg prometheus.Registerer) error {
-	return imetrics.Register(reg, m.reloads, m.shadow, m.migrations, m.lastOK, m.decisions, m.deferred)
+	return imetrics.Register(reg, m.reloads, m.shadow, m.migrations, m.lastOK, m.decisions, m.deferred,
+		m.builtinsCompiled, m.builtinCompiles)
 }

@@ -57,7 +57,17 @@ func (l *loaded) info() ModuleInfo {
 		SHA256:     l.sha,
 		EventTypes: append([]string(nil), mf.EventTypes...),
 		LoadedAt:   l.at,
+		Compiled:   compiled(l.mod),
 	}
+}
+
+// compiled reports whether m's code is compiled and in memory: a drop-in
+// always, a built-in once its first call loaded it.
+func compiled(m module) bool {
+	if lm, ok := m.(*lazyModule); ok {
+		return lm.compiled()
+	}
+	return true
 }
 
 // States of a module name.
@@ -75,6 +85,10 @@ type ModuleInfo struct {
 	SHA256     string    `json:"sha256"`
 	EventTypes []string  `json:"event_types"`
 	LoadedAt   time.Time `json:"loaded_at"`
+	// Compiled is true when the module's code is compiled and in memory. A
+	// built-in module is compiled when the first notification it claims
+	// arrives; until then the catalogue knows only its manifest.
+	Compiled bool `json:"compiled"`
 }
 
 // TypeCounters are the shadow comparisons of one event type.
