@@ -62,7 +62,7 @@ func BenchmarkProcess(b *testing.B) {
 }
 
 // BenchmarkBuiltinFirstUse is the latency of the first notification a
-// built-in module claims: the catalogue starts with every built-in module
+// built-in module claims (guarded): the catalogue starts with every built-in module
 // known by its stored manifest (warm compilation cache), and the first nova
 // notification loads nova (its code from the cache, a first instance) and
 // maps. "start" is the catalogue's start with every built-in module, warm.
