@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -58,9 +59,14 @@ func compileBuiltin(cacheDir string) (map[string]*runtime.Module, error) {
 		return nil, err
 	}
 	ctx := context.Background()
+	// TALLY_BENCH_CALL_TIMEOUT lengthens the deadline of a call, for
+	// counting instructions under valgrind, which runs the code some fifty
+	// times slower (docs/performance.md, "Method").
+	timeout, _ := time.ParseDuration(os.Getenv("TALLY_BENCH_CALL_TIMEOUT"))
 	eng, err := runtime.NewEngine(ctx, runtime.Config{
-		CacheDir: cacheDir,
-		Logger:   zerolog.Nop(),
+		CacheDir:    cacheDir,
+		CallTimeout: timeout,
+		Logger:      zerolog.Nop(),
 	})
 	if err != nil {
 		return nil, err

@@ -76,6 +76,11 @@ type instance struct {
 	results chan error
 	state   atomic.Int32
 	hostMu  sync.Mutex
+	job     struct { // the tally_map call handed over (guestCall(nil))
+		input  []byte
+		ptr, n uint32
+		reason Reason
+	}
 
 	in       *jsonindex.Index // input of the call in progress (tally.field)
 	cursor   jsonindex.Cursor // answers the lookups of the call in progress
@@ -155,7 +160,12 @@ var errAbandoned = errors.New("abandoned at its deadline; the guest may still be
 // handed over by guestCall, until the instance is closed or abandoned.
 func (inst *instance) run() {
 	for fn := range inst.calls {
-		err := fn.CallWithStack(&inst.cc, inst.stack[:])
+		var err error
+		if fn == nil {
+			inst.job.ptr, inst.job.n, inst.job.reason, err = inst.invokeHere(inst.job.input)
+		} else {
+			err = fn.CallWithStack(&inst.cc, inst.stack[:])
+		}
 		if !inst.state.CompareAndSwap(stRunning, stReturned) {
 			// Abandoned by its caller: the guest has returned at last (or was
 			// stopped at a host call); nobody waits for it.
@@ -168,12 +178,20 @@ func (inst *instance) run() {
 	}
 }
 
-// guestCall calls fn with inst.stack as its parameters and results: on the
+// guestCall calls fn with inst.stack as its parameters and results, or, with
+// fn nil, makes the whole tally_map call of inst.job (invokeHere): on the
 // caller's goroutine, or for a watched instance on the instance's own,
 // waiting until the guest returns or the watchdog finds the call past its
 // deadline. In the latter case the instance is abandoned (errAbandoned).
+// One hand-over per call: the two goroutine switches cost more than the
+// tally_alloc call they would be spent on.
 func (inst *instance) guestCall(fn api.Function) error {
 	if inst.calls == nil {
+		if fn == nil {
+			var err error
+			inst.job.ptr, inst.job.n, inst.job.reason, err = inst.invokeHere(inst.job.input)
+			return err
+		}
 		return fn.CallWithStack(&inst.cc, inst.stack[:])
 	}
 	inst.state.Store(stRunning)
@@ -190,7 +208,8 @@ func (inst *instance) guestCall(fn api.Function) error {
 	inst.m.e.abandoned.Add(1)
 	// Wait for a host call in progress; any later one stops the guest.
 	inst.hostMu.Lock()
-	inst.hostMu.Unlock() //nolint:staticcheck // an empty critical section: a barrier
+	//lint:ignore SA2001 an empty critical section: a barrier for host calls in progress
+	inst.hostMu.Unlock()
 	return errAbandoned
 }
 
@@ -310,23 +329,42 @@ func (inst *instance) call(in *jsonindex.Index, src Source, timeout time.Duratio
 
 // invoke writes the input into guest memory and calls tally_map.
 func (inst *instance) invoke(input []byte) (ptr, n uint32, reason Reason, err error) {
+	inst.job.input = input
+	err = inst.guestCall(nil)
+	inst.job.input = nil
+	if errors.Is(err, errAbandoned) {
+		return 0, 0, ReasonTimeout, err
+	}
+	return inst.job.ptr, inst.job.n, inst.job.reason, err
+}
+
+// invokeHere writes the input into guest memory and calls tally_map, on the
+// goroutine that makes the instance's guest calls.
+func (inst *instance) invokeHere(input []byte) (ptr, n uint32, reason Reason, err error) {
 	var inPtr uint32
 	if len(input) > 0 {
 		inst.stack[0] = uint64(len(input))
-		if err := inst.guestCall(inst.alloc); err != nil {
+		if err := inst.alloc.CallWithStack(&inst.cc, inst.stack[:]); err != nil {
 			return 0, 0, inst.classify(err), fmt.Errorf("tally_alloc: %w", err)
 		}
 		inPtr = uint32(inst.stack[0])
 		if inPtr == 0 {
 			return 0, 0, ReasonMemory, fmt.Errorf("tally_alloc(%d) returned 0", len(input))
 		}
-		if !inst.mem.Write(inPtr, input) {
+		// The input is the caller's: copied in under the host lock, never once
+		// the caller has given up on the call.
+		if !inst.lockCallerState() {
+			return 0, 0, ReasonTimeout, errAbandoned
+		}
+		ok := inst.mem.Write(inPtr, input)
+		inst.unlockCallerState()
+		if !ok {
 			return 0, 0, ReasonABI, fmt.Errorf("tally_alloc(%d) returned %d: outside memory of %d bytes", len(input), inPtr, inst.mem.Size())
 		}
 	}
 	inst.stack[0] = uint64(inPtr)
 	inst.stack[1] = uint64(len(input))
-	if err := inst.guestCall(inst.mapf); err != nil {
+	if err := inst.mapf.CallWithStack(&inst.cc, inst.stack[:]); err != nil {
 		return 0, 0, inst.classify(err), fmt.Errorf("tally_map: %w", err)
 	}
 	r := inst.stack[0]
@@ -529,20 +567,31 @@ func (cc *callCtx) abortIfExpired() {
 // it goes on to reuse that state.
 func (cc *callCtx) hostEnter() {
 	cc.abortIfExpired()
-	inst := cc.inst
-	if inst.calls == nil {
-		return
-	}
-	inst.hostMu.Lock()
-	if inst.state.Load() == stAbandoned {
-		inst.hostMu.Unlock()
+	if !cc.inst.lockCallerState() {
 		panic(sys.NewExitError(sys.ExitCodeDeadlineExceeded))
 	}
 }
 
-func (cc *callCtx) hostExit() {
-	if cc.inst.calls != nil {
-		cc.inst.hostMu.Unlock()
+func (cc *callCtx) hostExit() { cc.inst.unlockCallerState() }
+
+// lockCallerState takes a watched instance's host lock unless its call was
+// abandoned (false, not locked); the caller's data (input, index) may be read
+// until unlockCallerState. A no-op for other instances.
+func (inst *instance) lockCallerState() bool {
+	if inst.calls == nil {
+		return true
+	}
+	inst.hostMu.Lock()
+	if inst.state.Load() == stAbandoned {
+		inst.hostMu.Unlock()
+		return false
+	}
+	return true
+}
+
+func (inst *instance) unlockCallerState() {
+	if inst.calls != nil {
+		inst.hostMu.Unlock()
 	}
 }
 

@@ -24,8 +24,8 @@ import (
 // consumer (the real pipeline, the real outbox with its synced commits, the
 // acknowledgements), both at PREFETCH=100. It reports both rates, their ratio
 // and the mean deliveries per commit. The consumer maps with a small Go mapper
-// (mapper=go) or with the built-in nova module in wazero, guarded until it
-// has earned trust as in the daemon (mapper=wasm; needs make wasm): the
+// (mapper=go) or with the built-in nova module in wazero, watched as in the
+// daemon (mapper=wasm; needs make wasm): the
 // difference between the two is what mapping in the sandbox costs the drain.
 // Each does its work once, whatever b.N: run it with -benchtime 1x.
 // TALLY_BENCH_N sets the number of notifications (default 20 000).
@@ -44,8 +44,14 @@ func novaProcessor(b *testing.B) Processor {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = eng.Close(ctx) })
-	// Guarded, as the daemon runs every module.
-	mod, err := eng.Load(ctx, "builtin:nova.wasm", wasm, runtime.WithGuard(runtime.GuardAlways))
+	// Watched, as the daemon runs its built-in modules by default
+	// (TALLY_BENCH_GUARD=always: guarded, as drop-ins and
+	// MAPPER_BUILTIN_GUARD=always).
+	guard := runtime.GuardWatched
+	if os.Getenv("TALLY_BENCH_GUARD") == "always" {
+		guard = runtime.GuardAlways
+	}
+	mod, err := eng.Load(ctx, "builtin:nova.wasm", wasm, runtime.WithGuard(guard))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -84,6 +90,14 @@ func benchDrain(b *testing.B, proc Processor) {
 	ob := openOutbox(b, b.TempDir(), 1<<40)
 	opts := testOptions(v, &testkit.SyncBuffer{}, "nova")
 	opts.Prefetch = prefetch
+	// Group-commit knobs, for comparing policies: TALLY_BENCH_BATCH_MAX (a
+	// count) and TALLY_BENCH_LINGER (a duration; negative: none).
+	if v, err := strconv.Atoi(os.Getenv("TALLY_BENCH_BATCH_MAX")); err == nil && v > 0 {
+		opts.BatchMax = v
+	}
+	if v, err := time.ParseDuration(os.Getenv("TALLY_BENCH_LINGER")); err == nil {
+		opts.CommitLinger = v
+	}
 	c, err := New(proc, ob, opts)
 	if err != nil {
 		b.Fatal(err)
