@@ -118,6 +118,7 @@ type benchQueue struct {
 	queued  func() int   // messages in the queue
 	brokers func() []int // the broker's beam.smp processes
 	note    func() string
+	pprof   string // the collector's profiler address (DEBUG_PPROF_ADDR)
 }
 
 // classicBenchQueue is a classic queue on the machine's RabbitMQ.
@@ -130,7 +131,7 @@ func classicBenchQueue(b *testing.B) *benchQueue {
 	q.amqpURL = v.URL()
 	q.where = "RabbitMQ " + brokerVersion(b, q.amqpURL) + " on " + brokerAddr
 	q.api = startAPI(b, bn)
-	q.c = newCollector(b, bn, v, q.api.url(), q.api.token, q.collectorEnv()...)
+	q.c = newCollector(b, bn, v, q.api.url(), q.api.token, q.collectorEnv(b)...)
 	q.queued = func() int {
 		r, _ := queueDepth(b, v, clusterQueueName)
 		return r
@@ -156,7 +157,7 @@ func quorumBenchQueue(b *testing.B) *benchQueue {
 	q.amqpURL = v.nodeURL(1)
 	q.where = fmt.Sprintf("RabbitMQ %s, three-node cluster, node 1 at %s", brokerVersion(b, q.amqpURL), v.hosts[0])
 	q.api = startAPI(b, bn)
-	q.c = newCollectorAt(b, bn, "rabbit://guest:guest@"+v.hosts[0]+"/"+v.name, q.api.url(), q.api.token, q.collectorEnv()...)
+	q.c = newCollectorAt(b, bn, "rabbit://guest:guest@"+v.hosts[0]+"/"+v.name, q.api.url(), q.api.token, q.collectorEnv(b)...)
 	q.queued = func() int {
 		cq, _ := v.queue(b, clusterQueueName)
 		return cq.Messages
@@ -180,12 +181,14 @@ func quorumBenchQueue(b *testing.B) *benchQueue {
 	return q
 }
 
-func (q *benchQueue) collectorEnv() []string {
+func (q *benchQueue) collectorEnv(tb testing.TB) []string {
+	q.pprof = testkit.FreeAddr(tb)
 	return []string{
 		"TALLY_OSC_EXCHANGES=" + strings.Join(q.corpus.exchanges(), ","),
 		"TALLY_OSC_PREFETCH=" + strconv.Itoa(benchPrefetch),
 		"TALLY_OSC_LOG_LEVEL=warn",
 		"TALLY_OSC_DEBUG_PPROF=true",
+		"TALLY_OSC_DEBUG_PPROF_ADDR=" + q.pprof,
 	}
 }
 
@@ -457,7 +460,7 @@ func (q *benchQueue) collectorDrain(b *testing.B, br *benchRun, n, total int, pr
 				return err == nil
 			})
 			cl := http.Client{Timeout: time.Minute}
-			resp, err := cl.Get("http://" + q.c.httpAddr + "/debug/pprof/profile?seconds=10")
+			resp, err := cl.Get("http://" + q.pprof + "/debug/pprof/profile?seconds=10")
 			if err != nil {
 				return
 			}

@@ -58,8 +58,8 @@ func channelModule(tb testing.TB) pipeline.Mapper {
 		if moduleErr != nil {
 			return
 		}
-		// As the daemon loads a built-in module: guarded.
-		moduleMod, moduleErr = moduleEng.Load(ctx, "builtin:channel.wasm", wasm, runtime.WithGuard(runtime.GuardAlways))
+		// As the daemon loads a built-in module by default: watched.
+		moduleMod, moduleErr = moduleEng.Load(ctx, "builtin:channel.wasm", wasm, runtime.WithGuard(runtime.GuardWatched))
 	})
 	if moduleErr != nil {
 		tb.Fatal(moduleErr)
