@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
+	"github.com/tally-billing/tally-openstack-collector/runtime"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/plog"
 )
 
@@ -66,6 +67,7 @@ func TestDefaults(t *testing.T) {
 		{"MapperMemoryLimit", c.MapperMemoryLimit, uint32(64 << 20)},
 		{"MapperCallTimeout", c.MapperCallTimeout, 250 * time.Millisecond},
 		{"MapperPoolSize", c.MapperPoolSize, 0},
+		{"MapperBuiltinGuard", c.MapperBuiltinGuard, runtime.GuardWatched},
 		{"ReportingTimeout", c.ReportingTimeout, 30 * time.Second},
 		{"StopTimeout", c.StopTimeout, 30 * time.Second},
 		{"FlushTimeout", c.FlushTimeout, 10 * time.Second},
@@ -485,5 +487,25 @@ func TestReplicaSettings(t *testing.T) {
 		if !errors.As(err, &ce) || !strings.Contains(err.Error(), strings.SplitN(strings.TrimPrefix(bad, "TALLY_OSC_"), "=", 2)[0]) {
 			t.Errorf("%s: %v", bad, err)
 		}
+	}
+}
+
+// MAPPER_BUILTIN_GUARD: watched by default, always on request, nothing else.
+func TestMapperBuiltinGuard(t *testing.T) {
+	for raw, want := range map[string]runtime.Guard{"watched": runtime.GuardWatched, "always": runtime.GuardAlways} {
+		c, err := loadConfig(parse(t, nil), append(daemonEnv[:len(daemonEnv):len(daemonEnv)], "TALLY_OSC_MAPPER_BUILTIN_GUARD="+raw), modeDaemon)
+		if err != nil {
+			t.Fatalf("%s: %v", raw, err)
+		}
+		if c.MapperBuiltinGuard != want {
+			t.Errorf("%s: guard %v, want %v", raw, c.MapperBuiltinGuard, want)
+		}
+		opts := builtinModuleOptions(c)
+		if len(opts) != 1 {
+			t.Fatalf("%s: %d module options", raw, len(opts))
+		}
+	}
+	if _, err := loadConfig(parse(t, nil), append(daemonEnv[:len(daemonEnv):len(daemonEnv)], "TALLY_OSC_MAPPER_BUILTIN_GUARD=never"), modeDaemon); err == nil {
+		t.Fatal("MAPPER_BUILTIN_GUARD=never was accepted")
 	}
 }

@@ -340,21 +340,21 @@ func settingByKey(key string) (setting, bool) {
 // problem without the setting's name (the caller adds it) and never quotes a
 // secret.
 func (s setting) decode(c *Config, raw string) error {
-	if s.parse != nil {
-		return s.parse(c, raw)
-	}
 	show := raw
 	if s.secret {
 		show = "…"
 	}
+	if len(s.oneOf) > 0 {
+		raw = strings.ToLower(raw)
+		if !slices.Contains(s.oneOf, raw) {
+			return fmt.Errorf("%q is not one of %s", show, strings.Join(s.oneOf, ", "))
+		}
+	}
+	if s.parse != nil {
+		return s.parse(c, raw)
+	}
 	switch p := s.field(c).(type) {
 	case *string:
-		if len(s.oneOf) > 0 {
-			raw = strings.ToLower(raw)
-			if !slices.Contains(s.oneOf, raw) {
-				return fmt.Errorf("%q is not one of %s", show, strings.Join(s.oneOf, ", "))
-			}
-		}
 		*p = raw
 	case *[]string:
 		*p = splitList(raw)
