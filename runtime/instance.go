@@ -331,10 +331,11 @@ func (inst *instance) call(in *jsonindex.Index, src Source, timeout time.Duratio
 func (inst *instance) invoke(input []byte) (ptr, n uint32, reason Reason, err error) {
 	inst.job.input = input
 	err = inst.guestCall(nil)
-	inst.job.input = nil
 	if errors.Is(err, errAbandoned) {
+		// The job is the abandoned guest's now: not touched again.
 		return 0, 0, ReasonTimeout, err
 	}
+	inst.job.input = nil
 	return inst.job.ptr, inst.job.n, inst.job.reason, err
 }
 
