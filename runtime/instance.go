@@ -238,6 +238,9 @@ func (inst *instance) expire(d int64) {
 
 func (inst *instance) close() {
 	inst.m.e.untrack(inst)
+	if inst.isAbandoned() {
+		return // its guest still runs: run closes the module when it returns
+	}
 	if inst.calls != nil {
 		close(inst.calls) // ends run
 	}

@@ -28,6 +28,10 @@ func parseManifest(b []byte) (Manifest, error) {
 	return mf, mf.validate()
 }
 
+// ID is "name@version", the module's name in events' source.mapper, logs
+// and metrics.
+func (mf Manifest) ID() string { return mf.Name + "@" + mf.Version }
+
 func (mf Manifest) validate() error {
 	var errs []error
 	if mf.Name == "" {

@@ -57,7 +57,6 @@ type Module struct {
 	trusted   atomic.Bool  // GuardUntrusted: new instances run unguarded
 	compiling atomic.Bool
 	overruns  atomic.Int64 // unguarded calls that overran their deadline
-	demoted   atomic.Bool  // GuardWatched: a call overran; new instances run guarded
 }
 
 func newModule(e *Engine, name string, o moduleOptions) *Module {
@@ -72,11 +71,9 @@ func newModule(e *Engine, name string, o moduleOptions) *Module {
 	}
 }
 
-func (m *Module) wasmBytes() []byte { return m.wasm }
-
 func (m *Module) setManifest(mf Manifest) {
 	m.mf = mf
-	m.id = mf.Name + "@" + mf.Version
+	m.id = mf.ID()
 	m.log = m.e.log.With().Str("module", m.name).Str("mapper", m.id).Logger()
 	m.glog.logger = m.log.With().Str("origin", "guest").Logger()
 }
@@ -99,7 +96,7 @@ func (m *Module) wantGuarded() bool {
 	case GuardNever:
 		return false
 	case GuardWatched:
-		return m.demoted.Load()
+		return m.overruns.Load() > 0 // one overrun, and new instances run guarded
 	case GuardUntrusted:
 		if !m.trusted.Load() {
 			return true
@@ -144,7 +141,7 @@ func (m *Module) Map(ctx context.Context, in *jsonindex.Index, src Source) (Resu
 		return res, nil
 	}
 	if inst.isAbandoned() {
-		m.releaseAbandoned(inst)
+		m.release(inst, false) // the slot; the instance is its guest's (close)
 		m.log.Error().Dur("deadline", timeout).Int("runaways", m.e.Runaways()).
 			Msg("a watched mapper call overran its deadline: answered as a timeout; its guest keeps a core until it returns or calls the host; the module now runs guarded")
 		return Result{}, &MapError{Reason: reason, Module: m.id, Err: err}
@@ -232,42 +229,47 @@ func (m *Module) release(inst *instance, keep bool) {
 
 // compiledVariant returns the module's code with (guarded) or without
 // termination checks, compiling it on first use when the module keeps its
-// bytes for that (GuardWatched turning guarded after an overrun).
+// bytes for that (GuardUntrusted earning trust, GuardWatched turning guarded
+// after an overrun). The compilation runs outside cmu, so that wantGuarded
+// never waits for it; of two racing compilations one is kept.
 func (m *Module) compiledVariant(ctx context.Context, guarded bool) (wazero.CompiledModule, error) {
+	i := boolIdx(guarded)
 	m.cmu.Lock()
-	defer m.cmu.Unlock()
-	if cm := m.compiled[boolIdx(guarded)]; cm != nil {
+	cm := m.compiled[i]
+	m.cmu.Unlock()
+	if cm != nil {
 		return cm, nil
 	}
-	if m.wasm == nil || m.opts.guard != GuardWatched {
+	if m.wasm == nil {
 		return nil, errors.New("no compiled code")
 	}
 	cm, err := m.e.compile(ctx, guarded, m.wasm)
 	if err != nil {
-		return nil, fmt.Errorf("compile the guarded variant: %w", err)
+		variant := "unguarded"
+		if guarded {
+			variant = "guarded"
+		}
+		return nil, fmt.Errorf("compile the %s variant: %w", variant, err)
 	}
-	m.compiled[boolIdx(guarded)] = cm
+	m.cmu.Lock()
+	if prev := m.compiled[i]; prev != nil || m.closed.Load() {
+		m.cmu.Unlock()
+		_ = cm.Close(ctx)
+		if prev == nil {
+			return nil, ErrClosed
+		}
+		return prev, nil
+	}
+	m.compiled[i] = cm
+	m.cmu.Unlock()
 	m.log.Info().Bool("guarded", guarded).Msg("compiled the module's other variant")
 	return cm, nil
 }
 
-// releaseAbandoned gives back the pool slot of an instance abandoned to its
-// runaway guest; the instance's own goroutine closes it when the guest returns.
-func (m *Module) releaseAbandoned(inst *instance) {
-	m.e.untrack(inst)
-	m.mu.Lock()
-	m.count--
-	m.mu.Unlock()
-	<-m.sem
-}
-
 // demote is called when a GuardWatched call overran its deadline: the module
-// runs guarded from then on (its guarded variant is compiled by the next new
-// instance).
-func (m *Module) demote() {
-	m.overruns.Add(1)
-	m.demoted.Store(true)
-}
+// runs guarded from then on (wantGuarded; its guarded variant is compiled by
+// the next new instance).
+func (m *Module) demote() { m.overruns.Add(1) }
 
 // earnTrust compiles the unguarded variant in the background; once it is ready
 // new instances use it.
@@ -277,21 +279,11 @@ func (m *Module) earnTrust() {
 	}
 	m.trusted.Store(true)
 	go func() {
-		m.cmu.Lock()
-		ready := m.compiled[0] != nil
-		m.cmu.Unlock()
-		if ready {
-			return
-		}
-		cm, err := m.e.compile(context.Background(), false, m.wasmBytes())
-		if err != nil {
+		if _, err := m.compiledVariant(context.Background(), false); err != nil {
 			m.log.Error().Err(err).Msg("compile unguarded variant; staying guarded")
 			m.trusted.Store(false)
 			return
 		}
-		m.cmu.Lock()
-		m.compiled[0] = cm
-		m.cmu.Unlock()
 		m.log.Info().Int("calls", TrustAfter).Msg("mapper earned trust; new instances run without termination checks")
 	}()
 }

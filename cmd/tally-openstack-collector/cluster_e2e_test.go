@@ -699,25 +699,23 @@ func TestClusterDeliveryLimitPolicy(t *testing.T) {
 		}
 		return 0
 	}
-	var after map[string]clusterQueue
-	settled := func() bool {
-		after = v.queues(t)
+	seen := ""
+	testkit.WaitFor(t, 30*time.Second, "every queue's message count to settle", func() bool {
+		after, counts := v.queues(t), ""
+		for _, q := range queues {
+			counts += fmt.Sprintf(" %s=%d (want %d)", q.name, after[q.name].Messages, want(q.name))
+		}
+		if counts != seen {
+			t.Logf("message counts:%s", counts)
+			seen = counts
+		}
 		for _, q := range queues {
 			if after[q.name].Messages != want(q.name) {
 				return false
 			}
 		}
 		return true
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !settled() && time.Now().Before(deadline) {
-		time.Sleep(500 * time.Millisecond)
-	}
-	for _, q := range queues {
-		if got := after[q.name].Messages; got != want(q.name) {
-			t.Errorf("%s holds %d messages 30 s after the last delivery, want %d", q.name, got, want(q.name))
-		}
-	}
+	})
 }
 
 // TestClusterFailover: three collectors, each with its own outbox, share

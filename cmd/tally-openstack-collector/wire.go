@@ -122,19 +122,17 @@ func loadMappers(ctx context.Context, cfg *Config, base zerolog.Logger, reg prom
 		return nil, fmt.Errorf("start the mapper engine: %w", err)
 	}
 	ms := &mapperSet{engine: eng, chains: map[string]pipeline.Mapper{}}
-	if reg != nil {
-		runaways := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "tally_collector_mapper_runaway_calls",
-			Help: "Mapper calls abandoned at their deadline whose guest still runs (built-in modules run without termination checks); each keeps a core until the process restarts.",
-		}, func() float64 { return float64(eng.Runaways()) })
-		abandoned := prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "tally_collector_mapper_abandoned_calls_total",
-			Help: "Mapper calls of built-in modules answered with a timeout at their deadline while their guest still ran; the module runs guarded afterwards.",
-		}, func() float64 { return float64(eng.Abandoned()) })
-		if err := imetrics.Register(reg, runaways, abandoned); err != nil {
-			_ = ms.Close(ctx)
-			return nil, err
-		}
+	runaways := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "tally_collector_mapper_runaway_calls",
+		Help: "Mapper calls abandoned at their deadline whose guest still runs (built-in modules run without termination checks); each keeps a core until the process restarts.",
+	}, func() float64 { return float64(eng.Runaways()) })
+	abandoned := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "tally_collector_mapper_abandoned_calls_total",
+		Help: "Mapper calls of built-in modules answered with a timeout at their deadline while their guest still ran; the module runs guarded afterwards.",
+	}, func() float64 { return float64(eng.Abandoned()) })
+	if err := imetrics.Register(reg, runaways, abandoned); err != nil { // nil reg: nowhere
+		_ = ms.Close(ctx)
+		return nil, err
 	}
 	builtin, err := mappers.Builtin()
 	if err != nil {

@@ -49,7 +49,7 @@ type moduleRef struct{ m module }
 var _ module = (*lazyModule)(nil)
 
 func newLazyModule(name string, mf runtime.Manifest, load func(context.Context) (module, error), loaded func(error, time.Duration)) *lazyModule {
-	return &lazyModule{name: name, mf: mf, id: mf.Name + "@" + mf.Version, load: load, loaded: loaded}
+	return &lazyModule{name: name, mf: mf, id: mf.ID(), load: load, loaded: loaded}
 }
 
 // ID is the manifest's name@version, as the loaded module answers it.
@@ -169,7 +169,7 @@ func (l *lazyModule) Close(ctx context.Context) error {
 // builtinLoaded counts and logs an attempt to load a built-in module on
 // first use.
 func (c *Catalog) builtinLoaded(file string, mf runtime.Manifest, err error, took time.Duration) {
-	id := mf.Name + "@" + mf.Version
+	id := mf.ID()
 	if err != nil {
 		c.metrics.builtinCompiles.WithLabelValues("error").Inc()
 		c.log.Error().Str("mapper", id).Str("file", file).Err(err).Dur("took", took).Dur("retry_in", lazyRetry).
