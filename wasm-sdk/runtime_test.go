@@ -19,11 +19,11 @@ import (
 )
 
 func TestConformanceNoop(t *testing.T) {
-	conformance.Run(t, guestWasm(t, "noop"), conformance.WithInputs(readFixture(t)))
+	conformance.Run(t, guestWasm(t, "noop"), conformance.WithInputs(readFixture(t)), conformance.WithCacheDir(testkit.CacheDir(t)))
 }
 
 func TestConformanceSample(t *testing.T) {
-	conformance.Run(t, guestWasm(t, "sample"), conformance.WithInputs(readFixture(t)))
+	conformance.Run(t, guestWasm(t, "sample"), conformance.WithInputs(readFixture(t)), conformance.WithCacheDir(testkit.CacheDir(t)))
 }
 
 func benchRuntime(b *testing.B, guest string, parallel bool, opts ...runtime.ModuleOption) {

@@ -2,8 +2,10 @@ package main
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -507,5 +509,139 @@ func TestMapperBuiltinGuard(t *testing.T) {
 	}
 	if _, err := loadConfig(parse(t, nil), append(daemonEnv[:len(daemonEnv):len(daemonEnv)], "TALLY_OSC_MAPPER_BUILTIN_GUARD=never"), modeDaemon); err == nil {
 		t.Fatal("MAPPER_BUILTIN_GUARD=never was accepted")
+	}
+}
+
+// TestDocumentedVariablesExist: the other direction of TestSettingsDocumented.
+// Every TALLY_OSC_ variable that a page of the docs, the README or an example
+// names is a setting of the table, or one that the project's own code or
+// scripts read (a test or build switch). A renamed or removed setting thus
+// cannot linger in the docs.
+func TestDocumentedVariablesExist(t *testing.T) {
+	known := map[string]bool{}
+	for _, s := range settings {
+		known[s.env()] = true
+	}
+	// What the code and the scripts name: Go sources, the Makefile and its
+	// parts, the CI scripts, the example scripts.
+	var code strings.Builder
+	var docs []string
+	err := filepath.WalkDir("../..", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			switch d.Name() {
+			case ".git", ".cache", "bin", "node_modules":
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		name := d.Name()
+		switch {
+		case strings.HasSuffix(name, ".md"):
+			docs = append(docs, p)
+		case strings.HasSuffix(name, ".go"), strings.HasSuffix(name, ".mk"), name == "Makefile",
+			strings.HasSuffix(name, ".sh"), strings.HasSuffix(name, ".py"),
+			strings.Contains(filepath.ToSlash(p), "/.ci/"):
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			code.Write(b)
+			code.WriteByte('\n')
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(docs) < 10 {
+		t.Fatalf("found only %d Markdown files: %v", len(docs), docs)
+	}
+	word := regexp.MustCompile(`\bTALLY_OSC_[A-Z0-9_]*[A-Z0-9]\b`)
+	src := code.String()
+	for _, p := range docs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range word.FindAllString(string(b), -1) {
+			if known[v] || strings.Contains(src, v) {
+				continue
+			}
+			t.Errorf("%s names %s, which is neither a setting nor read by the code", p, v)
+		}
+	}
+}
+
+// TestArchitectureListsEveryPackage: docs/architecture.md's package table
+// names every directory of the tree that holds a Go package (other than its
+// tests), and every row names a directory that exists. A path with a
+// `<placeholder>` component stands for every directory at that place.
+func TestArchitectureListsEveryPackage(t *testing.T) {
+	b, err := os.ReadFile("../../docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `([^`]+)/` \\|")
+	var rows []string
+	for _, m := range row.FindAllStringSubmatch(string(b), -1) {
+		rows = append(rows, m[1])
+	}
+	if len(rows) < 10 {
+		t.Fatalf("found %d rows in the package table: %v", len(rows), rows)
+	}
+	covers := func(pattern, dir string) bool {
+		ps, ds := strings.Split(pattern, "/"), strings.Split(dir, "/")
+		if len(ps) > len(ds) {
+			return false
+		}
+		for i, p := range ps {
+			if !strings.HasPrefix(p, "<") && p != ds[i] {
+				return false
+			}
+		}
+		// A placeholder row covers what is below it; a plain row only its
+		// own directory.
+		return len(ps) == len(ds) || strings.HasPrefix(ps[len(ps)-1], "<")
+	}
+	used := map[string]bool{}
+	err = filepath.WalkDir("../..", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			switch d.Name() {
+			case ".git", ".cache", "bin", "testdata", "node_modules":
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		dir, _ := filepath.Rel("../..", filepath.Dir(p))
+		dir = filepath.ToSlash(dir)
+		if used[dir] {
+			return nil
+		}
+		for _, r := range rows {
+			if covers(r, dir) {
+				used[dir], used[r] = true, true
+				return nil
+			}
+		}
+		used[dir] = true
+		t.Errorf("docs/architecture.md's package table has no row for %s/", dir)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if !used[r] {
+			t.Errorf("docs/architecture.md's package table lists %s/, which holds no Go package", r)
+		}
 	}
 }

@@ -54,7 +54,7 @@ func fixture(t testing.TB) []byte {
 // TestConformance runs the runtime's ABI conformance suite against the C
 // module: the same suite the Go modules pass.
 func TestConformance(t *testing.T) {
-	conformance.Run(t, cMapper(t), conformance.WithInputs(fixture(t)))
+	conformance.Run(t, cMapper(t), conformance.WithInputs(fixture(t)), conformance.WithCacheDir(testkit.CacheDir(t)))
 }
 
 func load(t testing.TB, opts ...runtime.ModuleOption) *runtime.Module {

@@ -22,9 +22,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// ErrDuplicate marks an error of Register for a metric already registered.
-var ErrDuplicate = errors.New("metric already registered")
-
 // Register registers cs on reg, all or none. A nil reg registers nothing and
 // returns nil. The error names the metric that could not be registered and
 // wraps ErrDuplicate and prometheus.AlreadyRegisteredError when another

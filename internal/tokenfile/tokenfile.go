@@ -11,7 +11,6 @@
 package tokenfile
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -26,13 +25,6 @@ import (
 
 // MaxSize is the largest token file read, in bytes.
 const MaxSize = 4 << 10
-
-var (
-	// ErrTooLarge: the file holds more than MaxSize bytes.
-	ErrTooLarge = errors.New("token file larger than 4 KiB")
-	// ErrMalformed: the file is empty or holds more than one line.
-	ErrMalformed = errors.New("token file is empty or holds more than one line")
-)
 
 // Read returns the token held in path, trimmed of surrounding white space,
 // and the file's information (for Exposed). Neither the error nor anything

@@ -21,7 +21,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -44,8 +43,9 @@ type options struct {
 // WithInputs adds sample inputs (inner oslo messages) to the built-in ones.
 func WithInputs(in ...[]byte) Option { return func(o *options) { o.inputs = append(o.inputs, in...) } }
 
-// WithCacheDir sets the compilation cache directory (default: env
-// TALLY_OSC_TEST_CACHE, else none).
+// WithCacheDir sets the compilation cache directory (default: none, every
+// run compiles). The suite reads no environment: a caller that shares a cache
+// between test packages passes it here.
 func WithCacheDir(dir string) Option { return func(o *options) { o.cacheDir = dir } }
 
 // WithRepeat sets the number of calls of the repeat check (default 500).
@@ -63,7 +63,7 @@ var src = runtime.Source{Exchange: "conformance", RoutingKey: "notifications.inf
 
 // Run runs the suite against wasm as subtests of t.
 func Run(t *testing.T, wasm []byte, opts ...Option) {
-	o := options{cacheDir: os.Getenv("TALLY_OSC_TEST_CACHE"), calls: 500}
+	o := options{calls: 500}
 	for _, opt := range opts {
 		opt(&o)
 	}
