@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tally-billing/tally-openstack-collector/examples/reporting-api/server"
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/sender"
 )
@@ -42,7 +42,7 @@ var goldenStores = []struct {
 func TestGoldenStores(t *testing.T) {
 	for _, g := range goldenStores {
 		t.Run(filepath.Base(g.dir), func(t *testing.T) {
-			dir := copyStore(t, g.dir)
+			dir := testkit.CopyDir(t, g.dir) // Open writes to it
 			o, err := outbox.Open(outbox.Options{Dir: dir, Logger: zerolog.Nop(), MinFreeBytes: -1})
 			if err != nil {
 				t.Fatalf("open %s: %v", g.dir, err)
@@ -129,32 +129,6 @@ func checkGoldenDeadLetters(t *testing.T, o *outbox.Outbox) {
 			t.Fatalf("dead letter %d: %+v, want %+v", i+1, d, want)
 		}
 	}
-}
-
-// copyStore copies a golden store into a fresh directory: Open writes to it.
-func copyStore(t *testing.T, src string) string {
-	t.Helper()
-	dst := filepath.Join(t.TempDir(), "outbox")
-	if err := os.Mkdir(dst, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	ents, err := os.ReadDir(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ents) == 0 {
-		t.Fatalf("%s is empty", src)
-	}
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join(src, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dst
 }
 
 // storedIDs lists the event_id of every event the reference API stored, in

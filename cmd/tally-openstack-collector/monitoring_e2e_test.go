@@ -1,7 +1,7 @@
 package main
 
-// The shipped alert rules and dashboard (examples/prometheus,
-// examples/grafana) against the metrics a running collector exports.
+// The shipped alert rules and dashboard (examples/prometheus) against the
+// metrics a running collector exports.
 //
 // The metric selectors are read out of the PromQL with a small tokenizer
 // (promqlRefs) rather than the Prometheus module's parser, which would bring
@@ -11,23 +11,15 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
-	"os"
 	"regexp"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
+	monitoring "github.com/tally-billing/tally-openstack-collector/examples/prometheus"
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
-)
-
-const (
-	alertRulesPath = "../../examples/prometheus/tally-openstack-collector.rules.yml"
-	dashboardPath  = "../../examples/grafana/tally-openstack-collector.json"
 )
 
 // targetLabels are the labels Prometheus adds to every scraped series: a
@@ -263,79 +255,6 @@ func parseExposition(body string) exported {
 	return out
 }
 
-// monitoringQueries answers every PromQL expression of the alert rules and
-// of the dashboard (panel targets and template variables), named by where it
-// is.
-func monitoringQueries(t *testing.T) map[string]string {
-	t.Helper()
-	qs := map[string]string{}
-	b, err := os.ReadFile(alertRulesPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rf struct {
-		Groups []struct {
-			Rules []struct {
-				Alert string `yaml:"alert"`
-				Expr  string `yaml:"expr"`
-			} `yaml:"rules"`
-		} `yaml:"groups"`
-	}
-	if err := yaml.Unmarshal(b, &rf); err != nil {
-		t.Fatal(err)
-	}
-	for _, g := range rf.Groups {
-		for _, r := range g.Rules {
-			qs["alert "+r.Alert] = r.Expr
-		}
-	}
-	b, err = os.ReadFile(dashboardPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var d struct {
-		Panels []struct {
-			Title   string `json:"title"`
-			Targets []struct {
-				RefID string `json:"refId"`
-				Expr  string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
-		Templating struct {
-			List []struct {
-				Name  string `json:"name"`
-				Type  string `json:"type"`
-				Query any    `json:"query"`
-			} `json:"list"`
-		} `json:"templating"`
-	}
-	if err := json.Unmarshal(b, &d); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range d.Panels {
-		for _, tg := range p.Targets {
-			qs["panel "+p.Title+" "+tg.RefID] = tg.Expr
-		}
-	}
-	// label_values(selector, label): the selector, and the label as a grouping.
-	lv := regexp.MustCompile(`^label_values\((.*),\s*([a-zA-Z_][a-zA-Z0-9_]*)\)$`)
-	for _, v := range d.Templating.List {
-		if v.Type != "query" {
-			continue
-		}
-		q, _ := v.Query.(string)
-		m := lv.FindStringSubmatch(q)
-		if m == nil {
-			t.Fatalf("variable %s: query %v is not label_values(selector, label)", v.Name, v.Query)
-		}
-		qs["variable "+v.Name] = fmt.Sprintf("count by (%s) (%s)", m[2], m[1])
-	}
-	if len(qs) < 10 {
-		t.Fatalf("only %d queries found", len(qs))
-	}
-	return qs
-}
-
 // TestMonitoringUsesExportedMetrics runs the collector with traffic that makes
 // every metric of the alerts exist (notifications mapped and delivered, an
 // event the Reporting API refuses on its own), scrapes its /metrics, and
@@ -345,7 +264,10 @@ func monitoringQueries(t *testing.T) map[string]string {
 // on, without and group clauses is exported by a metric it selects. job and
 // instance, the labels of the scrape, are allowed everywhere.
 func TestMonitoringUsesExportedMetrics(t *testing.T) {
-	queries := monitoringQueries(t) // fails fast, before a daemon starts
+	queries, err := monitoring.Queries() // fails fast, before a daemon starts
+	if err != nil {
+		t.Fatal(err)
+	}
 	e := setupE2E(t)
 	publishRaw(t, e.v, e.corpus, e.prefix, 0, 10)
 	e.waitDelivered(t, 10, 2*time.Minute)

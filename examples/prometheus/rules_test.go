@@ -1,8 +1,9 @@
-// Package prometheus holds the alerting rules shipped for the collector and
-// their tests: promtool checks and unit-tests the rules file, the Prometheus
-// Operator's manifest is generated from it, and every alert names a runbook
-// section of docs/operations.md.
 package prometheus
+
+// The tests of the shipped files: promtool checks and unit-tests the rules
+// file, the Prometheus Operator's manifest is generated from it, every alert
+// names a runbook section of docs/operations.md, and the dashboard's queries
+// parse.
 
 import (
 	"bytes"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 
@@ -25,7 +27,6 @@ const (
 	rulesFile     = "tally-openstack-collector.rules.yml"
 	testsFile     = "tests.yml"
 	manifestFile  = "prometheusrule.yaml"
-	dashboardFile = "../grafana/tally-openstack-collector.json"
 	operationsDoc = "../../docs/operations.md"
 
 	// writeManifestEnv makes TestPrometheusRuleMatchesRulesFile write the
@@ -53,41 +54,6 @@ func TestRulesWithPromtool(t *testing.T) {
 	if out := promtool(t, "test", "rules", testsFile); !strings.Contains(out, "SUCCESS") {
 		t.Fatalf("promtool test rules:\n%s", out)
 	}
-}
-
-type rule struct {
-	Alert       string            `yaml:"alert"`
-	Record      string            `yaml:"record"`
-	Expr        string            `yaml:"expr"`
-	Labels      map[string]string `yaml:"labels"`
-	Annotations map[string]string `yaml:"annotations"`
-}
-
-type group struct {
-	Name  string `yaml:"name"`
-	Rules []rule `yaml:"rules"`
-}
-
-func readRules(t *testing.T) []rule {
-	t.Helper()
-	b, err := os.ReadFile(rulesFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var f struct {
-		Groups []group `yaml:"groups"`
-	}
-	if err := yaml.Unmarshal(b, &f); err != nil {
-		t.Fatal(err)
-	}
-	var rs []rule
-	for _, g := range f.Groups {
-		rs = append(rs, g.Rules...)
-	}
-	if len(rs) == 0 {
-		t.Fatal("no rules")
-	}
-	return rs
 }
 
 // manifest is the PrometheusRule generated from the rules file: its groups,
@@ -126,10 +92,7 @@ spec:
 // prometheusrule.yaml is generated from the rules file and equal to what the
 // generator makes of it now; parsed, its spec holds the same groups.
 func TestPrometheusRuleMatchesRulesFile(t *testing.T) {
-	rules, err := os.ReadFile(rulesFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rules := RulesFile
 	want := manifest(rules)
 	if os.Getenv(writeManifestEnv) == "1" {
 		if err := os.WriteFile(manifestFile, want, 0o644); err != nil {
@@ -224,7 +187,11 @@ func TestAlertsHaveRunbooksAndTests(t *testing.T) {
 			}
 		}
 	}
-	for _, r := range readRules(t) {
+	rules, err := Rules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rules {
 		if r.Alert == "" {
 			continue
 		}
@@ -252,50 +219,28 @@ func TestAlertsHaveRunbooksAndTests(t *testing.T) {
 	}
 }
 
-// dashboardQueries answers the PromQL of every panel target of the Grafana
-// dashboard.
-func dashboardQueries(t *testing.T) []string {
-	t.Helper()
-	b, err := os.ReadFile(dashboardFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var d struct {
-		Panels []struct {
-			Title   string `json:"title"`
-			Targets []struct {
-				Expr string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
-	}
-	if err := json.Unmarshal(b, &d); err != nil {
-		t.Fatal(err)
-	}
-	var qs []string
-	for _, p := range d.Panels {
-		for _, tg := range p.Targets {
-			qs = append(qs, tg.Expr)
-		}
-	}
-	if len(qs) == 0 {
-		t.Fatal("no queries in the dashboard")
-	}
-	return qs
-}
-
-// Every query of the dashboard is valid PromQL: promtool checks them as the
-// expressions of recording rules, with Grafana's variables replaced by what
-// Grafana puts there.
+// Every query of the dashboard (its template variables included) is valid
+// PromQL: promtool checks them as the expressions of recording rules, with
+// Grafana's variables replaced by what Grafana puts there.
 func TestDashboardQueriesParse(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("groups:\n  - name: dashboard\n    rules:\n")
-	for i, q := range dashboardQueries(t) {
-		q = strings.NewReplacer("$__rate_interval", "5m", "$__interval", "1m", "$__range", "1h", "$instance", "a", "$job", "tally").Replace(q)
+	qs, err := DashboardQueries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, 0, len(qs))
+	for where := range qs {
+		names = append(names, where)
+	}
+	sort.Strings(names)
+	for i, where := range names {
+		q := strings.NewReplacer("$__rate_interval", "5m", "$__interval", "1m", "$__range", "1h", "$instance", "a", "$job", "tally").Replace(qs[where])
 		if strings.Contains(q, "$") {
-			t.Fatalf("query %d uses a variable this test does not know: %s", i, q)
+			t.Fatalf("%s uses a variable this test does not know: %s", where, q)
 		}
 		qj, _ := json.Marshal(q) // a JSON string is a YAML string
-		fmt.Fprintf(&b, "      - record: dashboard:query%d\n        expr: %s\n", i, qj)
+		fmt.Fprintf(&b, "      # %s\n      - record: dashboard:query%d\n        expr: %s\n", where, i, qj)
 	}
 	f := filepath.Join(t.TempDir(), "dashboard.rules.yml")
 	if err := os.WriteFile(f, []byte(b.String()), 0o644); err != nil {
