@@ -60,15 +60,16 @@
 // for this build). Open reads it before anything else:
 //
 //   - a version above FormatVersion is refused with ErrFormatTooNew, which
-//     names the version, and nothing is written;
+//     names the version, and the outbox writes nothing;
 //   - a version below it is migrated, one version at a time, by
 //     migrations[v]; the marker moves to v+1 once that step is complete;
 //   - a store without the marker predates it: format 1 when it holds 'e'
 //     keys, format 2 otherwise (a new store included). It is then marked.
 //
 // Format 1 stored one event per key, 'e' + seq, its value the append time
-// (8 bytes) then the event. Format 2 stores segments ('l'). Dead letters,
-// records and the other metadata keys are the same in both.
+// (8 bytes) then the event. Format 2 stores segments ('l'). Dead letters
+// and the metadata keys are the same in both; records (under 'm') came
+// later in format 2, and a store without them reads as having none.
 //
 // A change of what is stored (a key's meaning, a value's encoding, keys that
 // an earlier build would misread) adds a version:

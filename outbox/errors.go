@@ -33,7 +33,7 @@ var (
 
 	// ErrFormatTooNew is returned by Open for a store written by a later
 	// release in a format this build does not read; the message names the
-	// format the store needs. Nothing was written to the store.
+	// format the store needs. The outbox wrote nothing to the store.
 	ErrFormatTooNew = errors.New("outbox: store written in a newer format")
 
 	// ErrClosed is returned by every method called after Close.
