@@ -64,10 +64,13 @@
 //   - a version below it is migrated, one version at a time, by
 //     migrations[v]; the marker moves to v+1 once that step is complete;
 //   - a store without the marker predates it: format 1 when it holds 'e'
-//     keys, format 2 otherwise (a new store included). It is then marked.
+//     or 's' keys, format 2 otherwise (a new store included). It is then
+//     marked.
 //
 // Format 1 stored one event per key, 'e' + seq, its value the append time
-// (8 bytes) then the event. Format 2 stores segments ('l'). Dead letters
+// (8 bytes) then the event; a few builds after it stored segments under 's'
+// (above the metadata), which its migration moves as they are. Format 2
+// stores segments ('l'). Dead letters
 // and the metadata keys are the same in both; records (under 'm') came
 // later in format 2, and a store without them reads as having none.
 //

@@ -16,8 +16,14 @@ const FormatVersion = 2
 
 // metaFormat holds the format version of the store, uint64 big-endian. A
 // store without it was written before the marker existed: format 1 when it
-// holds 'e' keys, format 2 otherwise (an empty new store included).
+// holds 'e' or 's' keys, format 2 otherwise (an empty new store included).
 var metaFormat = []byte("mformat")
+
+// prefixInterimSegment marked segments for a few builds between the first
+// format and the second (commits b4c4e75 to 23df86c), which stored them
+// above the metadata. Only an unmarked store is looked at for it: the
+// prefix is free for other uses in marked stores.
+const prefixInterimSegment = 's'
 
 // migrations[v] rewrites a store of format v into format v+1. Each one
 // commits in steps that leave the store readable by the same migration, so a
@@ -64,12 +70,14 @@ func (o *Outbox) storedFormat() (v uint64, marked bool, err error) {
 	err = o.db.View(func(txn *badger.Txn) error {
 		item, err := txn.Get(metaFormat)
 		if errors.Is(err, badger.ErrKeyNotFound) {
-			old := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefixOldEvent}})
-			defer old.Close()
-			old.Rewind()
 			v = 2
-			if old.Valid() {
-				v = 1
+			for _, p := range []byte{prefixOldEvent, prefixInterimSegment} {
+				old := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{p}})
+				old.Rewind()
+				if old.Valid() {
+					v = 1
+				}
+				old.Close()
 			}
 			return nil
 		}
@@ -99,7 +107,13 @@ func (o *Outbox) setFormat(v uint64) error {
 // segment and deletes the keys it replaces: a store cut short in between
 // holds segments below the remaining 'e' keys, and the next Open goes on.
 // Dead letters and the metadata keys are the same in both formats.
+//
+// Segments of the interim builds ('s' keys) are moved to 'l' first, as they
+// are: their values are already segments.
 func (o *Outbox) migrateSegments() error {
+	if err := o.moveInterimSegments(); err != nil {
+		return err
+	}
 	var converted, segments int64
 	// One segment and its deletes per transaction, within Badger's limits
 	// for a transaction at the configured memory-table size.
@@ -178,5 +192,60 @@ func (o *Outbox) migrateSegments() error {
 		if len(evs) > 0 {
 			segments++
 		}
+	}
+}
+
+// moveInterimSegments moves every 's' key to 'l' under the same sequence,
+// a bounded number per transaction, each move (set and delete) in one; the
+// reclaim sentinel 's'+0 is deleted.
+func (o *Outbox) moveInterimSegments() error {
+	var moved int64
+	for {
+		var keys, vals [][]byte
+		err := o.db.View(func(txn *badger.Txn) error {
+			it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefixInterimSegment}})
+			defer it.Close()
+			size := int64(0)
+			for it.Rewind(); it.Valid() && len(keys) < 256 && size < o.db.MaxBatchSize()/4; it.Next() {
+				item := it.Item()
+				v, err := item.ValueCopy(nil)
+				if err != nil {
+					return err
+				}
+				keys = append(keys, item.KeyCopy(nil))
+				vals = append(vals, v)
+				size += int64(len(v))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if len(keys) == 0 {
+			if moved > 0 {
+				o.log.Info().Str("dir", o.dir).Int64("segments", moved).Msg("outbox: segments of the interim layout moved")
+			}
+			return nil
+		}
+		if err := o.checkSpace(); err != nil {
+			return err
+		}
+		err = o.db.Update(func(txn *badger.Txn) error {
+			for i, k := range keys {
+				if seq := binary.BigEndian.Uint64(k[1:]); seq != 0 {
+					if err := txn.Set(seqKey(prefixEvent, seq), vals[i]); err != nil {
+						return err
+					}
+				}
+				if err := txn.Delete(k); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		moved += int64(len(keys))
 	}
 }

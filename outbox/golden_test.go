@@ -28,9 +28,10 @@ var goldenStores = []struct {
 	dir     string
 	records bool // the format had records
 }{
-	{"testdata/format-v1", false},         // one key per event, written by 4ce8cf3
-	{"testdata/format-v2-unmarked", true}, // segments, before the format marker, written by b5d2cd3
-	{"testdata/format-v2", true},          // segments with the marker, written by TestWriteGoldenStore
+	{"testdata/format-v1", false},
+	{"testdata/format-v1-segments", false}, // segments under 's', written by b4c4e75         // one key per event, written by 4ce8cf3
+	{"testdata/format-v2-unmarked", true},  // segments, before the format marker, written by b5d2cd3
+	{"testdata/format-v2", true},           // segments with the marker, written by TestWriteGoldenStore
 }
 
 // TestGoldenStores opens a copy of each golden store with this build (which
