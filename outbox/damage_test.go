@@ -125,8 +125,9 @@ func TestSegmentPrefixJustBelowMeta(t *testing.T) {
 	}
 }
 
-// A store holding events one per key (the first format) is refused at
-// Open with a clear error, not read as empty.
+// A store marked with the current format that still holds events one per
+// key (the first format, which the migration at Open removes) is refused as
+// damaged, not read as if they were not there.
 func TestOldFormatRefused(t *testing.T) {
 	dir := t.TempDir()
 	o, err := Open(Options{Dir: dir, Logger: zerolog.Nop(), MinFreeBytes: -1})

@@ -19,6 +19,7 @@
 //	    mlast_event  uint64 BE    highest event sequence ever assigned
 //	    mlast_dead   uint64 BE    highest dead-letter sequence ever assigned
 //	    mhead        uint64 BE    the drain cursor: first event sequence not yet delivered
+//	    mformat      uint64 BE    the format version of the store (below)
 //	    mrec/<name>  bytes        a record of another part of the collector
 //	                              (SaveRecord, LoadRecord: the mapper catalogue's
 //	                              decisions under "catalog"), at most 1 MiB
@@ -45,13 +46,47 @@
 // spans only the newest segments; under a prefix above 'm' it would span
 // every segment, and each compaction of it would rewrite the whole next
 // level (measured: on a nearly full disk a compaction at Close then ran
-// past the free-space reserve). A store with 'e' keys (one event per key,
-// the first format) is refused at Open.
+// past the free-space reserve). 'e' keys (one event per key) are the first
+// format's; its migration rewrites them as segments (below).
 //
 // Big-endian sequences make the byte order of keys the order of appends,
 // so a forward iteration from the cursor's segment yields the oldest events
 // first. Sequence 0 is never assigned; the key 'l'+0 is a transient
 // sentinel used by the disk reclaim (below) and never read.
+//
+// # Format versions
+//
+// mformat holds the version of the layout the store is in (FormatVersion
+// for this build). Open reads it before anything else:
+//
+//   - a version above FormatVersion is refused with ErrFormatTooNew, which
+//     names the version, and the outbox writes nothing;
+//   - a version below it is migrated, one version at a time, by
+//     migrations[v]; the marker moves to v+1 once that step is complete;
+//   - a store without the marker predates it: format 1 when it holds 'e'
+//     or 's' keys, format 2 otherwise (a new store included). It is then
+//     marked.
+//
+// Format 1 stored one event per key, 'e' + seq, its value the append time
+// (8 bytes) then the event; a few builds after it stored segments under 's'
+// (above the metadata), which its migration moves as they are. Format 2
+// stores segments ('l'). Dead letters
+// and the metadata keys are the same in both; records (under 'm') came
+// later in format 2, and a store without them reads as having none.
+//
+// A change of what is stored (a key's meaning, a value's encoding, keys that
+// an earlier build would misread) adds a version:
+//
+//  1. raise FormatVersion to v+1 and add migrations[v], written so that it
+//     can be cut short anywhere and run again: each of its transactions
+//     leaves a store the same migration reads (see migrateSegments);
+//  2. keep testdata/format-v<v> as it is, write testdata/format-v<v+1>
+//     with TestWriteGoldenStore (testdata/README.md) and add it to
+//     goldenStores: every build must open each golden store and deliver it;
+//  3. describe the format above and in docs/outbox.md, "Upgrading".
+//
+// New keys under a new prefix that an earlier build never reads need no new
+// version, as long as a downgrade does without them.
 //
 // # Invariants
 //

@@ -31,6 +31,11 @@ var (
 	// checksum or cannot be read back. See docs/outbox.md for recovery.
 	ErrCorrupt = errors.New("outbox: store is damaged")
 
+	// ErrFormatTooNew is returned by Open for a store written by a later
+	// release in a format this build does not read; the message names the
+	// format the store needs. The outbox wrote nothing to the store.
+	ErrFormatTooNew = errors.New("outbox: store written in a newer format")
+
 	// ErrClosed is returned by every method called after Close.
 	ErrClosed = errors.New("outbox: closed")
 

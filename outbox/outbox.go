@@ -256,6 +256,9 @@ func Open(opts Options) (*Outbox, error) {
 		releaseUmask()
 		return nil, err
 	}
+	if err := o.openFormat(); err != nil {
+		return fail(err)
+	}
 	var report damageReport
 	if err := o.load(&report); err != nil {
 		return fail(fmt.Errorf("%w: %s: %w (%s)", ErrCorrupt, opts.Dir, err, docRecovery))

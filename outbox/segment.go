@@ -32,9 +32,9 @@ const (
 
 var errSegment = errors.New("malformed event segment")
 
-// errOldFormat: the store holds events one per key, as the first format
-// did; this version does not read them.
-var errOldFormat = errors.New("the store holds events in the earlier one-key-per-event format; deliver them with the version that wrote them, or move the directory aside")
+// errOldFormat: a store marked with a later format still holds events one
+// per key, as the first format did (its migration at Open removes them all).
+var errOldFormat = errors.New("events of the first one-key-per-event format remain in a store marked with a later format")
 
 // maxEventLen bounds one length read back from a header (the pipeline keeps
 // events far smaller); the decompressed length is checked against the sum.
