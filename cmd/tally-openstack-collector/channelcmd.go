@@ -235,7 +235,8 @@ func runPublish(args, environ []string, stdin io.Reader, stdout, stderr io.Write
 		}
 		return 0
 	}
-	if err := c.Close(ctx, false); err != nil {
+	// Flush waits for OnSettled too, so that every failure is listed below.
+	if err := errors.Join(c.Flush(ctx), c.Close(ctx, false)); err != nil {
 		st := c.Stats()
 		fmt.Fprintf(stderr, "publish: interrupted: %d of %d messages not answered by the daemon\n", st.Dropped, published)
 		return 1

@@ -455,7 +455,8 @@ func helperMain(mode string) int {
 				return 2
 			}
 		}
-		if err := c.Close(ctx, false); err != nil {
+		// Flush waits for OnSettled too: every settled line precedes done.
+		if err := errors.Join(c.Flush(ctx), c.Close(ctx, false)); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
 		}
