@@ -90,8 +90,7 @@ func TestCloseFromInsideCallback(t *testing.T) {
 		t.Run(fmt.Sprintf("delivery/cancel=%v", cancel), func(t *testing.T) {
 			closed := make(chan error, 1)
 			var once sync.Once
-			var c *client.Client
-			c = h.client(client.Options{Mode: client.ModeBidir})
+			c := h.client(client.Options{Mode: client.ModeBidir})
 			ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
 			defer stop()
 			s, err := c.Subscribe(`^license\.`, false, func(client.Delivery) {

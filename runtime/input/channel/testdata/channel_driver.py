@@ -54,13 +54,19 @@ def publish(sock, n, prefix):
             assert e.errno == __import__("errno").ENOBUFS
             break
         queued += 1
+    # A higher bound takes one more at once.
+    c.set_queue_limit(c.queue_limit_bytes + 4096)
+    c.publish("usage", usage(queued, prefix))
+    queued += 1
     emit(kind="nobufs", queued=queued, state=c.state)
     # The test starts the daemon, and stops it again while this queue is
     # still in flight; it says go once a new daemon is up.
     sys.stdin.readline()
     for i in range(queued, n):
         c.publish_wait("usage", usage(i, prefix), timeout=120)
-    st = c.publish("usage", usage(n, prefix), wait=True, timeout=120)
+    # The last one as text: a str is published as STRING, and waited for.
+    text = "id=%s-%d type=license.checkout resource_type=license resource_id=matlab project_id=p1" % (prefix, n)
+    st = c.publish("usage", text, wait=True, timeout=120)
     if not c.flush(timeout=120):
         emit(kind="error", error="flush timed out")
         return 1
