@@ -357,12 +357,17 @@ func (c *Client) PublishWait(ctx context.Context, m Message) (uint64, error) {
 // (and OnSettled has returned for each), or ctx is done. It must not be
 // called from OnSettled, which it would wait for.
 func (c *Client) Flush(ctx context.Context) error {
+	return c.waitFor(ctx, func() bool { return len(c.queue) == 0 && len(c.inflight) == 0 && c.calling == 0 })
+}
+
+// waitFor waits until cond (called with c.mu held) holds, or ctx is done.
+func (c *Client) waitFor(ctx context.Context, cond func() bool) error {
 	for {
 		c.mu.Lock()
-		empty := len(c.queue) == 0 && len(c.inflight) == 0 && c.calling == 0
+		ok := cond()
 		ch := c.changed
 		c.mu.Unlock()
-		if empty {
+		if ok {
 			return nil
 		}
 		select {
@@ -378,20 +383,7 @@ func (c *Client) Flush(ctx context.Context) error {
 // exits right after it leaves the written messages to the daemon; what the
 // daemon then fails to commit is lost, as nobody is left to send it again.
 func (c *Client) WaitSent(ctx context.Context) error {
-	for {
-		c.mu.Lock()
-		done := len(c.queue) == 0 && c.writing == 0
-		ch := c.changed
-		c.mu.Unlock()
-		if done {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	return c.waitFor(ctx, func() bool { return len(c.queue) == 0 && c.writing == 0 })
 }
 
 // Close ends the client. With cancel false it first waits, bounded by ctx,
@@ -456,20 +448,7 @@ func (c *Client) Close(ctx context.Context, cancel bool) error {
 // drain waits until the daemon has settled every queued message (not for
 // OnSettled: Close may be called from it), or ctx is done.
 func (c *Client) drain(ctx context.Context) error {
-	for {
-		c.mu.Lock()
-		empty := len(c.queue) == 0 && len(c.inflight) == 0
-		ch := c.changed
-		c.mu.Unlock()
-		if empty {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	return c.waitFor(ctx, func() bool { return len(c.queue) == 0 && len(c.inflight) == 0 })
 }
 
 // Stats returns a copy of the counters.
