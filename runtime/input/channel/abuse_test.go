@@ -23,7 +23,10 @@ import (
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/channel/wire"
 )
 
-// dialHello connects and sends HELLO without waiting for the answer.
+// dialHello connects and sends HELLO without waiting for the answer. A
+// daemon that refuses the connection may have closed it before HELLO is
+// written: the write's error is left to the reads that follow (what the
+// daemon sent before it closed is still there to read).
 func dialHello(t testing.TB, sock string, modes uint8) net.Conn {
 	t.Helper()
 	nc, err := net.Dial("unix", sock)
@@ -31,9 +34,7 @@ func dialHello(t testing.TB, sock string, modes uint8) net.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nc.Close() })
-	if _, err := nc.Write(wire.AppendHello(nil, wire.Hello{Modes: modes, Name: "abuse"})); err != nil {
-		t.Fatal(err)
-	}
+	_, _ = nc.Write(wire.AppendHello(nil, wire.Hello{Modes: modes, Name: "abuse"}))
 	return nc
 }
 
@@ -233,7 +234,7 @@ func TestSubscriptionLimit(t *testing.T) {
 // A connection that does not complete its HELLO within HelloTimeout is
 // closed and its slot given back: silent, or with a HELLO cut short.
 func TestHelloTimeout(t *testing.T) {
-	h := newHarness(t, Options{HelloTimeout: 200 * time.Millisecond})
+	h := newHarness(t, Options{HelloTimeout: time.Second})
 	h.start()
 	silent, err := net.Dial("unix", h.sock)
 	if err != nil {
@@ -396,7 +397,7 @@ func TestAnnouncedFrameDoesNotAllocate(t *testing.T) {
 // of the idle timeout WELCOME announces): a tap that receives nothing for
 // many idle timeouts is never cut off.
 func TestClientKeepsIdleConnectionOpen(t *testing.T) {
-	h := newHarness(t, Options{IdleTimeout: time.Second})
+	h := newHarness(t, Options{IdleTimeout: 4 * time.Second})
 	h.start()
 	c := h.client(client.Options{Mode: client.ModeBidir})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -408,7 +409,7 @@ func TestClientKeepsIdleConnectionOpen(t *testing.T) {
 	if err := s.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
-	testkit.WaitFor(t, 30*time.Second, "twelve pings (three idle timeouts)", func() bool { return c.Stats().Pings >= 12 })
+	testkit.WaitFor(t, 60*time.Second, "eight pings (two idle timeouts)", func() bool { return c.Stats().Pings >= 8 })
 	if st := c.Stats(); st.Reconnects != 0 || st.State != client.StateConnected || h.counter("idle_timeouts_total") != 0 {
 		t.Fatalf("stats %+v, idle_timeouts_total %v", st, h.counter("idle_timeouts_total"))
 	}
