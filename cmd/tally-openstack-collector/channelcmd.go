@@ -235,7 +235,8 @@ func runPublish(args, environ []string, stdin io.Reader, stdout, stderr io.Write
 		}
 		return 0
 	}
-	if err := c.Close(ctx, false); err != nil {
+	// Flush waits for OnSettled too, so that every failure is listed below.
+	if err := errors.Join(c.Flush(ctx), c.Close(ctx, false)); err != nil {
 		st := c.Stats()
 		fmt.Fprintf(stderr, "publish: interrupted: %d of %d messages not answered by the daemon\n", st.Dropped, published)
 		return 1
@@ -277,15 +278,16 @@ func runTap(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	defer c.Close(context.Background(), true)
 	out := bufio.NewWriter(stdout)
-	var last uint64
+	var last, lastMissed uint64
 	sub, err := c.Subscribe(fs.Arg(0), raw, func(d client.Delivery) {
-		// The count is per connection: it starts again after a reconnect.
+		// The daemon's count is per connection: it starts again after a
+		// reconnect. Missed counts what the client itself dropped.
 		if d.Dropped < last {
 			last = 0
 		}
-		if d.Dropped > last {
-			fmt.Fprintf(stderr, "tap: %d events missed: the tap did not keep up\n", d.Dropped-last)
-			last = d.Dropped
+		if d.Dropped > last || d.Missed > lastMissed {
+			fmt.Fprintf(stderr, "tap: %d events missed: the tap did not keep up\n", d.Dropped-last+d.Missed-lastMissed)
+			last, lastMissed = d.Dropped, d.Missed
 		}
 		out.Write(d.Data)
 		out.WriteByte('\n')

@@ -55,6 +55,8 @@ type Config struct {
 	ChannelSocket          string
 	ChannelSocketMode      os.FileMode
 	ChannelQueueLimitBytes int64
+	ChannelIdleTimeout     time.Duration
+	ChannelMaxConnsPerUID  int
 
 	UnhealthyThreshold time.Duration
 	HTTPAddr           string

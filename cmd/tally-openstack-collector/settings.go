@@ -316,6 +316,18 @@ var settings = []setting{
 			}
 			return nil
 		}},
+	{key: "channel_idle_timeout", def: "60s", modes: daemonOnly,
+		usage: "longest wait for a channel client's next frame (and for the rest of a frame begun); clients keep an idle connection open with PING",
+		field: func(c *Config) any { return &c.ChannelIdleTimeout },
+		check: func(c *Config) error {
+			if c.ChannelIdleTimeout < time.Second {
+				return fmt.Errorf("%s is under 1s", c.ChannelIdleTimeout)
+			}
+			return nil
+		}},
+	{key: "channel_max_connections_per_uid", def: "16", modes: daemonOnly, min: 1, max: 256,
+		usage: "channel connections one uid may hold at once (of 256 in all)",
+		field: func(c *Config) any { return &c.ChannelMaxConnsPerUID }},
 	{key: "reporting_timeout", def: "30s", modes: daemonOnly,
 		usage: "deadline of one POST to the Reporting API",
 		field: func(c *Config) any { return &c.ReportingTimeout }},

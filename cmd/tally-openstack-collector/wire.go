@@ -297,8 +297,10 @@ func newChannel(cfg *Config, log zerolog.Logger, reg prometheus.Registerer, ob o
 		return nil, nil
 	}
 	return channel.New(channel.Options{
-		Socket:     cfg.ChannelSocket,
-		SocketMode: cfg.ChannelSocketMode,
+		Socket:               cfg.ChannelSocket,
+		SocketMode:           cfg.ChannelSocketMode,
+		IdleTimeout:          cfg.ChannelIdleTimeout,
+		MaxConnectionsPerUID: cfg.ChannelMaxConnsPerUID,
 		Processor:  ms.pipeline,
 		Outbox:     ob,
 		Hub: channel.HubOptions{

@@ -10,8 +10,9 @@ until every message is answered. It exits 0 when every message was committed,
     channel_publish.py --socket /run/tally-openstack-collector/channel.sock \\
         --tag usage.license --type JSON < messages.jsonl
 
-It does not reconnect or resend: a program that needs that should use the Go
-client (runtime/input/channel/client) or do the same.
+It does not reconnect or resend: a program that needs that should use the
+Python client package (examples/channel/python) or the Go client
+(runtime/input/channel/client).
 """
 
 import argparse

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,7 +18,6 @@ import (
 )
 
 const (
-	helloTimeout = 10 * time.Second
 	// maxUnsettled bounds the messages of one connection read and not yet
 	// answered: past it the connection is not read until answers are
 	// written (a client that publishes without reading its answers).
@@ -69,12 +69,20 @@ func (c *conn) serve(ctx context.Context) {
 		return
 	}
 	var pub wire.Publish
+	idle := c.srv.opts.IdleTimeout
 	for {
+		// Each frame, from its first byte to its last, must arrive within
+		// the idle timeout: a silent connection and a stalled frame end alike.
+		_ = c.nc.SetReadDeadline(time.Now().Add(idle))
 		ft, p, err := r.Next()
 		if err != nil {
 			if errors.Is(err, wire.ErrVersion) || errors.Is(err, wire.ErrFrameTooLarge) || errors.Is(err, wire.ErrMalformed) {
 				c.srv.m.protocolErrors.Inc()
 				c.fail(err.Error())
+				return
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) && !c.srv.stopping() {
+				c.idleEnd(ctx)
 				return
 			}
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !c.srv.stopping() {
@@ -101,9 +109,19 @@ func (c *conn) serve(ctx context.Context) {
 			}
 			c.subscribe(s)
 		case wire.FrameUnsubscribe:
-			if id, err := wire.ParseUnsubscribe(p); err == nil {
-				c.srv.hub.unsubscribe(c.sub, id)
+			id, err := wire.ParseUnsubscribe(p)
+			if err != nil {
+				c.srv.m.protocolErrors.Inc()
+				c.fail(err.Error())
+				return
 			}
+			st := wire.SubStatus{ID: id, OK: c.srv.hub.unsubscribe(c.sub, id)}
+			if !st.OK {
+				st.Text = "no subscription with this id"
+			}
+			c.q.pushCtrl(wire.AppendUnsubStatus(nil, st))
+		case wire.FramePing:
+			// Nothing to do: the frame has moved the idle deadline.
 		default:
 			// Hello again, or a frame of a later revision: ignored.
 		}
@@ -118,8 +136,20 @@ func (c *conn) serve(ctx context.Context) {
 	c.finish()
 }
 
+// idleEnd ends a connection on which no frame arrived within the idle
+// timeout: what it published is answered first, then an Error frame says
+// why it is closed.
+func (c *conn) idleEnd(ctx context.Context) {
+	c.srv.m.idleTimeouts.Inc()
+	c.log.Info().Dur("idle_timeout", c.srv.opts.IdleTimeout).Msg("channel connection closed: no frame within the idle timeout")
+	c.srv.hub.remove(c.sub)
+	c.q.waitUntil(ctx, func() bool { return c.unsettled.Load() == 0 })
+	c.q.pushCtrl(wire.AppendError(nil, fmt.Sprintf("idle timeout: no frame within %s", c.srv.opts.IdleTimeout)))
+	c.finish()
+}
+
 func (c *conn) handshake(r *wire.Reader) bool {
-	_ = c.nc.SetReadDeadline(time.Now().Add(helloTimeout))
+	_ = c.nc.SetReadDeadline(time.Now().Add(c.srv.opts.HelloTimeout))
 	ft, p, err := r.Next()
 	if err != nil {
 		if errors.Is(err, wire.ErrVersion) {
@@ -139,10 +169,10 @@ func (c *conn) handshake(r *wire.Reader) bool {
 		c.fail(err.Error())
 		return false
 	}
-	_ = c.nc.SetReadDeadline(time.Time{})
 	c.modes = h.Modes
 	c.log = c.log.With().Str("client", h.Name).Logger()
-	c.q.pushCtrl(wire.AppendWelcome(nil, wire.Welcome{MaxData: wire.MaxData, UID: c.cred.uid, GID: c.cred.gid}))
+	c.q.pushCtrl(wire.AppendWelcome(nil, wire.Welcome{MaxData: wire.MaxData, UID: c.cred.uid, GID: c.cred.gid,
+		IdleTimeoutMillis: uint32(min(c.srv.opts.IdleTimeout.Milliseconds(), 1<<32-1))}))
 	c.log.Debug().Uint8("modes", h.Modes).Msg("channel client connected")
 	return true
 }
@@ -235,14 +265,14 @@ func (c *conn) subscribe(s wire.Subscribe) {
 	} else if len(s.Regex) > wire.MaxRegex {
 		err = fmt.Errorf("expression longer than %d bytes", wire.MaxRegex)
 	} else {
-		err = c.srv.hub.subscribe(c.sub, s.ID, s.Regex, s.Raw)
+		err = c.srv.hub.subscribe(c.sub, s)
 	}
 	st := wire.SubStatus{ID: s.ID, OK: err == nil}
 	if err != nil {
 		st.Text = err.Error()
 		c.srv.m.refusedSubscriptions.Inc()
 	} else {
-		c.log.Debug().Str("regex", s.Regex).Bool("raw", s.Raw).Msg("channel subscription")
+		c.log.Debug().Str("match", s.Regex).Bool("exact", s.Exact).Bool("raw", s.Raw).Msg("channel subscription")
 	}
 	c.q.pushCtrl(wire.AppendSubStatus(nil, st))
 }

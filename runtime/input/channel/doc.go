@@ -46,6 +46,18 @@
 // that is not committed; what is resent arrives twice with the same
 // event_id, which the Reporting API counts as a duplicate.
 //
+// # A hostile peer
+//
+// Whoever can reach the socket is bounded: Options.MaxConnections in all and
+// MaxConnectionsPerUID per uid (SO_PEERCRED, root included), refused with an
+// Error frame at accept; HELLO within HelloTimeout; after it every frame,
+// from its first byte to its last, within IdleTimeout of the read that
+// began it (clients learn the bound in WELCOME and send PING when idle),
+// else the connection is answered what it published, told why and closed.
+// A frame's buffer grows with the bytes that arrive (wire.Reader), never to
+// the length announced before they do; what is read and unanswered is
+// bounded by the budget above, and each subscriber by its queue.
+//
 // # The tap
 //
 // The Hub fans committed records out to subscriptions: mapped events

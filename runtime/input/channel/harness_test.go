@@ -354,7 +354,13 @@ func runAs(tb testing.TB, cred client.Cred, mode string, env ...string) *helperP
 	args := []string{fmt.Sprintf("--reuid=%d", cred.UID), fmt.Sprintf("--regid=%d", cred.GID), "--clear-groups", helperBin(tb)}
 	cmd := exec.Command(setpriv, args...)
 	cmd.Env = append([]string{"CHANNEL_TEST_HELPER=" + mode, "PATH=/usr/bin:/bin"}, env...)
-	cmd.Stderr = &testLogWriter{tb: tb, prefix: mode}
+	return startHelper(tb, cmd, mode)
+}
+
+// startHelper starts cmd and reads its JSON lines.
+func startHelper(tb testing.TB, cmd *exec.Cmd, prefix string) *helperProc {
+	tb.Helper()
+	cmd.Stderr = &testLogWriter{tb: tb, prefix: prefix}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		tb.Fatal(err)
@@ -455,7 +461,8 @@ func helperMain(mode string) int {
 				return 2
 			}
 		}
-		if err := c.Close(ctx, false); err != nil {
+		// Flush waits for OnSettled too: every settled line precedes done.
+		if err := errors.Join(c.Flush(ctx), c.Close(ctx, false)); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
 		}

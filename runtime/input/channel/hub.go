@@ -42,6 +42,9 @@ type Record struct {
 	// credentials pass the read bits. The raw body is only ever shown to the
 	// owner (Perm & 0400) and to root.
 	UID, GID, Perm uint32
+	// PID is the publisher's process id from SO_PEERCRED (channel messages);
+	// 0 when unknown (the bus).
+	PID uint32
 }
 
 // Redactor renders a raw body for a tap, with credentials removed, as one
@@ -100,9 +103,17 @@ type subscriber struct {
 }
 
 type subscription struct {
-	id  uint32
-	raw bool
-	re  *regexp.Regexp
+	id    uint32
+	raw   bool
+	re    *regexp.Regexp // nil for an exact subscription
+	exact string
+}
+
+func (s *subscription) matches(et string) bool {
+	if s.re == nil {
+		return et == s.exact
+	}
+	return s.re.MatchString(et)
 }
 
 // NewHub returns a Hub; Run fans out.
@@ -216,7 +227,7 @@ func (f *fanout) record(h *Hub, r *Record) {
 				continue
 			}
 			f.deliver(h, s, &wire.Deliver{Type: wire.JSON, UID: r.UID, GID: r.GID, Perm: r.Perm,
-				Origin: r.Origin, Tag: []byte(et), Data: ev})
+				Origin: r.Origin, Tag: []byte(et), Data: ev, PID: r.PID})
 		}
 	}
 	redacted := false
@@ -238,7 +249,7 @@ func (f *fanout) record(h *Hub, r *Record) {
 			redacted = true
 		}
 		f.deliver(h, s, &wire.Deliver{Raw: true, Type: wire.JSON, UID: r.UID, GID: r.GID, Perm: rawPerm,
-			Origin: r.Origin, Tag: []byte(r.EventType), Data: f.red})
+			Origin: r.Origin, Tag: []byte(r.EventType), Data: f.red, PID: r.PID})
 	}
 }
 
@@ -258,22 +269,28 @@ func (s *subscriber) match(dst []uint32, et string, raw bool) []uint32 {
 	if p == nil {
 		return dst
 	}
-	for _, sub := range *p {
-		if sub.raw == raw && sub.re.MatchString(et) {
+	for i := range *p {
+		if sub := &(*p)[i]; sub.raw == raw && sub.matches(et) {
 			dst = append(dst, sub.id)
 		}
 	}
 	return dst
 }
 
-// subscribe adds (or replaces) subscription id of s.
-func (h *Hub) subscribe(s *subscriber, id uint32, expr string, raw bool) error {
+// subscribe adds (or replaces) subscription req.ID of s: a regular
+// expression, or an exact name.
+func (h *Hub) subscribe(s *subscriber, req wire.Subscribe) error {
+	id, raw := req.ID, req.Raw
 	if raw && h.opts.Redact == nil {
 		return errRawUnavailable
 	}
-	re, err := regexp.Compile(expr)
-	if err != nil {
-		return err
+	sub := subscription{id: id, raw: raw, exact: req.Regex}
+	if !req.Exact {
+		re, err := regexp.Compile(req.Regex)
+		if err != nil {
+			return err
+		}
+		sub.re = re
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -293,7 +310,7 @@ func (h *Hub) subscribe(s *subscriber, id uint32, expr string, raw bool) error {
 	if !replaced && len(cur) >= h.opts.MaxSubscriptions {
 		return errTooManySubscriptions
 	}
-	next = append(next, subscription{id: id, raw: raw, re: re})
+	next = append(next, sub)
 	s.subs.Store(&next)
 	if !replaced {
 		h.active.Add(1)
@@ -306,12 +323,14 @@ func (h *Hub) subscribe(s *subscriber, id uint32, expr string, raw bool) error {
 	return nil
 }
 
-func (h *Hub) unsubscribe(s *subscriber, id uint32) {
+// unsubscribe removes subscription id of s; it reports false when there
+// was none.
+func (h *Hub) unsubscribe(s *subscriber, id uint32) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	p := s.subs.Load()
 	if p == nil {
-		return
+		return false
 	}
 	next := make([]subscription, 0, len(*p))
 	for _, c := range *p {
@@ -320,11 +339,12 @@ func (h *Hub) unsubscribe(s *subscriber, id uint32) {
 		}
 	}
 	if len(next) == len(*p) {
-		return
+		return false
 	}
 	s.subs.Store(&next)
 	h.active.Add(-1)
 	h.m.subscriptions.Set(float64(h.active.Load()))
+	return true
 }
 
 // remove forgets s and all its subscriptions.

@@ -23,6 +23,7 @@ type metrics struct {
 	retries              prometheus.Counter
 	abandoned            prometheus.Counter
 	protocolErrors       prometheus.Counter
+	idleTimeouts         prometheus.Counter
 	refusedSubscriptions prometheus.Counter
 	exceptions           prometheus.Counter
 }
@@ -37,7 +38,8 @@ func newMetrics(s *Server, reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		connections: prometheus.NewGauge(prometheus.GaugeOpts{Name: name("connections"),
 			Help: "Open connections to the channel socket."}),
-		refusedConns: counter("refused_connections_total", "Connections closed at once: over the connection bound, or without peer credentials."),
+		refusedConns: counter("refused_connections_total", "Connections closed at once: over the connection bound (all, or of one uid), or without peer credentials."),
+		idleTimeouts: counter("idle_timeouts_total", "Connections closed because no frame (or not the rest of one) arrived within the idle timeout."),
 		received:     counter("received_total", "Messages published to the channel (every PUBLISH frame read)."),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("dropped_total"),
 			Help: "Messages the channel refused, by reason (credentials, invalid_type, invalid_json, invalid_tag, too_large, mode)."},
@@ -64,7 +66,7 @@ func newMetrics(s *Server, reg prometheus.Registerer) (*metrics, error) {
 	h := s.hub.m
 	if err := imetrics.Register(reg, m.connections, m.refusedConns, m.received, m.dropped, m.mapped,
 		m.skipped, m.unparseable, m.failed, m.committed, m.deadLettered, m.eventsCommitted, m.retries,
-		m.abandoned, m.protocolErrors, m.refusedSubscriptions, m.exceptions, queued,
+		m.abandoned, m.protocolErrors, m.idleTimeouts, m.refusedSubscriptions, m.exceptions, queued,
 		h.subscribers, h.subscriptions, h.delivered, h.dropped); err != nil {
 		return nil, fmt.Errorf("channel: %w", err)
 	}

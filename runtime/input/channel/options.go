@@ -45,8 +45,12 @@ const (
 	DefaultBatchLinger    = 2 * time.Millisecond
 	DefaultDrainTimeout   = 5 * time.Second
 	DefaultMaxConnections = 256
-	DefaultRetryMin       = 100 * time.Millisecond
-	DefaultRetryMax       = 5 * time.Second
+	// DefaultMaxConnectionsPerUID bounds one user's share of the slots.
+	DefaultMaxConnectionsPerUID = 16
+	DefaultIdleTimeout          = 60 * time.Second
+	DefaultHelloTimeout         = 10 * time.Second
+	DefaultRetryMin             = 100 * time.Millisecond
+	DefaultRetryMax             = 5 * time.Second
 )
 
 // Options configure a Server. The package reads no configuration itself.
@@ -82,6 +86,20 @@ type Options struct {
 	// MaxConnections bounds concurrent connections; more are refused with
 	// an Error frame. Default 256.
 	MaxConnections int
+	// MaxConnectionsPerUID bounds the concurrent connections of one uid
+	// (as SO_PEERCRED reports it, root included), so that one local user
+	// cannot take every slot; more are refused with an Error frame.
+	// Default 16 (CHANNEL_MAX_CONNECTIONS_PER_UID).
+	MaxConnectionsPerUID int
+	// IdleTimeout bounds the wait for each frame once the handshake is
+	// done: a connection on which no complete frame arrives within it is
+	// answered an Error frame and closed. Clients send PING frames when they
+	// have nothing else to send (WELCOME tells them the bound). Default 60 s
+	// (CHANNEL_IDLE_TIMEOUT).
+	IdleTimeout time.Duration
+	// HelloTimeout bounds the wait for the HELLO frame after connecting;
+	// default 10 s.
+	HelloTimeout time.Duration
 	// Hub configures the tap.
 	Hub HubOptions
 	// Logger receives the channel's logs, already tagged component=channel
@@ -117,6 +135,15 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxConnections <= 0 {
 		o.MaxConnections = DefaultMaxConnections
+	}
+	if o.MaxConnectionsPerUID <= 0 {
+		o.MaxConnectionsPerUID = DefaultMaxConnectionsPerUID
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
+	if o.HelloTimeout <= 0 {
+		o.HelloTimeout = DefaultHelloTimeout
 	}
 	o.Hub.Logger = o.Logger
 }

@@ -25,6 +25,7 @@ type item struct {
 	uid  uint32
 	gid  uint32
 	perm uint32
+	pid  uint32 // the publisher's, from SO_PEERCRED
 
 	status wire.Status
 	reason string
@@ -36,7 +37,7 @@ type item struct {
 func newItem(c *conn, p *wire.Publish, tapping bool) *item {
 	it := &item{
 		c: c, seq: p.Seq, tag: string(p.Tag), typ: p.Type,
-		uid: p.UID, gid: p.GID, perm: p.Perm & 0o777,
+		uid: p.UID, gid: p.GID, perm: p.Perm & 0o777, pid: uint32(max(c.cred.pid, 0)),
 	}
 	at := p.PublishedAt
 	if at <= 0 {
@@ -300,7 +301,7 @@ func (s *Server) commit(ctx context.Context, batch []*item, events [][]byte) {
 		if tapping && (it.status != wire.Skipped || it.raw != nil) {
 			recs = append(recs, Record{
 				Origin: OriginChannel, Exchange: Exchange, RoutingKey: it.tag, EventType: it.tag,
-				Raw: it.raw, Events: it.events, UID: it.uid, GID: it.gid, Perm: it.perm,
+				Raw: it.raw, Events: it.events, UID: it.uid, GID: it.gid, Perm: it.perm, PID: it.pid,
 			})
 		}
 	}

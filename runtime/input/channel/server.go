@@ -34,6 +34,7 @@ type Server struct {
 
 	connMu sync.Mutex
 	conns  map[*conn]struct{}
+	perUID map[uint32]int // connections of each uid
 	closed bool
 
 	stopOnce  sync.Once
@@ -62,6 +63,7 @@ func New(opts Options) (*Server, error) {
 		work:    make(chan *item, queueSlots),
 		commits: make(chan *item, queueSlots),
 		conns:   make(map[*conn]struct{}),
+		perUID:  make(map[uint32]int),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 	}
@@ -250,15 +252,24 @@ func (s *Server) newConn(nc *net.UnixConn) (*conn, bool) {
 		nc.Close()
 		return nil, false
 	}
-	if len(s.conns) >= s.opts.MaxConnections {
+	refuse := ""
+	switch {
+	case len(s.conns) >= s.opts.MaxConnections:
+		refuse = fmt.Sprintf("too many connections (at most %d)", s.opts.MaxConnections)
+	case s.perUID[cred.uid] >= s.opts.MaxConnectionsPerUID:
+		refuse = fmt.Sprintf("too many connections for uid %d (at most %d)", cred.uid, s.opts.MaxConnectionsPerUID)
+	}
+	if refuse != "" {
 		s.connMu.Unlock()
 		s.m.refusedConns.Inc()
+		s.log.Warn().Uint32("uid", cred.uid).Int32("pid", cred.pid).Str("reason", refuse).Msg("channel connection refused")
 		_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
-		_, _ = nc.Write(wire.AppendError(nil, "too many connections"))
+		_, _ = nc.Write(wire.AppendError(nil, refuse))
 		nc.Close()
 		return nil, false
 	}
 	s.conns[c] = struct{}{}
+	s.perUID[cred.uid]++
 	s.connMu.Unlock()
 	s.m.connections.Inc()
 	return c, true
@@ -267,7 +278,12 @@ func (s *Server) newConn(nc *net.UnixConn) (*conn, bool) {
 func (s *Server) dropConn(c *conn) {
 	s.connMu.Lock()
 	_, ok := s.conns[c]
-	delete(s.conns, c)
+	if ok {
+		delete(s.conns, c)
+		if s.perUID[c.cred.uid]--; s.perUID[c.cred.uid] <= 0 {
+			delete(s.perUID, c.cred.uid)
+		}
+	}
 	s.connMu.Unlock()
 	if ok {
 		s.m.connections.Dec()

@@ -339,8 +339,12 @@ func TestTapSeesMappedAndRaw(t *testing.T) {
 		t.Fatalf("tap_delivered_total %v", got)
 	}
 	// Unsubscribed: nothing more arrives, and the hub goes idle.
-	s1.Close()
-	s2.Close()
+	if err := s1.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
 	testkit.WaitFor(t, 10*time.Second, "hub idle", func() bool { return !h.srv.Tap().Active() })
 }
 

@@ -83,11 +83,12 @@ const (
 
 // Defaults.
 const (
-	DefaultQueueLimitBytes   = 1 << 20
-	DefaultReconnectInterval = time.Second
-	DefaultPerm              = 0o440
-	handshakeTimeout         = 10 * time.Second
-	writeChunk               = 256 << 10
+	DefaultQueueLimitBytes    = 1 << 20
+	DefaultDeliveryQueueBytes = 1 << 20
+	DefaultReconnectInterval  = time.Second
+	DefaultPerm               = 0o440
+	handshakeTimeout          = 10 * time.Second
+	writeChunk                = 256 << 10
 )
 
 // Options configure a Client.
@@ -104,11 +105,18 @@ type Options struct {
 	// QueueLimitBytes bounds the messages held until the daemon settles them
 	// (queued, and sent but not yet acknowledged), counted as their encoded
 	// frames; default 1 MiB (CHANNEL_QUEUE_LIMIT_BYTES).
-	QueueLimitBytes int
+	QueueLimitBytes    int
+	DeliveryQueueBytes int
 	// OnSettled, when set, is called once for every message the daemon
-	// settles, on the client's reading goroutine, in the order the daemon's
-	// answers arrive. It must not block for long, and may call Publish.
+	// settles, in the order the daemon's answers arrive, on a goroutine of
+	// its own: a slow OnSettled delays the next OnSettled only, never the
+	// reading of answers or deliveries. It may call Publish, Subscribe,
+	// SetQueueLimit and Close, but not Flush (which waits for OnSettled).
 	OnSettled func(Settlement)
+	// DeliveryQueueBytes bounds, for each subscription, the deliveries
+	// received and not yet handed over (to its callback, or to Next and
+	// Poll); past it a delivery is dropped for that subscription and
+	// counted (Stats.LocalDropped, Delivery.Missed). Default 1 MiB.
 	// Logger receives connection events; nil: none.
 	Logger *slog.Logger
 }
@@ -119,9 +127,14 @@ type Cred struct{ UID, GID uint32 }
 // Message is one message to publish.
 type Message struct {
 	// Tag routes the message to a mapper module (1..255 bytes).
-	Tag  string
-	Type wire.Type // String or JSON
-	Data []byte    // copied by Publish
+	Tag string
+	// Type is String or JSON; zero infers it: from Value when Value is set
+	// (a string or []byte is String, a json.RawMessage JSON as it is, any
+	// other value JSON as encoding/json encodes it), String otherwise.
+	Type wire.Type
+	Data []byte // copied by Publish
+	// Value, when set, is the message instead of Data: see Type.
+	Value any
 	// Perm is who may see the message and the events made of it on a tap,
 	// as a file's read bits: 0400 owner, 0040 group, 0004 others. Zero means
 	// DefaultPerm (0440).
@@ -141,6 +154,7 @@ type Settlement struct {
 
 // Stats are the client's counters.
 type Stats struct {
+	Name           string // Options.Name: the application's name (Find, List)
 	State          State
 	Mode           Mode
 	QueuedBytes    int    // held until settled: queued and in flight
@@ -156,6 +170,9 @@ type Stats struct {
 	NoBufs         uint64 // Publish calls answered ErrNoBufs
 	Delivered      uint64 // messages received for subscriptions
 	DeliverDropped uint64 // what the daemon reported this client missed (slow reading), on the latest connection
+	LocalDropped   uint64 // deliveries dropped here: a subscription's queue was at DeliveryQueueBytes
+	Subscriptions  int    // open subscriptions
+	Pings          uint64 // PING frames sent to keep an idle connection open
 	Reconnects     uint64 // connections made after the first
 }
 
@@ -187,10 +204,21 @@ type Client struct {
 	closing  bool
 	seq      uint64
 	subSeq   uint32
-	calling  int // settlements whose OnSettled has not returned yet
-	writing  int // messages taken by the writer whose write has not returned
+	calling  int           // settlements whose OnSettled has not returned yet
+	idle     time.Duration // the daemon's idle timeout (WELCOME); 0: none
+	writing  int           // messages taken by the writer whose write has not returned
 	lastErr  error
 	st       Stats
+	unsubs   map[uint32]*Subscription // Close waiting for UNSUB_STATUS
+
+	// Callbacks run on two goroutines of their own, never on the reader:
+	// settleQ feeds OnSettled, cbQ the subscriptions' callbacks.
+	settleQ    []Settlement
+	settleWake chan struct{}
+	cbQ        []cbItem
+	cbWake     chan struct{}
+	cbStop     bool // Close: start no further subscription callback
+	settleStop bool // Close: OnSettled ends once settleQ is empty
 
 	stop     chan struct{} // closed by Close: stop connecting
 	stopOnce sync.Once
@@ -216,21 +244,30 @@ func New(opts Options) (*Client, error) {
 	if opts.QueueLimitBytes <= 0 {
 		opts.QueueLimitBytes = DefaultQueueLimitBytes
 	}
+	if opts.DeliveryQueueBytes <= 0 {
+		opts.DeliveryQueueBytes = DefaultDeliveryQueueBytes
+	}
 	if opts.Name == "" {
 		opts.Name = filepath.Base(os.Args[0])
 	}
 	c := &Client{
-		opts:     opts,
-		cred:     Cred{UID: uint32(os.Getuid()), GID: uint32(os.Getgid())},
-		inflight: make(map[uint64]*entry),
-		changed:  make(chan struct{}),
-		wake:     make(chan struct{}, 1),
-		subs:     make(map[uint32]*Subscription),
-		stop:     make(chan struct{}),
-		done:     make(chan struct{}),
-		state:    StateConnecting,
+		opts:       opts,
+		cred:       Cred{UID: uint32(os.Getuid()), GID: uint32(os.Getgid())},
+		inflight:   make(map[uint64]*entry),
+		changed:    make(chan struct{}),
+		wake:       make(chan struct{}, 1),
+		subs:       make(map[uint32]*Subscription),
+		unsubs:     make(map[uint32]*Subscription),
+		stop:       make(chan struct{}),
+		settleWake: make(chan struct{}, 1),
+		cbWake:     make(chan struct{}, 1),
+		done:       make(chan struct{}),
+		state:      StateConnecting,
 	}
+	register(c)
 	go c.run()
+	go c.settleLoop()
+	go c.callbackLoop()
 	return c, nil
 }
 
@@ -244,6 +281,9 @@ func (c *Client) Publish(m Message) (uint64, error) {
 	}
 	if m.Tag == "" {
 		return 0, fmt.Errorf("%w: empty tag", ErrInvalid)
+	}
+	if err := m.infer(); err != nil {
+		return 0, err
 	}
 	if len(m.Tag) > wire.MaxTag || len(m.Data) > wire.MaxData {
 		return 0, fmt.Errorf("%w: tag of %d bytes, data of %d bytes", ErrTooLarge, len(m.Tag), len(m.Data))
@@ -314,14 +354,20 @@ func (c *Client) PublishWait(ctx context.Context, m Message) (uint64, error) {
 }
 
 // Flush waits until the daemon has settled every message published so far
-// (and OnSettled has returned for each), or ctx is done.
+// (and OnSettled has returned for each), or ctx is done. It must not be
+// called from OnSettled, which it would wait for.
 func (c *Client) Flush(ctx context.Context) error {
+	return c.waitFor(ctx, func() bool { return len(c.queue) == 0 && len(c.inflight) == 0 && c.calling == 0 })
+}
+
+// waitFor waits until cond (called with c.mu held) holds, or ctx is done.
+func (c *Client) waitFor(ctx context.Context, cond func() bool) error {
 	for {
 		c.mu.Lock()
-		empty := len(c.queue) == 0 && len(c.inflight) == 0 && c.calling == 0
+		ok := cond()
 		ch := c.changed
 		c.mu.Unlock()
-		if empty {
+		if ok {
 			return nil
 		}
 		select {
@@ -337,20 +383,7 @@ func (c *Client) Flush(ctx context.Context) error {
 // exits right after it leaves the written messages to the daemon; what the
 // daemon then fails to commit is lost, as nobody is left to send it again.
 func (c *Client) WaitSent(ctx context.Context) error {
-	for {
-		c.mu.Lock()
-		done := len(c.queue) == 0 && c.writing == 0
-		ch := c.changed
-		c.mu.Unlock()
-		if done {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	return c.waitFor(ctx, func() bool { return len(c.queue) == 0 && c.writing == 0 })
 }
 
 // Close ends the client. With cancel false it first waits, bounded by ctx,
@@ -358,6 +391,12 @@ func (c *Client) WaitSent(ctx context.Context) error {
 // when ctx ends is abandoned and the context's error returned); with cancel
 // true it abandons the queue at once. Abandoned messages count in
 // Stats.Dropped. Publish answers ErrClosed from the moment Close is called.
+//
+// Close may be called from a callback (a subscription's, or OnSettled),
+// with either value of cancel: it does not wait for callbacks. No
+// subscription callback starts once Close has returned (one under way may
+// finish after it); OnSettled is still called for what the daemon settled
+// before the connection was closed. Use Flush first to wait for those.
 func (c *Client) Close(ctx context.Context, cancel bool) error {
 	c.mu.Lock()
 	if c.state == StateClosed {
@@ -370,7 +409,7 @@ func (c *Client) Close(ctx context.Context, cancel bool) error {
 
 	var err error
 	if !cancel {
-		err = c.Flush(ctx)
+		err = c.drain(ctx)
 	}
 	c.stopOnce.Do(func() { close(c.stop) })
 	c.mu.Lock()
@@ -388,11 +427,28 @@ func (c *Client) Close(ctx context.Context, cancel bool) error {
 	c.broadcast()
 	subs := c.subs
 	c.subs = map[uint32]*Subscription{}
+	for _, s := range c.unsubs {
+		s.unsubDone <- nil
+	}
+	clear(c.unsubs)
+	c.cbStop, c.settleStop = true, true
+	c.cbQ = nil
+	for _, s := range subs {
+		s.closeLocked()
+	}
 	c.mu.Unlock()
+	c.kickLoops()
 	for _, s := range subs {
 		s.settle(ErrClosed)
 	}
+	unregister(c)
 	return err
+}
+
+// drain waits until the daemon has settled every queued message (not for
+// OnSettled: Close may be called from it), or ctx is done.
+func (c *Client) drain(ctx context.Context) error {
+	return c.waitFor(ctx, func() bool { return len(c.queue) == 0 && len(c.inflight) == 0 })
 }
 
 // Stats returns a copy of the counters.
@@ -400,8 +456,10 @@ func (c *Client) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.st
+	s.Name = c.opts.Name
 	s.State = c.state
 	s.Mode = c.opts.Mode
+	s.Subscriptions = len(c.subs)
 	s.QueuedBytes = c.bytes
 	s.QueuedMessages = len(c.queue)
 	s.InFlight = len(c.inflight)
@@ -424,7 +482,9 @@ func (c *Client) LastError() error {
 	return c.lastErr
 }
 
-// SetQueueLimit changes the queue bound; messages already queued stay.
+// SetQueueLimit changes the queue bound (n <= 0: the default); messages
+// already queued stay, and Publish answers ErrNoBufs until they are settled
+// below the new bound. Safe from a callback.
 func (c *Client) SetQueueLimit(n int) {
 	if n <= 0 {
 		n = DefaultQueueLimitBytes
@@ -505,6 +565,114 @@ func (c *Client) setState(s State) {
 	c.mu.Unlock()
 }
 
+// Name is the application name the client was created with.
+func (c *Client) Name() string { return c.opts.Name }
+
+// infer sets m.Type and m.Data from m.Value (see Message.Type).
+func (m *Message) infer() error {
+	if m.Value != nil {
+		switch v := m.Value.(type) {
+		case string:
+			m.Data = []byte(v)
+			if m.Type == 0 {
+				m.Type = wire.String
+			}
+		case []byte:
+			m.Data = v
+			if m.Type == 0 {
+				m.Type = wire.String
+			}
+		case json.RawMessage:
+			m.Data = v
+			if m.Type == 0 {
+				m.Type = wire.JSON
+			}
+		default:
+			b, err := json.Marshal(v)
+			if err != nil {
+				return fmt.Errorf("%w: %w", ErrInvalid, err)
+			}
+			m.Data = b
+			if m.Type == 0 {
+				m.Type = wire.JSON
+			}
+		}
+	}
+	if m.Type == 0 {
+		m.Type = wire.String
+	}
+	return nil
+}
+
+func (c *Client) kickLoops() {
+	for _, ch := range []chan struct{}{c.settleWake, c.cbWake} {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// settleLoop calls OnSettled for each settlement, in order, until Close
+// and the queue is empty.
+func (c *Client) settleLoop() {
+	for {
+		c.mu.Lock()
+		if len(c.settleQ) == 0 {
+			stop := c.settleStop
+			c.mu.Unlock()
+			if stop {
+				return
+			}
+			<-c.settleWake
+			continue
+		}
+		batch := c.settleQ
+		c.settleQ = nil
+		c.mu.Unlock()
+		for _, s := range batch {
+			c.opts.OnSettled(s)
+			c.mu.Lock()
+			c.calling--
+			c.broadcast()
+			c.mu.Unlock()
+		}
+	}
+}
+
+// cbItem is one delivery waiting for its subscription's callback.
+type cbItem struct {
+	s    *Subscription
+	d    Delivery
+	size int
+}
+
+// callbackLoop calls the subscriptions' callbacks, in the order the
+// deliveries arrived, until Close.
+func (c *Client) callbackLoop() {
+	for {
+		c.mu.Lock()
+		if c.cbStop {
+			c.mu.Unlock()
+			return
+		}
+		if len(c.cbQ) == 0 {
+			c.mu.Unlock()
+			<-c.cbWake
+			continue
+		}
+		it := c.cbQ[0]
+		c.cbQ[0] = cbItem{}
+		c.cbQ = c.cbQ[1:]
+		it.s.queued -= it.size
+		skip := it.s.closed
+		c.mu.Unlock()
+		if !skip {
+			it.s.cb(it.d)
+		}
+	}
+}
+
 func (c *Client) dial() (net.Conn, *wire.Reader, error) {
 	d := net.Dialer{Timeout: handshakeTimeout}
 	conn, err := d.Dial("unix", c.opts.Socket)
@@ -536,11 +704,15 @@ func (c *Client) dial() (net.Conn, *wire.Reader, error) {
 		c.dropConn(conn)
 		return nil, nil, err
 	}
-	if _, err := wire.ParseWelcome(p); err != nil {
+	w, err := wire.ParseWelcome(p)
+	if err != nil {
 		c.dropConn(conn)
 		return nil, nil, err
 	}
 	_ = conn.SetDeadline(time.Time{})
+	c.mu.Lock()
+	c.idle = time.Duration(w.IdleTimeoutMillis) * time.Millisecond
+	c.mu.Unlock()
 	return conn, r, nil
 }
 

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"regexp"
 	"sort"
+	"time"
 
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/channel/wire"
 )
@@ -64,6 +66,12 @@ func (c *Client) serve(conn net.Conn, r *wire.Reader) {
 		clear(c.inflight)
 	}
 	c.writing = 0
+	// The daemon forgot this connection's subscriptions with it: an
+	// unsubscription waiting for its answer is done.
+	for id, s := range c.unsubs {
+		s.unsubDone <- nil
+		delete(c.unsubs, id)
+	}
 	c.broadcast()
 	c.ctrl = nil
 	c.mu.Unlock()
@@ -71,9 +79,21 @@ func (c *Client) serve(conn net.Conn, r *wire.Reader) {
 }
 
 // write sends control frames and queued messages as they come, many frames
-// per system call. It reports true when a write failed.
+// per system call, and a PING when it has had nothing to send for a quarter
+// of the daemon's idle timeout. It reports true when a write failed.
 func (c *Client) write(conn net.Conn, readDone <-chan struct{}) bool {
 	var bufs net.Buffers
+	c.mu.Lock()
+	every := c.idle / 4
+	c.mu.Unlock()
+	var tick <-chan time.Time
+	var timer *time.Timer
+	if every > 0 {
+		timer = time.NewTimer(every)
+		defer timer.Stop()
+		tick = timer.C
+	}
+	ping := wire.AppendPing(nil)
 	for {
 		c.mu.Lock()
 		bufs = append(bufs[:0], c.ctrl...)
@@ -101,6 +121,12 @@ func (c *Client) write(conn net.Conn, readDone <-chan struct{}) bool {
 			select {
 			case <-c.wake:
 				continue
+			case <-tick:
+				bufs = append(bufs, ping)
+				c.mu.Lock()
+				c.st.Pings++
+				c.writing = 1
+				c.mu.Unlock()
 			case <-readDone:
 				return false
 			case <-c.stop:
@@ -120,6 +146,9 @@ func (c *Client) write(conn net.Conn, readDone <-chan struct{}) bool {
 		if err != nil {
 			c.logf(slog.LevelDebug, "channel write failed", "err", err)
 			return true
+		}
+		if timer != nil {
+			timer.Reset(every)
 		}
 	}
 }
@@ -149,6 +178,11 @@ func (c *Client) read(r *wire.Reader) {
 			if s, err = wire.ParseSubStatus(p); err == nil {
 				c.subStatus(s)
 			}
+		case wire.FrameUnsubStatus:
+			var s wire.SubStatus
+			if s, err = wire.ParseSubStatus(p); err == nil {
+				c.unsubStatus(s)
+			}
 		case wire.FrameError:
 			text, _ := wire.ParseError(p)
 			c.logf(slog.LevelError, "channel: the daemon closed the connection", "reason", text)
@@ -164,8 +198,9 @@ func (c *Client) read(r *wire.Reader) {
 }
 
 func (c *Client) settle(acks []wire.AckEntry) {
-	var done []Settlement
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
 	for _, a := range acks {
 		e, ok := c.inflight[a.Seq]
 		if !ok {
@@ -182,22 +217,18 @@ func (c *Client) settle(acks []wire.AckEntry) {
 			c.st.Refused++
 		}
 		if c.opts.OnSettled != nil {
-			done = append(done, Settlement{Seq: a.Seq, Status: a.Status, Reason: a.Reason})
+			c.settleQ = append(c.settleQ, Settlement{Seq: a.Seq, Status: a.Status, Reason: a.Reason})
+			n++
 		}
 	}
-	c.calling += len(done)
+	c.calling += n
 	c.broadcast()
-	c.mu.Unlock()
-	if len(done) == 0 {
-		return
+	if n > 0 {
+		select {
+		case c.settleWake <- struct{}{}:
+		default:
+		}
 	}
-	for _, s := range done {
-		c.opts.OnSettled(s)
-	}
-	c.mu.Lock()
-	c.calling -= len(done)
-	c.broadcast()
-	c.mu.Unlock()
 }
 
 // Delivery is one message received for a subscription.
@@ -209,63 +240,141 @@ type Delivery struct {
 	Origin string // "amqp" or "channel"
 	// The credentials and permission bits the message carries.
 	UID, GID, Perm uint32
-	Data           []byte // the event (JSON), or the redacted notification
+	// PID is the publisher's process id, as the kernel reported it on the
+	// publisher's connection (SO_PEERCRED); 0 for bus events.
+	PID  uint32
+	Data []byte // the event (JSON), or the redacted notification; shared, do not modify
 	// Dropped is how many messages the daemon dropped for this connection so
 	// far because it did not read them fast enough.
 	Dropped uint64
+	// Missed is how many deliveries this subscription dropped so far because
+	// its queue (Options.DeliveryQueueBytes) was full: a callback, or a
+	// poller, that did not keep up.
+	Missed uint64
 }
 
+// Value decodes the data by its type: a JSON value as encoding/json
+// decodes it into an any, or the text of a String message.
+func (d Delivery) Value() (any, error) {
+	if d.Type != wire.JSON {
+		return string(d.Data), nil
+	}
+	var v any
+	if err := json.Unmarshal(d.Data, &v); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return v, nil
+}
+
+// deliver hands a delivery to each open subscription it matched: into the
+// callback queue, or the subscription's own queue for polling, each bounded
+// by DeliveryQueueBytes. It never runs a callback and never blocks.
 func (c *Client) deliver(dl *wire.Deliver) {
 	c.dropped.Store(dl.Dropped)
-	var cbs []func(Delivery)
-	c.mu.Lock()
-	c.st.Delivered++
-	for _, id := range dl.Subs {
-		if s, ok := c.subs[id]; ok && s.cb != nil {
-			cbs = append(cbs, s.cb)
-		}
-	}
-	c.mu.Unlock()
-	if len(cbs) == 0 {
-		return
-	}
 	d := Delivery{
 		Tag: string(dl.Tag), Type: dl.Type, Raw: dl.Raw, Origin: dl.Origin,
-		UID: dl.UID, GID: dl.GID, Perm: dl.Perm, Data: append([]byte(nil), dl.Data...), Dropped: dl.Dropped,
+		UID: dl.UID, GID: dl.GID, Perm: dl.Perm, PID: dl.PID, Data: append([]byte(nil), dl.Data...), Dropped: dl.Dropped,
 	}
-	for _, cb := range cbs {
-		cb(d)
+	size := len(d.Data) + len(d.Tag) + 96
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.st.Delivered++
+	queued := false
+	for _, id := range dl.Subs {
+		s, ok := c.subs[id]
+		if !ok || s.closed {
+			continue
+		}
+		if s.queued+size > c.opts.DeliveryQueueBytes {
+			s.missed++
+			c.st.LocalDropped++
+			continue
+		}
+		s.queued += size
+		s.delivered++
+		dd := d
+		dd.Missed = s.missed
+		if s.cb != nil {
+			c.cbQ = append(c.cbQ, cbItem{s: s, d: dd, size: size})
+			queued = true
+			continue
+		}
+		s.queue = append(s.queue, dd)
+		close(s.arrived)
+		s.arrived = make(chan struct{})
+	}
+	if queued {
+		select {
+		case c.cbWake <- struct{}{}:
+		default:
+		}
 	}
 }
 
-// Subscription is one regular expression the client subscribed to. It is
-// sent again on every new connection until Close.
+// SubscribeOptions are the choices of SubscribeWith.
+type SubscribeOptions struct {
+	// Exact: the match is a name, compared with the tag byte for byte,
+	// instead of a regular expression.
+	Exact bool
+	// Raw: the redacted raw notifications instead of the mapped events.
+	Raw bool
+	// Callback is called for each delivery, on the client's callback
+	// goroutine (one for all subscriptions, in arrival order), never on the
+	// goroutine that reads the connection: a slow callback delays the next
+	// callbacks only; past DeliveryQueueBytes this subscription's
+	// deliveries are dropped (Delivery.Missed). It may call Publish,
+	// Subscribe, SetQueueLimit, Subscription.Close and Client.Close. Nil:
+	// the deliveries are kept, within the same bound, for Next and Poll.
+	Callback func(Delivery)
+}
+
+// Subscription is one expression (or exact name) the client subscribed to.
+// It is sent again on every new connection until it is closed.
 type Subscription struct {
 	c        *Client
 	id       uint32
-	regex    string
+	match    string
+	exact    bool
 	raw      bool
 	cb       func(Delivery)
 	answered chan struct{}
 	err      error
+
+	// Under c.mu.
+	closed    bool
+	queue     []Delivery // polling: what Next and Poll hand out
+	queued    int        // bytes waiting, for the callback or in queue
+	delivered uint64
+	missed    uint64
+	arrived   chan struct{} // closed and replaced when queue grows or the subscription closes
+	unsubDone chan error    // Close waiting for the daemon's answer
 }
 
 // Subscribe asks the daemon for every message whose tag (for the tap: the
 // event type) matches regex, a Go regular expression, unanchored. With raw
 // the redacted raw notifications are asked for instead of the mapped
-// events. cb is called on the client's reading goroutine for each message;
-// it must not block for long: while it runs nothing else is read, and the
-// daemon drops what this client cannot take in time (Delivery.Dropped).
-// Subscribe does not wait for the daemon: Wait does.
+// events. cb, when not nil, is called for each message (see
+// SubscribeOptions.Callback); nil keeps them for Next and Poll. Subscribe
+// does not wait for the daemon: Wait does.
 func (c *Client) Subscribe(regex string, raw bool, cb func(Delivery)) (*Subscription, error) {
+	return c.SubscribeWith(regex, SubscribeOptions{Raw: raw, Callback: cb})
+}
+
+// SubscribeWith subscribes to match, a regular expression or, with
+// o.Exact, a name.
+func (c *Client) SubscribeWith(match string, o SubscribeOptions) (*Subscription, error) {
 	if c.opts.Mode&ModeSubscribe == 0 {
 		return nil, ErrMode
 	}
-	if len(regex) > wire.MaxRegex {
-		return nil, fmt.Errorf("%w: expression of %d bytes", ErrTooLarge, len(regex))
+	if len(match) > wire.MaxRegex {
+		return nil, fmt.Errorf("%w: expression of %d bytes", ErrTooLarge, len(match))
 	}
-	if _, err := regexp.Compile(regex); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	if !o.Exact {
+		if _, err := regexp.Compile(match); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+	} else if match == "" {
+		return nil, fmt.Errorf("%w: empty name", ErrInvalid)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -273,7 +382,8 @@ func (c *Client) Subscribe(regex string, raw bool, cb func(Delivery)) (*Subscrip
 		return nil, ErrClosed
 	}
 	c.subSeq++
-	s := &Subscription{c: c, id: c.subSeq, regex: regex, raw: raw, cb: cb, answered: make(chan struct{})}
+	s := &Subscription{c: c, id: c.subSeq, match: match, exact: o.Exact, raw: o.Raw, cb: o.Callback,
+		answered: make(chan struct{}), arrived: make(chan struct{})}
 	c.subs[s.id] = s
 	if c.conn != nil && c.state == StateConnected {
 		c.ctrl = append(c.ctrl, s.frame())
@@ -290,7 +400,7 @@ func (c *Client) kickLocked() {
 }
 
 func (s *Subscription) frame() []byte {
-	return wire.AppendSubscribe(nil, wire.Subscribe{ID: s.id, Raw: s.raw, Regex: s.regex})
+	return wire.AppendSubscribe(nil, wire.Subscribe{ID: s.id, Raw: s.raw, Exact: s.exact, Regex: s.match})
 }
 
 func (c *Client) subStatus(st wire.SubStatus) {
@@ -303,9 +413,24 @@ func (c *Client) subStatus(st wire.SubStatus) {
 	var err error
 	if !st.OK {
 		err = fmt.Errorf("%w: %s", ErrRefused, st.Text)
-		c.logf(slog.LevelError, "channel subscription refused", "regex", s.regex, "reason", st.Text)
+		c.logf(slog.LevelError, "channel subscription refused", "match", s.match, "reason", st.Text)
 	}
 	s.settle(err)
+}
+
+func (c *Client) unsubStatus(st wire.SubStatus) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.unsubs[st.ID]
+	if !ok {
+		return
+	}
+	delete(c.unsubs, st.ID)
+	var err error
+	if !st.OK {
+		err = fmt.Errorf("%w: %s", ErrNotSubscribed, st.Text)
+	}
+	s.unsubDone <- err
 }
 
 func (s *Subscription) settle(err error) {
@@ -332,17 +457,146 @@ func (s *Subscription) Wait(ctx context.Context) error {
 	}
 }
 
-// Close ends the subscription.
-func (s *Subscription) Close() {
-	c := s.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.subs[s.id]; !ok {
+// closeLocked marks s closed and wakes its pollers. c.mu held.
+func (s *Subscription) closeLocked() {
+	if s.closed {
 		return
 	}
-	delete(c.subs, s.id)
-	if c.conn != nil && c.state == StateConnected {
-		c.ctrl = append(c.ctrl, wire.AppendUnsubscribe(nil, s.id))
-		c.kickLocked()
+	s.closed = true
+	s.queue = nil
+	close(s.arrived)
+	s.arrived = make(chan struct{})
+}
+
+// Close ends the subscription: no delivery reaches it once Close is called.
+// While connected it waits, bounded by ctx, for the daemon's answer: nil
+// once the daemon removed the subscription (or the connection ended, which
+// removes it too), an error wrapping ErrNotSubscribed when the daemon had
+// no such subscription (it had refused it). While disconnected there is
+// nothing to remove and it returns nil at once. Safe from a callback.
+func (s *Subscription) Close(ctx context.Context) error {
+	c := s.c
+	c.mu.Lock()
+	if s.closed {
+		c.mu.Unlock()
+		return nil
 	}
+	s.closeLocked()
+	delete(c.subs, s.id)
+	if c.conn == nil || c.state != StateConnected {
+		c.mu.Unlock()
+		return nil
+	}
+	s.unsubDone = make(chan error, 1)
+	done := s.unsubDone
+	c.unsubs[s.id] = s
+	c.ctrl = append(c.ctrl, wire.AppendUnsubscribe(nil, s.id))
+	c.kickLocked()
+	c.mu.Unlock()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Poll hands out the oldest delivery kept for a subscription without a
+// callback, or reports false when none waits (the seed's get_data).
+func (s *Subscription) Poll() (Delivery, bool) {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	return s.popLocked()
+}
+
+func (s *Subscription) popLocked() (Delivery, bool) {
+	if len(s.queue) == 0 {
+		return Delivery{}, false
+	}
+	d := s.queue[0]
+	s.queue[0] = Delivery{}
+	s.queue = s.queue[1:]
+	s.queued -= len(d.Data) + len(d.Tag) + 96
+	return d, true
+}
+
+// Next waits for the next delivery of a subscription without a callback,
+// until ctx is done. It answers ErrClosed once the subscription (or the
+// client) is closed and nothing is left, and ErrMode for a subscription
+// with a callback.
+func (s *Subscription) Next(ctx context.Context) (Delivery, error) {
+	if s.cb != nil {
+		return Delivery{}, ErrMode
+	}
+	for {
+		s.c.mu.Lock()
+		d, ok := s.popLocked()
+		closed, ch := s.closed, s.arrived
+		s.c.mu.Unlock()
+		if ok {
+			return d, nil
+		}
+		if closed {
+			return Delivery{}, ErrClosed
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return Delivery{}, ctx.Err()
+		}
+	}
+}
+
+// SubscriptionInfo describes one subscription (Client.Subscriptions).
+type SubscriptionInfo struct {
+	ID    uint32 `json:"id"`
+	Match string `json:"match"`
+	Exact bool   `json:"exact"`
+	Raw   bool   `json:"raw"`
+	// Polling: no callback; deliveries wait for Next and Poll.
+	Polling bool `json:"polling"`
+	// Status: "pending" (not answered yet on this connection or any
+	// before), "taken", or "refused" with Error.
+	Status    string `json:"status"`
+	Error     string `json:"error,omitempty"`
+	Delivered uint64 `json:"delivered"`
+	Missed    uint64 `json:"missed"`
+	Queued    int    `json:"queued_bytes"`
+}
+
+// Subscriptions lists the client's open subscriptions, oldest first.
+func (c *Client) Subscriptions() []SubscriptionInfo {
+	c.mu.Lock()
+	subs := make([]*Subscription, 0, len(c.subs))
+	for _, s := range c.subs {
+		subs = append(subs, s)
+	}
+	c.mu.Unlock()
+	sort.Slice(subs, func(i, j int) bool { return subs[i].id < subs[j].id })
+	out := make([]SubscriptionInfo, 0, len(subs))
+	for _, s := range subs {
+		status, text := "pending", ""
+		select {
+		case <-s.answered:
+			status = "taken"
+			c.mu.Lock()
+			if s.err != nil {
+				status, text = "refused", s.err.Error()
+			}
+			c.mu.Unlock()
+		default:
+		}
+		c.mu.Lock()
+		out = append(out, SubscriptionInfo{ID: s.id, Match: s.match, Exact: s.exact, Raw: s.raw, Polling: s.cb == nil,
+			Status: status, Error: text, Delivered: s.delivered, Missed: s.missed, Queued: s.queued})
+		c.mu.Unlock()
+	}
+	return out
+}
+
+// SubscriptionsJSON is Subscriptions as a JSON array (the seed's
+// subscr_json).
+func (c *Client) SubscriptionsJSON() []byte {
+	b, _ := json.Marshal(c.Subscriptions())
+	return b
 }

@@ -25,6 +25,9 @@ var (
 	ErrClosed = errors.New("channel client: closed")
 	// ErrRefused: the daemon refused a subscription (Subscription.Wait).
 	ErrRefused = errors.New("channel client: subscription refused")
+	// ErrNotSubscribed: the daemon had no subscription to remove
+	// (Subscription.Close of one it had refused).
+	ErrNotSubscribed = errors.New("channel client: not subscribed")
 	// ErrOptions: Options are missing or out of range.
 	ErrOptions = errors.New("channel client: invalid options")
 )

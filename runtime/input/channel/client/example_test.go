@@ -57,3 +57,29 @@ func Example_subscribe() {
 	}
 	time.Sleep(time.Minute)
 }
+
+// A script polls the checkouts of one license type instead of taking a
+// callback, then unsubscribes and waits for the daemon's answer.
+func Example_poll() {
+	c, err := client.New(client.Options{Socket: "/run/tally-openstack-collector/channel.sock", Mode: client.ModeSubscribe, Name: "checkout-poller"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close(context.Background(), true)
+	sub, err := c.SubscribeWith("license.checkout", client.SubscribeOptions{Exact: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for {
+		d, err := sub.Next(ctx)
+		if err != nil {
+			break // the minute is over
+		}
+		fmt.Printf("pid %d: %s\n", d.PID, d.Data)
+	}
+	if err := sub.Close(context.Background()); err != nil {
+		log.Print(err)
+	}
+}

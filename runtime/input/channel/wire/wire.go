@@ -27,15 +27,17 @@ type FrameType uint8
 
 // Frame types. C→S: client to daemon; S→C: daemon to client.
 const (
-	FrameHello       FrameType = 1 // C→S, first frame of a connection
-	FrameWelcome     FrameType = 2 // S→C, answer to Hello
-	FramePublish     FrameType = 3 // C→S, one message
-	FrameAck         FrameType = 4 // S→C, settles published messages
-	FrameSubscribe   FrameType = 5 // C→S
-	FrameUnsubscribe FrameType = 6 // C→S
-	FrameSubStatus   FrameType = 7 // S→C, answer to Subscribe
-	FrameDeliver     FrameType = 8 // S→C, one message for the subscriptions it matches
-	FrameError       FrameType = 9 // S→C, fatal; the daemon closes the connection after it
+	FrameHello       FrameType = 1  // C→S, first frame of a connection
+	FrameWelcome     FrameType = 2  // S→C, answer to Hello
+	FramePublish     FrameType = 3  // C→S, one message
+	FrameAck         FrameType = 4  // S→C, settles published messages
+	FrameSubscribe   FrameType = 5  // C→S
+	FrameUnsubscribe FrameType = 6  // C→S
+	FrameSubStatus   FrameType = 7  // S→C, answer to Subscribe
+	FrameDeliver     FrameType = 8  // S→C, one message for the subscriptions it matches
+	FrameError       FrameType = 9  // S→C, fatal; the daemon closes the connection after it
+	FrameUnsubStatus FrameType = 10 // S→C, answer to Unsubscribe
+	FramePing        FrameType = 11 // C→S, keeps an idle connection open; not answered
 )
 
 func (f FrameType) String() string {
@@ -58,6 +60,10 @@ func (f FrameType) String() string {
 		return "DELIVER"
 	case FrameError:
 		return "ERROR"
+	case FrameUnsubStatus:
+		return "UNSUB_STATUS"
+	case FramePing:
+		return "PING"
 	}
 	return fmt.Sprintf("frame(%d)", uint8(f))
 }
@@ -160,6 +166,11 @@ type Welcome struct {
 	// UID and GID are the credentials the daemon read from the socket
 	// (SO_PEERCRED): what a message published without impersonation carries.
 	UID, GID uint32
+	// IdleTimeoutMillis is how long the daemon waits for the next frame
+	// before it closes the connection; a client sends PING when it has had
+	// nothing to send for part of it. 0: no bound (a daemon of an earlier
+	// revision, which does not send the field).
+	IdleTimeoutMillis uint32
 }
 
 // Publish is one message.
@@ -183,14 +194,16 @@ type AckEntry struct {
 }
 
 // Subscribe asks for the messages whose tag matches Regex (Go regular
-// expression syntax, unanchored).
+// expression syntax, unanchored), or equals it when Exact is set.
 type Subscribe struct {
 	ID    uint32 // chosen by the client; Deliver names the subscriptions it matches
 	Raw   bool   // raw notifications instead of mapped events
 	Regex string
+	Exact bool // Regex is a name compared byte for byte, not an expression
 }
 
-// SubStatus answers Subscribe.
+// SubStatus answers Subscribe (FrameSubStatus) and Unsubscribe
+// (FrameUnsubStatus, where OK false means the id was not subscribed).
 type SubStatus struct {
 	ID   uint32
 	OK   bool
@@ -210,6 +223,10 @@ type Deliver struct {
 	Tag      []byte   // the event type (of the mapped event, or of the notification)
 	Subs     []uint32 // the subscriptions it matched
 	Data     []byte
+	// PID is the publisher's process id as the kernel reported it on its
+	// connection (SO_PEERCRED); 0 for what came from the bus, or from a
+	// daemon of an earlier revision (which does not send the field).
+	PID uint32
 }
 
 // --- encoding ---------------------------------------------------------------
@@ -252,6 +269,7 @@ func AppendWelcome(dst []byte, w Welcome) []byte {
 	dst = binary.BigEndian.AppendUint32(dst, w.MaxData)
 	dst = binary.BigEndian.AppendUint32(dst, w.UID)
 	dst = binary.BigEndian.AppendUint32(dst, w.GID)
+	dst = binary.BigEndian.AppendUint32(dst, w.IdleTimeoutMillis)
 	return end(dst, at)
 }
 
@@ -291,6 +309,9 @@ func AppendSubscribe(dst []byte, s Subscribe) []byte {
 	if s.Raw {
 		flags |= 1
 	}
+	if s.Exact {
+		flags |= 2
+	}
 	dst = append(dst, flags)
 	dst = appendStr16(dst, []byte(s.Regex))
 	return end(dst, at)
@@ -305,7 +326,22 @@ func AppendUnsubscribe(dst []byte, id uint32) []byte {
 
 // AppendSubStatus appends a SubStatus frame.
 func AppendSubStatus(dst []byte, s SubStatus) []byte {
-	dst, at := begin(dst, FrameSubStatus)
+	return appendStatus(dst, FrameSubStatus, s)
+}
+
+// AppendUnsubStatus appends an UnsubStatus frame (the layout of SubStatus).
+func AppendUnsubStatus(dst []byte, s SubStatus) []byte {
+	return appendStatus(dst, FrameUnsubStatus, s)
+}
+
+// AppendPing appends a Ping frame (no payload).
+func AppendPing(dst []byte) []byte {
+	dst, at := begin(dst, FramePing)
+	return end(dst, at)
+}
+
+func appendStatus(dst []byte, t FrameType, s SubStatus) []byte {
+	dst, at := begin(dst, t)
 	dst = binary.BigEndian.AppendUint32(dst, s.ID)
 	if s.OK {
 		dst = append(dst, 0)
@@ -336,6 +372,7 @@ func AppendDeliver(dst []byte, d *Deliver) []byte {
 	}
 	dst = binary.BigEndian.AppendUint32(dst, uint32(len(d.Data)))
 	dst = append(dst, d.Data...)
+	dst = binary.BigEndian.AppendUint32(dst, d.PID)
 	return end(dst, at)
 }
 
@@ -355,12 +392,22 @@ func trim(s string, n int) string {
 
 // --- decoding ---------------------------------------------------------------
 
-// Reader reads frames from a stream.
+// Reader reads frames from a stream. A frame's buffer grows with the bytes
+// that arrive, never to the size its length field announces before they
+// do; a buffer grown past keepBuffer is let go at the next call.
 type Reader struct {
 	r   *bufio.Reader
 	max int
 	buf []byte
 }
+
+const (
+	// firstChunk is the buffer a frame starts with; it doubles as bytes
+	// arrive, up to the frame's length.
+	firstChunk = 4 << 10
+	// keepBuffer is the largest buffer kept between frames.
+	keepBuffer = 64 << 10
+)
 
 // NewReader reads frames of at most max bytes (MaxFrame when max <= 0).
 func NewReader(r io.Reader, max int) *Reader {
@@ -386,11 +433,8 @@ func (r *Reader) Next() (FrameType, []byte, error) {
 	if n > r.max {
 		return 0, nil, fmt.Errorf("%w: %d bytes, bound %d", ErrFrameTooLarge, n, r.max)
 	}
-	if cap(r.buf) < n {
-		r.buf = make([]byte, n)
-	}
-	b := r.buf[:n]
-	if _, err := io.ReadFull(r.r, b); err != nil {
+	b, err := r.fill(n)
+	if err != nil {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
@@ -401,6 +445,32 @@ func (r *Reader) Next() (FrameType, []byte, error) {
 		return t, b[2:], fmt.Errorf("%w: %d (this side speaks %d)", ErrVersion, b[0], Version)
 	}
 	return t, b[2:], nil
+}
+
+// fill reads n bytes into r.buf, growing it (doubling, from firstChunk) only
+// as the bytes arrive: an announced length alone costs no memory.
+func (r *Reader) fill(n int) ([]byte, error) {
+	if cap(r.buf) > keepBuffer {
+		r.buf = nil
+	}
+	b := r.buf[:0]
+	for len(b) < n {
+		if len(b) == cap(b) {
+			grown := make([]byte, len(b), min(n, max(2*cap(b), firstChunk)))
+			copy(grown, b)
+			b = grown
+			r.buf = b
+		}
+		m, err := io.ReadFull(r.r, b[len(b):min(n, cap(b))])
+		b = b[:len(b)+m]
+		if err != nil {
+			if err == io.EOF && len(b) > 0 {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+	}
+	return b, nil
 }
 
 // Buffered reports whether bytes are waiting in the reader's buffer: the
@@ -472,6 +542,9 @@ func ParseHello(p []byte) (Hello, error) {
 func ParseWelcome(p []byte) (Welcome, error) {
 	d := dec{b: p}
 	w := Welcome{MaxData: d.u32(), UID: d.u32(), GID: d.u32()}
+	if len(d.b) > 0 { // absent in the earlier layout
+		w.IdleTimeoutMillis = d.u32()
+	}
 	return w, d.err(FrameWelcome)
 }
 
@@ -514,7 +587,9 @@ func ParseAck(b []byte, dst []AckEntry) ([]AckEntry, error) {
 // ParseSubscribe decodes a Subscribe payload.
 func ParseSubscribe(b []byte) (Subscribe, error) {
 	d := dec{b: b}
-	s := Subscribe{ID: d.u32(), Raw: d.u8()&1 != 0, Regex: string(d.bytes16())}
+	id := d.u32()
+	flags := d.u8()
+	s := Subscribe{ID: id, Raw: flags&1 != 0, Exact: flags&2 != 0, Regex: string(d.bytes16())}
 	return s, d.err(FrameSubscribe)
 }
 
@@ -525,7 +600,7 @@ func ParseUnsubscribe(b []byte) (uint32, error) {
 	return id, d.err(FrameUnsubscribe)
 }
 
-// ParseSubStatus decodes a SubStatus payload.
+// ParseSubStatus decodes a SubStatus or UnsubStatus payload.
 func ParseSubStatus(b []byte) (SubStatus, error) {
 	d := dec{b: b}
 	s := SubStatus{ID: d.u32(), OK: d.u8() == 0, Text: string(d.bytes16())}
@@ -550,6 +625,10 @@ func ParseDeliver(b []byte, dl *Deliver) error {
 		dl.Subs = append(dl.Subs, d.u32())
 	}
 	dl.Data = d.bytes32()
+	dl.PID = 0
+	if len(d.b) > 0 { // absent in the earlier layout; cut short is malformed
+		dl.PID = d.u32()
+	}
 	return d.err(FrameDeliver)
 }
 

@@ -2,9 +2,11 @@ package wire
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
 	"reflect"
+	"runtime"
 	"testing"
 )
 
@@ -27,7 +29,7 @@ func TestRoundTrip(t *testing.T) {
 
 	b = AppendWelcome(b[:0], Welcome{MaxData: MaxData, UID: 1000, GID: 100})
 	ft, p = readOne(t, b)
-	if w, err := ParseWelcome(p); ft != FrameWelcome || err != nil || w != (Welcome{MaxData, 1000, 100}) {
+	if w, err := ParseWelcome(p); ft != FrameWelcome || err != nil || w != (Welcome{MaxData: MaxData, UID: 1000, GID: 100, IdleTimeoutMillis: 0}) {
 		t.Fatalf("welcome %v %+v %v", ft, w, err)
 	}
 
@@ -49,7 +51,7 @@ func TestRoundTrip(t *testing.T) {
 
 	b = AppendSubscribe(b[:0], Subscribe{ID: 9, Raw: true, Regex: `^compute\.`})
 	ft, p = readOne(t, b)
-	if s, err := ParseSubscribe(p); ft != FrameSubscribe || err != nil || s != (Subscribe{9, true, `^compute\.`}) {
+	if s, err := ParseSubscribe(p); ft != FrameSubscribe || err != nil || s != (Subscribe{ID: 9, Raw: true, Regex: `^compute\.`}) {
 		t.Fatalf("subscribe %v %+v %v", ft, s, err)
 	}
 
@@ -66,7 +68,7 @@ func TestRoundTrip(t *testing.T) {
 	}
 
 	dl := Deliver{Dropped: 3, Raw: true, Type: JSON, UID: 0, GID: 0, Perm: 0o400, Origin: "amqp",
-		Tag: []byte("compute.instance.exists"), Subs: []uint32{1, 4}, Data: []byte(`{}`)}
+		Tag: []byte("compute.instance.exists"), Subs: []uint32{1, 4}, Data: []byte(`{}`), PID: 4242}
 	b = AppendDeliver(b[:0], &dl)
 	ft, p = readOne(t, b)
 	var gd Deliver
@@ -136,7 +138,14 @@ func TestTruncatedPayloads(t *testing.T) {
 	del := AppendDeliver(nil, &Deliver{Subs: []uint32{1, 2}, Tag: []byte("x"), Data: []byte("y"), Origin: "amqp"})[headerLen:]
 	for i := range len(del) {
 		var d Deliver
-		if err := ParseDeliver(del[:i], &d); !errors.Is(err, ErrMalformed) {
+		err := ParseDeliver(del[:i], &d)
+		if i == len(del)-4 { // the earlier layout, without the pid
+			if err != nil {
+				t.Fatalf("deliver without its pid: %v", err)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrMalformed) {
 			t.Fatalf("deliver cut at %d: %v", i, err)
 		}
 	}
@@ -151,7 +160,7 @@ func TestTrailingBytesIgnored(t *testing.T) {
 	b = append(b, 0xaa, 0xbb)
 	b[3] += 2
 	_, p := readOne(t, b)
-	if w, err := ParseWelcome(p); err != nil || w != (Welcome{5, 6, 7}) {
+	if w, err := ParseWelcome(p); err != nil || w != (Welcome{MaxData: 5, UID: 6, GID: 7}) {
 		t.Fatalf("%+v %v", w, err)
 	}
 }
@@ -181,5 +190,72 @@ func TestParseType(t *testing.T) {
 	}
 	if _, ok := ParseType("xml"); ok {
 		t.Fatal("xml accepted")
+	}
+}
+
+// The fields a later revision appended (WELCOME's idle timeout, SUBSCRIBE's
+// exact flag, DELIVER's pid, UNSUB_STATUS, PING) round-trip, and a payload
+// of the earlier layout still parses with them zero.
+func TestAppendedFields(t *testing.T) {
+	b := AppendWelcome(nil, Welcome{MaxData: 1, UID: 2, GID: 3, IdleTimeoutMillis: 60000})
+	_, p := readOne(t, b)
+	if w, err := ParseWelcome(p); err != nil || w.IdleTimeoutMillis != 60000 {
+		t.Fatalf("welcome %+v %v", w, err)
+	}
+	if w, err := ParseWelcome(p[:12]); err != nil || w.IdleTimeoutMillis != 0 || w.GID != 3 {
+		t.Fatalf("earlier welcome %+v %v", w, err)
+	}
+	b = AppendSubscribe(nil, Subscribe{ID: 1, Exact: true, Regex: "usage.license"})
+	_, p = readOne(t, b)
+	if s, err := ParseSubscribe(p); err != nil || !s.Exact || s.Raw || s.Regex != "usage.license" {
+		t.Fatalf("exact subscribe %+v %v", s, err)
+	}
+	dl := Deliver{Type: JSON, Tag: []byte("t"), Data: []byte(`1`), PID: 77}
+	b = AppendDeliver(nil, &dl)
+	_, p = readOne(t, b)
+	var gd Deliver
+	if err := ParseDeliver(p[:len(p)-4], &gd); err != nil || gd.PID != 0 || string(gd.Data) != "1" {
+		t.Fatalf("earlier deliver %+v %v", gd, err)
+	}
+	b = AppendUnsubStatus(nil, SubStatus{ID: 5, OK: true})
+	ft, p := readOne(t, b)
+	if s, err := ParseSubStatus(p); ft != FrameUnsubStatus || err != nil || !s.OK || s.ID != 5 {
+		t.Fatalf("unsub status %v %+v %v", ft, s, err)
+	}
+	if ft, p := readOne(t, AppendPing(nil)); ft != FramePing || len(p) != 0 {
+		t.Fatalf("ping %v %v", ft, p)
+	}
+}
+
+// A frame that announces the largest length and ends after a few bytes
+// costs a small buffer, not the announced size.
+func TestReaderGrowsWithTheBytes(t *testing.T) {
+	hdr := binary.BigEndian.AppendUint32(nil, MaxFrame)
+	hdr = append(hdr, Version, byte(FramePublish), 1, 2, 3, 4, 5)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	const n = 16
+	for range n {
+		r := NewReader(bytes.NewReader(hdr), 0)
+		if _, _, err := r.Next(); !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Fatalf("cut frame: %v", err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / n; per > 128<<10 {
+		t.Fatalf("%d bytes allocated per cut frame (announced %d)", per, MaxFrame)
+	}
+	// A whole large frame still reads, and the next small one after it.
+	big := AppendPublish(nil, &Publish{Seq: 1, Type: String, Tag: []byte("t"), Data: bytes.Repeat([]byte("x"), MaxData)})
+	small := AppendPublish(nil, &Publish{Seq: 2, Type: String, Tag: []byte("t"), Data: []byte("y")})
+	r := NewReader(bytes.NewReader(append(big, small...)), 0)
+	var p1, p2 Publish
+	ft, p, err := r.Next()
+	if err != nil || ft != FramePublish || ParsePublish(p, &p1) != nil || len(p1.Data) != MaxData {
+		t.Fatalf("large frame: %v %v %d", ft, err, len(p1.Data))
+	}
+	ft, p, err = r.Next()
+	if err != nil || ParsePublish(p, &p2) != nil || string(p2.Data) != "y" || p2.Seq != 2 {
+		t.Fatalf("frame after it: %v %v %+v", ft, err, p2)
 	}
 }
