@@ -1,10 +1,8 @@
 package broker
 
 import (
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -36,20 +34,21 @@ func dial(opts *Options, eps []endpoint, name string, log zerolog.Logger) (*conn
 			Dial: amqp.DefaultDial(opts.DialTimeout),
 		}
 		if ep.tls {
-			tc := &tls.Config{MinVersion: tls.VersionTLS12}
-			if opts.TLSConfig != nil {
-				tc = opts.TLSConfig.Clone()
-			}
-			tc.InsecureSkipVerify = false
-			if tc.ServerName == "" {
-				h, _, _ := net.SplitHostPort(ep.host)
-				tc.ServerName = h
+			// Read now: a rotated file is used from this connection on.
+			tc, err := opts.TLS.Config(ep.hostname)
+			if err != nil {
+				log.Warn().Str("broker", ep.redact).Err(err).Msg("broker connection not tried: the TLS files cannot be used")
+				errs = append(errs, fmt.Errorf("%s: %w", ep.host, err))
+				continue
 			}
 			cfg.TLSClientConfig = tc
 		}
 		c, err := amqp.DialConfig(ep.url, cfg)
 		if err != nil {
 			// amqp091 errors never carry the URL, so the password stays out.
+			if ep.tls {
+				err = opts.TLS.Explain(err, TLSSettings)
+			}
 			log.Warn().Str("broker", ep.redact).Err(err).Msg("broker connection failed")
 			errs = append(errs, fmt.Errorf("%s: %w", ep.host, err))
 			continue
