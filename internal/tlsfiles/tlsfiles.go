@@ -15,8 +15,8 @@
 //
 // The peer's certificate is always verified; nothing here can turn that off.
 //
-// Files.Config reads the files each time it is called, and the links call it
-// for every new connection: a certificate, key or CA replaced on disk (a
+// Files.Attempt reads the files each time it is called, and the links call
+// it for every new connection: a certificate, key or CA replaced on disk (a
 // rotation by cert-manager, kolla-ansible or a configuration management run)
 // is used from the next connection on, without a restart. A file caught
 // half-written fails that one connection, which the link retries.
@@ -33,6 +33,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync/atomic"
 )
 
 // MaxFileSize is the largest CA, certificate or key file read.
@@ -57,17 +58,36 @@ type Files struct {
 func (f Files) IsZero() bool { return f == Files{} }
 
 // Check reads every file once and answers every problem in one error
-// (wrapping ErrFiles), or nil when Config would succeed now.
+// (wrapping ErrFiles), or nil when Attempt would succeed now.
 func (f Files) Check() error {
-	_, err := f.Config("")
+	_, err := f.Attempt("")
 	return err
 }
 
-// Config reads the files now and answers a client configuration for a
-// connection to host (used as the server name unless ServerName is set).
-// The configuration verifies the peer against CAFile (or the system's trust
-// store) and presents the client certificate when the peer asks for one.
-func (f Files) Config(host string) (*tls.Config, error) {
+// An Attempt is the TLS configuration of one connection, and what its
+// handshake showed, for Explain.
+type Attempt struct {
+	// Config verifies the peer against CAFile (or the system's trust store)
+	// and presents the client certificate when the peer asks for one.
+	Config *tls.Config
+	files  Files
+	asked  atomic.Bool // the peer asked for a client certificate
+}
+
+// Attempt reads the files now and answers the configuration of a
+// connection to host (the server name checked unless ServerName is set).
+// Use it for one connection: it records what the peer asked.
+func (f Files) Attempt(host string) (*Attempt, error) {
+	a := &Attempt{files: f}
+	cfg, err := f.config(host, &a.asked)
+	if err != nil {
+		return nil, err
+	}
+	a.Config = cfg
+	return a, nil
+}
+
+func (f Files) config(host string, asked *atomic.Bool) (*tls.Config, error) {
 	var problems []error
 	if (f.CertFile == "") != (f.KeyFile == "") {
 		problems = append(problems, errors.New("a client certificate and its key go together: set both files or neither"))
@@ -83,15 +103,20 @@ func (f Files) Config(host string) (*tls.Config, error) {
 		}
 		cfg.RootCAs = pool
 	}
+	// Without a certificate, an empty one answers the peer's request (the
+	// peer decides whether that will do); with one, it is presented whatever
+	// CAs the peer names as acceptable, as OpenSSL clients do.
+	pair := &tls.Certificate{}
 	if f.CertFile != "" && f.KeyFile != "" {
-		pair, err := readPair(f.CertFile, f.KeyFile)
+		p, err := readPair(f.CertFile, f.KeyFile)
 		if err != nil {
 			problems = append(problems, err)
-		} else {
-			// Presented whenever the peer asks, whatever CAs it names as
-			// acceptable (as OpenSSL clients do): the peer decides.
-			cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return pair, nil }
 		}
+		pair = p
+	}
+	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		asked.Store(true)
+		return pair, nil
 	}
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrFiles, errors.Join(problems...))
@@ -153,10 +178,11 @@ func readFile(path string) ([]byte, error) {
 // at: the CA that did not vouch for the peer, an expired certificate, a name
 // the certificate does not hold, a client certificate the peer asked for.
 // Other errors come back as they are.
-func (f Files) Explain(err error, settings Names) error {
+func (a *Attempt) Explain(err error, settings Names) error {
 	if err == nil {
 		return nil
 	}
+	f := a.files
 	trust := "the system's trust store (set " + settings.CA + " for a private CA)"
 	if f.CAFile != "" {
 		trust = "the CA file " + f.CAFile + " (" + settings.CA + ")"
@@ -176,7 +202,7 @@ func (f Files) Explain(err error, settings Names) error {
 		return fmt.Errorf("%w: set %s to a name the certificate holds", err, settings.ServerName)
 	case errors.As(err, &ve):
 		return fmt.Errorf("%w: the %s's certificate was refused, checked against %s", err, settings.Peer, trust)
-	case isClientCertAlert(err):
+	case a.asked.Load() && f.CertFile == "", isClientCertAlert(err):
 		if f.CertFile == "" {
 			return fmt.Errorf("%w: the %s asks for a client certificate: set %s and %s", err, settings.Peer, settings.Cert, settings.Key)
 		}
