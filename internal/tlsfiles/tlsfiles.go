@@ -119,7 +119,11 @@ func (f Files) config(host string, asked *atomic.Bool) (*tls.Config, error) {
 		return pair, nil
 	}
 	if len(problems) > 0 {
-		return nil, fmt.Errorf("%w: %w", ErrFiles, errors.Join(problems...))
+		msgs := make([]string, len(problems))
+		for i, p := range problems {
+			msgs[i] = p.Error()
+		}
+		return nil, fmt.Errorf("%w: %s", ErrFiles, strings.Join(msgs, "; "))
 	}
 	return cfg, nil
 }
@@ -178,9 +182,11 @@ func readFile(path string) ([]byte, error) {
 // at: the CA that did not vouch for the peer, an expired certificate, a name
 // the certificate does not hold, a client certificate the peer asked for.
 // Other errors come back as they are.
+//
+// A nil Attempt (no TLS of this package's making) answers err as it is.
 func (a *Attempt) Explain(err error, settings Names) error {
-	if err == nil {
-		return nil
+	if err == nil || a == nil {
+		return err
 	}
 	f := a.files
 	trust := "the system's trust store (set " + settings.CA + " for a private CA)"
