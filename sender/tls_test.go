@@ -149,6 +149,22 @@ func TestTLSReportingClientCertificate(t *testing.T) {
 	}
 }
 
+// TestTLSReportingForeignClientCertificate: a client certificate from a CA
+// the API does not trust is refused; the log says the API refused that
+// certificate, and the events stay.
+func TestTLSReportingForeignClientCertificate(t *testing.T) {
+	a := newTLSAPI(t, true)
+	a.append(t, 0, 5, 10)
+	foreign := testkit.NewCA(t, t.TempDir(), "foreign").Issue(t, "client", "stranger", testkit.CertOptions{})
+	logs, _ := a.run(t, tlsfiles.Files{CAFile: a.ca.CAFile, CertFile: foreign.CertFile, KeyFile: foreign.KeyFile})
+	testkit.WaitFor(t, 30*time.Second, "the refused client certificate logged", func() bool {
+		return strings.Contains(logs.String(), "the Reporting API refused the client certificate "+foreign.CertFile)
+	})
+	if d := a.ob.Depth(); d != 5 {
+		t.Fatalf("outbox depth %d, want 5", d)
+	}
+}
+
 // subjects counts the requests whose client certificate subject holds part.
 func subjects(st server.Stats, part string) int64 {
 	var n int64
