@@ -46,20 +46,27 @@ func startTLSAPI(t *testing.T, b bins) (*api, *testkit.CA, testkit.Cert) {
 	return a, ca, collector
 }
 
+// tlsSetup: the binaries, the TLS nodes, the corpus, and its exchanges
+// declared on the node that demands client certificates.
+func tlsSetup(t *testing.T) (bins, *testkit.TLSBroker, *corpus, *vhost) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end test")
+	}
+	rb := testkit.RabbitMQTLS(t)
+	c := loadCorpus(t)
+	v := rb.Required.Vhost()
+	v.DeclareExchanges(t, false, c.exchanges()...)
+	return buildBinaries(t), rb, c, v
+}
+
 // TestTLSDaemonBothLinks: the daemon consumes over amqps from a listener
 // with fail_if_no_peer_cert, its control link comes up over the same TLS,
 // and it delivers to an https Reporting API that demands a client
 // certificate: every TLS setting reaches its link. The key files' content
 // appears nowhere in the output, their paths may.
 func TestTLSDaemonBothLinks(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test")
-	}
-	bb := buildBinaries(t)
-	rb := testkit.RabbitMQTLS(t)
-	c := loadCorpus(t)
-	v := rb.Required.Vhost()
-	v.DeclareExchanges(t, false, c.exchanges()...)
+	bb, rb, c, v := tlsSetup(t)
 	a, _, client := startTLSAPI(t, bb)
 
 	col := newCollectorAt(t, bb, rb.Required.AMQPS(""), a.url(), a.token,
@@ -135,14 +142,7 @@ func checkNoKeyMaterial(t *testing.T, out string, keyFiles ...string) {
 // the CA, certificate and key given as settings; without the client
 // certificate it fails, saying which settings to set.
 func TestTLSDumpBinary(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test")
-	}
-	bb := buildBinaries(t)
-	rb := testkit.RabbitMQTLS(t)
-	c := loadCorpus(t)
-	v := rb.Required.Vhost()
-	v.DeclareExchanges(t, false, c.exchanges()...)
+	bb, rb, c, v := tlsSetup(t)
 	env := append(os.Environ(),
 		"TALLY_OSC_TRANSPORT_URL="+rb.Required.AMQPS(""),
 		"TALLY_OSC_EXCHANGES="+strings.Join(c.exchanges(), ","),

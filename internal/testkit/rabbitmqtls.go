@@ -54,7 +54,7 @@ type TLSNode struct {
 	Name      string // Erlang node name
 	TLSAddr   string // 127.0.0.1:port of the TLS listener
 	PlainAddr string // 127.0.0.1:port of the plain listener
-	// CertFile and KeyFile are the files the node serves; ServeCert replaces
+	// CertFile and KeyFile are the files the node serves; SwapCert replaces
 	// them.
 	CertFile, KeyFile string
 
