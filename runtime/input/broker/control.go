@@ -156,11 +156,8 @@ func NewControl(opts ControlOptions) (*Control, error) {
 	eps, err := parseTransportURL(opts.TransportURL)
 	if err != nil {
 		problems = append(problems, err.Error())
-	}
-	if err == nil {
-		if err := CheckTLS(opts.TransportURL, opts.TLS); err != nil {
-			problems = append(problems, err.Error())
-		}
+	} else if err := CheckTLS(opts.TransportURL, opts.TLS); err != nil {
+		problems = append(problems, err.Error())
 	}
 	if err := CheckControlName(opts.Replica); err != nil {
 		problems = append(problems, fmt.Sprintf("replica name %q: %v", opts.Replica, err))

@@ -156,11 +156,8 @@ func (o *Options) validate() ([]endpoint, error) {
 	eps, err := parseTransportURL(o.TransportURL)
 	if err != nil {
 		problems = append(problems, err.Error())
-	}
-	if err == nil {
-		if err := CheckTLS(o.TransportURL, o.TLS); err != nil {
-			problems = append(problems, err.Error())
-		}
+	} else if err := CheckTLS(o.TransportURL, o.TLS); err != nil {
+		problems = append(problems, err.Error())
 	}
 	if len(o.Exchanges) == 0 {
 		problems = append(problems, "no exchanges listed")
