@@ -39,12 +39,6 @@ import (
 // MaxFileSize is the largest CA, certificate or key file read.
 const MaxFileSize = 1 << 20
 
-var (
-	// ErrFiles: a file is missing, unreadable or does not hold what it
-	// should, or a certificate is set without its key.
-	ErrFiles = errors.New("tls files")
-)
-
 // Files names the TLS files of one link. The zero value is the system's
 // trust store and no client certificate.
 type Files struct {
