@@ -77,7 +77,7 @@ func reportingAPIChild(dir string) int {
 	os.Stdout.WriteString("API http://" + ln.Addr().String() + "\n")
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { io.Copy(io.Discard, os.Stdin); cancel() }()
-	srv.Serve(ctx, ln, "", "")
+	srv.Serve(ctx, ln, server.TLS{})
 	return 0
 }
 

@@ -72,6 +72,18 @@
 // configured host. The token is never logged. With TokenFile, the file is
 // checked before each request and re-read when it changed.
 //
+// # TLS
+//
+// The API's certificate is always verified, for the URL's host, against
+// Options.TLS's CA file when set (REPORTING_CA_FILE) or the system's trust
+// store; Options.TLS's client certificate and key are presented when the
+// API asks for one. Before every POST the files' sizes and modification
+// times are looked at; when one changed they are read again and a new
+// client replaces the old one (whose idle connections are closed), so a
+// rotated file needs no restart. A failed handshake keeps the events like
+// any network failure, and its error says what to look at (internal/tlsfiles,
+// Explain).
+//
 // # Crash safety
 //
 // A crash between the 200 and the Delete resends that batch after the

@@ -20,6 +20,7 @@ import (
 	"github.com/tally-billing/tally-openstack-collector/internal/backoff"
 	imetrics "github.com/tally-billing/tally-openstack-collector/internal/metrics"
 	"github.com/tally-billing/tally-openstack-collector/internal/redact"
+	"github.com/tally-billing/tally-openstack-collector/internal/tlsfiles"
 	"github.com/tally-billing/tally-openstack-collector/internal/tokenfile"
 )
 
@@ -66,6 +67,11 @@ type Options struct {
 	Insecure  bool   // REPORTING_INSECURE: allow http://
 	BatchMax  int    // BATCH_MAX; default 500
 
+	// TLS: REPORTING_CA_FILE (instead of the system's trust store),
+	// REPORTING_CERT_FILE and REPORTING_KEY_FILE (a client certificate),
+	// looked at before every POST and read again when they changed.
+	TLS tlsfiles.Files
+
 	MaxEventBytes     int           // an event larger than this refused alone with 413 is set aside at once; default 64 KiB
 	RequestTimeout    time.Duration // per POST; default 30s
 	IdleInterval      time.Duration // poll interval while the store is empty; default 200ms
@@ -84,7 +90,7 @@ type Options struct {
 
 	Logger     zerolog.Logger
 	Registerer prometheus.Registerer // nil: no metrics are registered
-	HTTPClient *http.Client          // optional (custom TLS roots in tests); redirects are disabled on a copy
+	HTTPClient *http.Client          // optional, instead of TLS's files; redirects are disabled on a copy
 }
 
 // Sender drains a Store to the Reporting API.
@@ -92,7 +98,8 @@ type Sender struct {
 	store    Store
 	opts     Options
 	endpoint string
-	client   *http.Client
+	client   *http.Client // with Options.HTTPClient; else tls gives it
+	tls      *tlsClient
 	log      zerolog.Logger
 	token    *tokenfile.Source
 
@@ -140,6 +147,12 @@ func New(store Store, opts Options) (*Sender, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := CheckTLS(opts.URL, opts.TLS); err != nil {
+		return nil, err
+	}
+	if opts.HTTPClient != nil && !opts.TLS.IsZero() {
+		return nil, fmt.Errorf("%w: TLS files and an HTTP client are both given", ErrInvalidURL)
+	}
 	setDefault(&opts.BatchMax, DefaultBatchMax)
 	setDefault(&opts.MaxEventBytes, DefaultMaxEventBytes)
 	setDefault(&opts.RequestTimeout, DefaultRequestTimeout)
@@ -151,22 +164,26 @@ func New(store Store, opts Options) (*Sender, error) {
 	setDefault(&opts.YieldFor, DefaultYieldFor)
 	setDefault(&opts.YieldInterval, DefaultYieldInterval)
 
-	var client http.Client
+	var client *http.Client
+	var tc *tlsClient
 	if opts.HTTPClient != nil {
-		client = *opts.HTTPClient
+		c := *opts.HTTPClient
+		c.CheckRedirect = noRedirect
+		client = &c
 	} else {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.MaxIdleConnsPerHost = 2
-		client.Transport = tr
+		u, _ := url.Parse(endpoint)
+		tc = &tlsClient{files: opts.TLS, host: u.Hostname()}
+		if _, _, err := tc.get(newHTTPClient); err != nil {
+			return nil, err
+		}
 	}
-	// Never follow a redirect: the token must reach the configured host only.
-	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 	s := &Sender{
 		store:    store,
 		opts:     opts,
 		endpoint: endpoint,
-		client:   &client,
+		client:   client,
+		tls:      tc,
 		log:      opts.Logger,
 		token:    ts,
 		batch:    opts.BatchMax,
@@ -179,6 +196,17 @@ func New(store Store, opts Options) (*Sender, error) {
 	}
 	return s, nil
 }
+
+// newHTTPClient is a client of its own (a transport that keeps at most two
+// idle connections) that never follows a redirect: the token must reach the
+// configured host only.
+func newHTTPClient() *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 2
+	return &http.Client{Transport: tr, CheckRedirect: noRedirect}
+}
+
+func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 func setDefault[T int | time.Duration](p *T, def T) {
 	if *p <= 0 {
@@ -514,10 +542,18 @@ func (s *Sender) post(ctx context.Context, events [][]byte) result {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+tok)
+	client, attempt := s.client, (*tlsfiles.Attempt)(nil)
+	if s.tls != nil {
+		var terr error
+		client, attempt, terr = s.tls.get(newHTTPClient)
+		if terr != nil {
+			s.log.Error().Err(terr).Msg("reading the TLS files failed; using those read before")
+		}
+	}
 	start := time.Now()
-	resp, err := s.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
-		return result{err: scrub(err)}
+		return result{err: attempt.Explain(scrub(err), TLSSettings)}
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/redact"
+	"github.com/tally-billing/tally-openstack-collector/internal/tlsfiles"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
 	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/plog"
@@ -34,6 +35,9 @@ type Config struct {
 	QueueType        string
 	RequireExchanges bool
 	Prefetch         int
+	// TransportTLS: TRANSPORT_CA_FILE, TRANSPORT_CERT_FILE,
+	// TRANSPORT_KEY_FILE, TRANSPORT_SERVER_NAME.
+	TransportTLS tlsfiles.Files
 
 	BufferPath      string
 	BufferMaxEvents int64
@@ -47,6 +51,9 @@ type Config struct {
 	ReportingTokenFile string
 	ReportingInsecure  bool
 	ReportingTimeout   time.Duration
+	// ReportingTLS: REPORTING_CA_FILE, REPORTING_CERT_FILE,
+	// REPORTING_KEY_FILE.
+	ReportingTLS tlsfiles.Files
 
 	PlogListeners []string
 	Plog          []PlogListener

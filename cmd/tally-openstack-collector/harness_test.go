@@ -424,6 +424,8 @@ func (p *proc) stop(tb testing.TB, limit time.Duration) (int, time.Duration) {
 type api struct {
 	bin, dataDir, addr, token string
 	p                         *proc
+	// tls: serving https with these files (startTLSAPI); nil: plain http.
+	tls *apiTLS
 }
 
 func startAPI(tb testing.TB, b bins) *api {
@@ -435,7 +437,11 @@ func startAPI(tb testing.TB, b bins) *api {
 
 func (a *api) start(tb testing.TB) {
 	tb.Helper()
-	a.p = startProc(tb, "reporting-api", a.bin, []string{"--addr", a.addr, "--token", a.token, "--data-dir", a.dataDir}, os.Environ())
+	args := []string{"--addr", a.addr, "--token", a.token, "--data-dir", a.dataDir}
+	if a.tls != nil {
+		args = append(args, "--tls-cert", a.tls.cert, "--tls-key", a.tls.key, "--tls-client-ca", a.tls.clientCA)
+	}
+	a.p = startProc(tb, "reporting-api", a.bin, args, os.Environ())
 	testkit.WaitFor(tb, 20*time.Second, "reporting API up", func() bool {
 		c, err := net.DialTimeout("tcp", a.addr, time.Second)
 		if err == nil {
@@ -445,7 +451,12 @@ func (a *api) start(tb testing.TB) {
 	})
 }
 
-func (a *api) url() string { return "http://" + a.addr }
+func (a *api) url() string {
+	if a.tls != nil {
+		return "https://" + a.addr
+	}
+	return "http://" + a.addr
+}
 
 // collector is the built binary under test.
 type collector struct {
@@ -588,7 +599,11 @@ func (a *api) do(tb testing.TB, method, path string, body any, out any) {
 	req, _ := http.NewRequest(method, a.url()+path, rd)
 	req.Header.Set("Authorization", "Bearer "+a.token)
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	client := &http.Client{Timeout: 30 * time.Second}
+	if a.tls != nil {
+		client = a.tls.client
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		tb.Fatalf("%s %s: %v", method, path, err)
 	}

@@ -7,24 +7,38 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"strings"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/tlsfiles"
 	"github.com/tally-billing/tally-openstack-collector/internal/tokenfile"
+	"github.com/tally-billing/tally-openstack-collector/runtime/input/broker"
+	"github.com/tally-billing/tally-openstack-collector/sender"
 )
 
 // validate checks the rules between settings for mode m; each value alone was
 // checked by its row of the settings table.
 func (c *Config) validate(m mode) []string {
-	if m != modeDaemon {
-		return nil
-	}
 	var p []string
 	add := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
+	if m == modeDaemon || m == modeDump {
+		// The URL alone was checked by its row; here its TLS files.
+		if checkTransportURL(c.TransportURL) == nil {
+			if err := broker.CheckTLS(c.TransportURL, c.TransportTLS); err != nil {
+				add("%sTRANSPORT_CA_FILE, _CERT_FILE, _KEY_FILE, _SERVER_NAME: %v", envPrefix, tlsProblem(err))
+			}
+		}
+	}
+	if m != modeDaemon {
+		return p
+	}
 	switch {
 	case c.ReportingURL == "":
 		add("%sREPORTING_URL: required (the base URL of the Reporting API)", envPrefix)
 	default:
 		if err := checkReportingURL(c.ReportingURL, c.ReportingInsecure); err != nil {
 			add("%sREPORTING_URL: %v", envPrefix, err)
+		} else if err := sender.CheckTLS(c.ReportingURL, c.ReportingTLS); err != nil {
+			add("%sREPORTING_CA_FILE, _CERT_FILE, _KEY_FILE: %v", envPrefix, tlsProblem(err))
 		}
 	}
 	switch {
@@ -52,6 +66,16 @@ func (c *Config) validate(m mode) []string {
 		add("%sFLUSH_TIMEOUT (%s) must be shorter than %sSTOP_TIMEOUT (%s)", envPrefix, c.FlushTimeout, envPrefix, c.StopTimeout)
 	}
 	return p
+}
+
+// tlsProblem is a TLS check's error without the sentinel's words, which the
+// settings' names already give.
+func tlsProblem(err error) error {
+	msg := err.Error()
+	for _, prefix := range []string{broker.ErrTransportURL.Error() + ": ", tlsfiles.ErrFiles.Error() + ": ", sender.ErrInvalidURL.Error() + ": "} {
+		msg = strings.TrimPrefix(msg, prefix)
+	}
+	return errors.New(msg)
 }
 
 // pathErr is the cause of a failed file operation without the operation and

@@ -201,6 +201,7 @@ func newSender(cfg *Config, log zerolog.Logger, reg prometheus.Registerer, ob ou
 		Token:          cfg.ReportingToken,
 		TokenFile:      cfg.ReportingTokenFile,
 		Insecure:       cfg.ReportingInsecure,
+		TLS:            cfg.ReportingTLS,
 		BatchMax:       cfg.BatchMax,
 		RequestTimeout: cfg.ReportingTimeout,
 		Logger:         log,
@@ -215,6 +216,7 @@ func newSender(cfg *Config, log zerolog.Logger, reg prometheus.Registerer, ob ou
 func brokerOptions(cfg *Config, log zerolog.Logger, reg prometheus.Registerer) broker.Options {
 	return broker.Options{
 		TransportURL:     cfg.TransportURL,
+		TLS:              cfg.TransportTLS,
 		Exchanges:        cfg.Exchanges,
 		Topics:           cfg.Topics,
 		Queue:            cfg.Queue,
@@ -263,6 +265,7 @@ func newControl(cfg *Config, base zerolog.Logger, reg prometheus.Registerer, ob 
 	l := &controlLink{}
 	ctl, err := broker.NewControl(broker.ControlOptions{
 		TransportURL: cfg.TransportURL,
+		TLS:          cfg.TransportTLS,
 		Exchange:     cfg.ControlExchange,
 		Replica:      cfg.ReplicaName,
 		QueueType:    cfg.QueueType,

@@ -35,6 +35,7 @@ func run() error {
 	maxBody := fs.Int64("max-body-bytes", server.DefaultMaxBodyBytes, "POST body limit; larger bodies get 413")
 	cert := fs.String("tls-cert", "", "TLS certificate file (PEM); serves https with --tls-key")
 	key := fs.String("tls-key", "", "TLS key file (PEM)")
+	clientCA := fs.String("tls-client-ca", "", "CA file (PEM): require a client certificate signed by it (with --tls-cert)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return nil
@@ -43,6 +44,9 @@ func run() error {
 	}
 	if (*cert == "") != (*key == "") {
 		return errors.New("--tls-cert and --tls-key go together")
+	}
+	if *clientCA != "" && *cert == "" {
+		return errors.New("--tls-client-ca needs --tls-cert and --tls-key")
 	}
 	if *token == "" {
 		*token = os.Getenv("REPORTING_TOKEN")
@@ -64,10 +68,10 @@ func run() error {
 	if *cert != "" {
 		scheme = "https"
 	}
-	log.Info().Str("url", scheme+"://"+ln.Addr().String()).Str("data_dir", *dataDir).Int64("max_body_bytes", *maxBody).Msg("listening")
+	log.Info().Str("url", scheme+"://"+ln.Addr().String()).Str("client_ca", *clientCA).Str("data_dir", *dataDir).Int64("max_body_bytes", *maxBody).Msg("listening")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := srv.Serve(ctx, ln, *cert, *key); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := srv.Serve(ctx, ln, server.TLS{CertFile: *cert, KeyFile: *key, ClientCAFile: *clientCA}); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil

@@ -74,6 +74,17 @@ func rabbitmqctlRetry(limit time.Duration, args ...string) (string, error) {
 // touches no one else's.
 type Vhost struct {
 	Name string
+	// Addr is the broker's host:port; empty: the machine's (BrokerAddr).
+	// CloseConnections and the rabbitmqctl-based methods reach the
+	// machine's broker only.
+	Addr string
+}
+
+func (v *Vhost) addr() string {
+	if v.Addr == "" {
+		return BrokerAddr
+	}
+	return v.Addr
 }
 
 // VhostByName answers the Vhost of an existing virtual host (a child
@@ -82,12 +93,12 @@ func VhostByName(name string) *Vhost { return &Vhost{Name: name} }
 
 // URL answers the AMQP URL of the virtual host, as guest.
 func (v *Vhost) URL() string {
-	return "amqp://guest:guest@" + BrokerAddr + "/" + url.PathEscape(v.Name)
+	return "amqp://guest:guest@" + v.addr() + "/" + url.PathEscape(v.Name)
 }
 
 // OsloURL answers the oslo.messaging transport URL of the virtual host.
 func (v *Vhost) OsloURL() string {
-	return "rabbit://guest:guest@" + BrokerAddr + "/" + url.PathEscape(v.Name)
+	return "rabbit://guest:guest@" + v.addr() + "/" + url.PathEscape(v.Name)
 }
 
 // Conn opens a connection to the virtual host, closed when the test ends.
@@ -235,11 +246,13 @@ func NewVhost(tb testing.TB) *Vhost {
 }
 
 // Main runs the package's tests (m.Run) and then removes the virtual hosts
-// NewVhost made; it answers the exit code. A package's TestMain calls
+// NewVhost made and stops the TLS nodes RabbitMQTLS started; it answers the
+// exit code. A package's TestMain calls
 // os.Exit(testkit.Main(m)).
 func Main(m *testing.M) int {
 	code := m.Run()
 	vhosts.drop()
+	stopTLSBroker()
 	return code
 }
 

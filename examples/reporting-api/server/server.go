@@ -27,13 +27,17 @@ import (
 	"bytes"
 	"context"
 	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	stdlog "log"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -84,6 +88,9 @@ type Stats struct {
 	Events       int64            `json:"events"`     // events held (= Accepted unless reset)
 	Requests     map[string]int64 `json:"requests"`   // POST /api/v1/events answers by status code
 	MaxBodyBytes int64            `json:"max_body_bytes"`
+	// ClientCerts counts the POSTs to /api/v1/events by the subject of the
+	// client certificate they came with ("" for none, or over plain http).
+	ClientCerts map[string]int64 `json:"client_certs"`
 }
 
 // Server is an http.Handler.
@@ -98,6 +105,7 @@ type Server struct {
 	refusal  *Refusal
 	maxBody  int64
 	requests map[string]int64
+	certs    map[string]int64 // POSTs by client certificate subject
 }
 
 var (
@@ -128,7 +136,7 @@ func New(opts Options) (*Server, error) {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
-	s := &Server{db: db, opts: opts, log: opts.Logger, maxBody: opts.MaxBodyBytes, requests: map[string]int64{}}
+	s := &Server{db: db, opts: opts, log: opts.Logger, maxBody: opts.MaxBodyBytes, requests: map[string]int64{}, certs: map[string]int64{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("POST /api/v1/events", s.auth(s.postEvents))
@@ -277,6 +285,13 @@ type ingestAnswer struct {
 }
 
 func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
+	subject := ""
+	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+		subject = r.TLS.PeerCertificates[0].Subject.String()
+	}
+	s.mu.Lock()
+	s.certs[subject]++
+	s.mu.Unlock()
 	f, maxBody := s.takeFault()
 	if f.DelayMS > 0 {
 		select {
@@ -542,7 +557,7 @@ func (s *Server) writePage(w http.ResponseWriter, member string, prefix byte, af
 
 // Stats returns the counters.
 func (s *Server) Stats() (Stats, error) {
-	st := Stats{Requests: map[string]int64{}}
+	st := Stats{Requests: map[string]int64{}, ClientCerts: map[string]int64{}}
 	err := s.db.View(func(txn *badger.Txn) error {
 		for _, kv := range []struct {
 			k []byte
@@ -560,6 +575,9 @@ func (s *Server) Stats() (Stats, error) {
 	s.mu.Lock()
 	for k, v := range s.requests {
 		st.Requests[k] = v
+	}
+	for k, v := range s.certs {
+		st.ClientCerts[k] = v
 	}
 	st.MaxBodyBytes = s.maxBody
 	s.mu.Unlock()
@@ -704,14 +722,35 @@ func addU64(txn *badger.Txn, k []byte, d uint64) error {
 	return txn.Set(k, u64(v+d))
 }
 
-// Serve serves the handler on ln until ctx is done (TLS when certFile and
-// keyFile are set), then shuts down gracefully.
-func (s *Server) Serve(ctx context.Context, ln net.Listener, certFile, keyFile string) error {
-	hs := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+// TLS are the files of an https listener (PEM).
+type TLS struct {
+	CertFile, KeyFile string // the server's certificate and key; empty: plain http
+	// ClientCAFile, when set, makes every client present a certificate
+	// signed by one of its CAs (the handshake fails otherwise); Stats
+	// counts requests by the certificate's subject.
+	ClientCAFile string
+}
+
+// Serve serves the handler on ln until ctx is done (https when
+// t.CertFile is set), then shuts down gracefully.
+func (s *Server) Serve(ctx context.Context, ln net.Listener, t TLS) error {
+	// Failed handshakes and the like go to the server's log.
+	hs := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, ErrorLog: stdlog.New(s.log, "", 0)}
+	if t.ClientCAFile != "" {
+		pem, err := os.ReadFile(t.ClientCAFile)
+		if err != nil {
+			return fmt.Errorf("reporting-api: client CA file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("reporting-api: client CA file %s holds no PEM certificate", t.ClientCAFile)
+		}
+		hs.TLSConfig = &tls.Config{ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}
+	}
 	errc := make(chan error, 1)
 	go func() {
-		if certFile != "" {
-			errc <- hs.ServeTLS(ln, certFile, keyFile)
+		if t.CertFile != "" {
+			errc <- hs.ServeTLS(ln, t.CertFile, t.KeyFile)
 		} else {
 			errc <- hs.Serve(ln)
 		}

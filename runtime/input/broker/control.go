@@ -3,7 +3,6 @@ package broker
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -18,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	imetrics "github.com/tally-billing/tally-openstack-collector/internal/metrics"
+	"github.com/tally-billing/tally-openstack-collector/internal/tlsfiles"
 )
 
 // The control link carries the mapper decisions (promote, abort) between the
@@ -67,9 +67,9 @@ type RecordStore interface {
 
 // ControlOptions configure a Control link (NewControl). cmd fills them.
 type ControlOptions struct {
-	// TransportURL and TLSConfig are those of Options: the same broker.
+	// TransportURL and TLS are those of Options: the same broker.
 	TransportURL string
-	TLSConfig    *tls.Config
+	TLS          tlsfiles.Files
 	// Exchange is the durable fanout exchange every replica publishes its
 	// decisions to; default DefaultControlExchange.
 	Exchange string
@@ -148,7 +148,7 @@ func NewControl(opts ControlOptions) (*Control, error) {
 	if opts.ApplyRetry <= 0 {
 		opts.ApplyRetry = DefaultApplyRetry
 	}
-	d := Options{TransportURL: opts.TransportURL, TLSConfig: opts.TLSConfig, ReconnectMin: opts.ReconnectMin,
+	d := Options{TransportURL: opts.TransportURL, TLS: opts.TLS, ReconnectMin: opts.ReconnectMin,
 		ReconnectMax: opts.ReconnectMax, Heartbeat: opts.Heartbeat, DialTimeout: opts.DialTimeout,
 		QueueType: opts.QueueType, Queue: opts.Exchange + "." + opts.Replica}
 	d.setDefaults()
@@ -156,9 +156,8 @@ func NewControl(opts ControlOptions) (*Control, error) {
 	eps, err := parseTransportURL(opts.TransportURL)
 	if err != nil {
 		problems = append(problems, err.Error())
-	}
-	if opts.TLSConfig != nil && opts.TLSConfig.InsecureSkipVerify {
-		problems = append(problems, "tls: certificate verification may not be turned off")
+	} else if err := CheckTLS(opts.TransportURL, opts.TLS); err != nil {
+		problems = append(problems, err.Error())
 	}
 	if err := CheckControlName(opts.Replica); err != nil {
 		problems = append(problems, fmt.Sprintf("replica name %q: %v", opts.Replica, err))

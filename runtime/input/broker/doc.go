@@ -17,8 +17,15 @@
 // One session is one connection:
 //
 //  1. Dial the endpoints of TRANSPORT_URL in order (oslo's rabbit:// form may
-//     list several; amqps verifies the server certificate). Passwords appear
-//     in no log: URLs are logged with the password replaced.
+//     list several). Passwords appear in no log: URLs are logged with the
+//     password replaced. With TLS (amqps://, or ?ssl=1) the broker's
+//     certificate is always verified, against Options.TLS's CA file when
+//     set (else the system's trust store), for TLS.ServerName when set (else
+//     the URL's host), and the client certificate is presented when the
+//     broker asks. The files are read at every dial (internal/tlsfiles), so
+//     the consumer, the control link and the dump take rotated files at
+//     their next connection; a refused handshake is explained (unknown CA,
+//     expired, wrong name, client certificate wanted).
 //  2. With QueueType quorum, read the broker version from the connection's
 //     server properties and end the session before declaring anything when it
 //     is older than 4.0 (ErrQuorumUnsupported; the message names

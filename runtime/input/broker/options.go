@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"crypto/tls"
 	"fmt"
 	"runtime"
 	"strings"
@@ -9,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/tlsfiles"
 )
 
 // Queue types accepted in Options.QueueType.
@@ -45,9 +46,13 @@ type Options struct {
 	// rabbit://u:p@h1:5672,u:p@h2:5672/vhost (hosts tried in order), read by
 	// ParseTransportURL.
 	TransportURL string
-	// TLSConfig, when set, is used for amqps (tests, a private CA). The server
-	// certificate is always verified; InsecureSkipVerify is refused.
-	TLSConfig *tls.Config
+	// TLS names the files of an amqps link: the CA file that replaces the
+	// system's trust store, the client certificate and key, the server name
+	// (TRANSPORT_CA_FILE, TRANSPORT_CERT_FILE, TRANSPORT_KEY_FILE,
+	// TRANSPORT_SERVER_NAME). They are read again at every connection, so
+	// rotated files are used without a restart. The broker's certificate is
+	// always verified.
+	TLS tlsfiles.Files
 
 	Exchanges        []string // service exchanges to bind (probed, never created)
 	Topics           []string // oslo notification topics; default ["notifications"]
@@ -151,9 +156,8 @@ func (o *Options) validate() ([]endpoint, error) {
 	eps, err := parseTransportURL(o.TransportURL)
 	if err != nil {
 		problems = append(problems, err.Error())
-	}
-	if o.TLSConfig != nil && o.TLSConfig.InsecureSkipVerify {
-		problems = append(problems, "tls: certificate verification may not be turned off")
+	} else if err := CheckTLS(o.TransportURL, o.TLS); err != nil {
+		problems = append(problems, err.Error())
 	}
 	if len(o.Exchanges) == 0 {
 		problems = append(problems, "no exchanges listed")

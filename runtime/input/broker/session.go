@@ -1,10 +1,8 @@
 package broker
 
 import (
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/tally-billing/tally-openstack-collector/internal/backoff"
+	"github.com/tally-billing/tally-openstack-collector/internal/tlsfiles"
 )
 
 // conn is one AMQP connection with the broker it reached.
@@ -26,6 +25,7 @@ type conn struct {
 func dial(opts *Options, eps []endpoint, name string, log zerolog.Logger) (*conn, error) {
 	var errs []error
 	for _, ep := range eps {
+		var attempt *tlsfiles.Attempt
 		cfg := amqp.Config{
 			Heartbeat: opts.Heartbeat,
 			Locale:    "en_US",
@@ -36,20 +36,22 @@ func dial(opts *Options, eps []endpoint, name string, log zerolog.Logger) (*conn
 			Dial: amqp.DefaultDial(opts.DialTimeout),
 		}
 		if ep.tls {
-			tc := &tls.Config{MinVersion: tls.VersionTLS12}
-			if opts.TLSConfig != nil {
-				tc = opts.TLSConfig.Clone()
+			// Read now: a rotated file is used from this connection on.
+			a, err := opts.TLS.Attempt(ep.hostname)
+			if err != nil {
+				log.Warn().Str("broker", ep.redact).Err(err).Msg("broker connection not tried: the TLS files cannot be used")
+				errs = append(errs, fmt.Errorf("%s: %w", ep.host, err))
+				continue
 			}
-			tc.InsecureSkipVerify = false
-			if tc.ServerName == "" {
-				h, _, _ := net.SplitHostPort(ep.host)
-				tc.ServerName = h
-			}
-			cfg.TLSClientConfig = tc
+			cfg.TLSClientConfig = a.Config
+			attempt = a
 		}
 		c, err := amqp.DialConfig(ep.url, cfg)
 		if err != nil {
 			// amqp091 errors never carry the URL, so the password stays out.
+			if attempt != nil {
+				err = attempt.Explain(err, TLSSettings)
+			}
 			log.Warn().Str("broker", ep.redact).Err(err).Msg("broker connection failed")
 			errs = append(errs, fmt.Errorf("%s: %w", ep.host, err))
 			continue

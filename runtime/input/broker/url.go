@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/redact"
+	"github.com/tally-billing/tally-openstack-collector/internal/tlsfiles"
 )
 
 // Default ports of a broker host without one.
@@ -294,12 +295,13 @@ func isSchemeToken(s string) bool {
 
 // endpoint is one broker node to dial, in failover order.
 type endpoint struct {
-	url    string // amqp:// or amqps:// form accepted by amqp091
-	tls    bool
-	host   string // host:port, for logs
-	vhost  string
-	user   string
-	redact string // the URL with the password replaced, for logs
+	url      string // amqp:// or amqps:// form accepted by amqp091
+	tls      bool
+	host     string // host:port, for logs
+	hostname string // the host alone: the server name TLS checks by default
+	vhost    string
+	user     string
+	redact   string // the URL with the password replaced, for logs
 }
 
 // endpoints turns the hosts into the AMQP URLs amqp091 dials, in order.
@@ -313,7 +315,7 @@ func (u TransportURL) endpoints() []endpoint {
 		du := url.URL{Scheme: s, User: url.UserPassword(h.User, h.Password), Host: h.Addr(),
 			Path: "/" + u.VHost, RawPath: vhostPath(u.VHost)}
 		out = append(out, endpoint{
-			url: du.String(), tls: u.TLS, host: h.Addr(), vhost: u.VHost, user: h.User,
+			url: du.String(), tls: u.TLS, host: h.Addr(), hostname: h.Host, vhost: u.VHost, user: h.User,
 			redact: s + "://" + h.String() + vhostPath(u.VHost),
 		})
 	}
@@ -327,4 +329,29 @@ func parseTransportURL(raw string) ([]endpoint, error) {
 		return nil, err
 	}
 	return u.endpoints(), nil
+}
+
+// TLSSettings name the broker's TLS files in the hints of a refused
+// handshake (tlsfiles.Files.Explain).
+var TLSSettings = tlsfiles.Names{
+	Peer: "broker", CA: "TRANSPORT_CA_FILE", Cert: "TRANSPORT_CERT_FILE", Key: "TRANSPORT_KEY_FILE", ServerName: "TRANSPORT_SERVER_NAME",
+}
+
+// CheckTLS checks the TLS files of a broker link against its URL: files
+// set for a URL without TLS are refused (they would be ignored: TLS is
+// turned on by amqps:// or ?ssl=1, as oslo's ssl option does), and every
+// file set is read once. Errors wrap ErrTransportURL or tlsfiles.ErrFiles
+// and quote no password and no key.
+func CheckTLS(rawURL string, files tlsfiles.Files) error {
+	u, err := ParseTransportURL(rawURL)
+	if err != nil {
+		return err
+	}
+	if files.IsZero() {
+		return nil
+	}
+	if !u.TLS {
+		return fmt.Errorf("%w: TLS files or a server name are set but the URL does not use TLS (write amqps://, or add ?ssl=1 to rabbit://)", ErrTransportURL)
+	}
+	return files.Check()
 }
