@@ -85,6 +85,10 @@ func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 		return runMappers(args, environ, stdout, stderr)
 	case "deadletter":
 		return runDeadletter(args, environ, stdout, stderr)
+	case "ledger":
+		return runLedger(args, environ, stdout, stderr)
+	case "reconcile":
+		return runReconcile(args, environ, stdout, stderr)
 	case "publish":
 		return runPublish(args, environ, stdin, stdout, stderr)
 	case "tap":
