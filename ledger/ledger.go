@@ -62,6 +62,24 @@ func sum(m map[string]int64) int64 {
 	return n
 }
 
+// Skip counts one notification consumed and skipped for reason.
+func (c *Counts) Skip(reason string) {
+	c.Consumed++
+	c.Skipped = addMap(c.Skipped, map[string]int64{reason: 1})
+}
+
+// DeadLetter counts one notification consumed and dead-lettered for reason.
+func (c *Counts) DeadLetter(reason string) {
+	c.Consumed++
+	c.DeadLettered = addMap(c.DeadLettered, map[string]int64{reason: 1})
+}
+
+// Commit counts one notification consumed and committed as events.
+func (c *Counts) Commit() {
+	c.Consumed++
+	c.Committed++
+}
+
 // SkippedTotal is the sum of Skipped over its reasons.
 func (c *Counts) SkippedTotal() int64 { return sum(c.Skipped) }
 

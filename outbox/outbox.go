@@ -1017,21 +1017,7 @@ func (o *Outbox) quarantine(d *damage) error {
 // too. A range already delivered is ignored, so a repeated Delete is
 // harmless.
 func (o *Outbox) Delete(ctx context.Context, first, last uint64) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if first == 0 || first > last {
-		return fmt.Errorf("%w: %d..%d", ErrInvalidRange, first, last)
-	}
-	if o.closed.Load() {
-		return ErrClosed
-	}
-	o.readMu.Lock()
-	defer o.readMu.Unlock()
-	if last < o.head.Load() {
-		return nil // already delivered
-	}
-	return o.advance(last+1, nil, &passing{delivered: true, duplicates: -1})
+	return o.Delivered(ctx, first, last, -1)
 }
 
 // advance moves the drain cursor to newHead in one synced transaction,

@@ -7,6 +7,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -186,6 +187,16 @@ func TestEndToEndOslo(t *testing.T) {
 		}
 	}
 	e.checkQueueEmpty(t)
+	// The ledger agrees: each notification consumed and committed once,
+	// every event delivered, and the API holds what the ledger expects.
+	if tot, _ := e.c.checkLedger(t); tot.Consumed != n || tot.Committed != n || tot.Delivered != n || tot.Duplicates != 0 {
+		t.Errorf("ledger totals %+v for %d published", tot, n)
+	}
+	// oslo stamps the notifications itself, with the time of publishing.
+	out, code := e.c.reconcile(t, start.Add(-time.Hour), time.Now().Add(time.Hour))
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("%d events expected, %d stored by the API", n, n)) {
+		t.Errorf("reconcile: exit %d\n%s", code, out)
+	}
 	if code, d := e.c.p.stop(t, 40*time.Second); code != 0 {
 		t.Errorf("stop: exit %d after %s", code, d)
 	}
@@ -280,7 +291,7 @@ func TestEndToEndChaos(t *testing.T) {
 	if tot.Consumed < n || tot.Committed < n || tot.Delivered != tot.Events {
 		t.Errorf("ledger totals %+v for %d published", tot, n)
 	}
-	out, code := e.c.reconcile(t)
+	out, code := e.c.reconcile(t, publishEpoch, publishEpoch.Add(time.Hour))
 	t.Logf("reconcile (exit %d):\n%s", code, out)
 	if code != 0 || !strings.Contains(out, "0 differing hours") {
 		t.Errorf("reconcile after the chaos run: exit %d", code)

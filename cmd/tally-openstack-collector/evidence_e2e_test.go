@@ -56,11 +56,11 @@ func (c *collector) checkLedger(t *testing.T) (ledger.Counts, string) {
 	return tot, c.cli(t, "ledger")
 }
 
-// reconcile runs `reconcile` over the hour of the published timestamps and
-// returns its output and exit code.
-func (c *collector) reconcile(t *testing.T) (string, int) {
+// reconcile runs `reconcile` over [from, to) and returns its output and exit
+// code.
+func (c *collector) reconcile(t *testing.T, from, to time.Time) (string, int) {
 	t.Helper()
-	cmd := exec.Command(c.bin, "reconcile", "--from", publishEpoch.Format(time.RFC3339), "--to", publishEpoch.Add(time.Hour).Format(time.RFC3339))
+	cmd := exec.Command(c.bin, "reconcile", "--from", from.Format(time.RFC3339), "--to", to.Format(time.RFC3339))
 	cmd.Env = c.env
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
@@ -84,7 +84,7 @@ func TestEndToEndReconcileFindsSilentLoss(t *testing.T) {
 		t.Fatalf("ledger totals %+v, want %d consumed, committed, events and delivered", tot, n)
 	}
 	t.Logf("ledger:\n%s", table)
-	out, code := e.c.reconcile(t)
+	out, code := e.c.reconcile(t, publishEpoch, publishEpoch.Add(time.Hour))
 	t.Logf("reconcile (exit %d):\n%s", code, out)
 	hour := publishEpoch.Format("2006-01-02T15Z")
 	if code != 1 || !strings.Contains(out, "1 differing hours: "+hour) || !strings.Contains(out, "-1\n") {

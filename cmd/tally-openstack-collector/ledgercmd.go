@@ -72,6 +72,25 @@ type ledgerFlags struct {
 	json, merge  bool
 }
 
+// parseLedgerArgs parses the flags of ledger and reconcile and their times;
+// code >= 0 is the exit code when the command stops here.
+func parseLedgerArgs(fs *pflag.FlagSet, f *ledgerFlags, usage string, args []string, stdout, stderr io.Writer) (from, to time.Time, code int) {
+	if err := parseFlags(fs, usage, args, stdout, stderr); err != nil {
+		if errors.Is(err, errUsage) {
+			return from, to, 0
+		}
+		return from, to, 2
+	}
+	now := time.Now()
+	from, err1 := parseWhen(f.from, now)
+	to, err2 := parseWhen(f.to, now)
+	if err := errors.Join(err1, err2); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
+		return from, to, 2
+	}
+	return from, to, -1
+}
+
 func addLedgerFlags(fs *pflag.FlagSet, f *ledgerFlags, by bool) {
 	fs.StringVar(&f.from, "from", "", "first hour (RFC 3339, or a duration: that long ago)")
 	fs.StringVar(&f.to, "to", "", "end, exclusive (RFC 3339, or a duration: that long ago)")
@@ -140,18 +159,9 @@ func runLedger(args, environ []string, stdout, stderr io.Writer) int {
 	fs := controlFlags("ledger")
 	var f ledgerFlags
 	addLedgerFlags(fs, &f, true)
-	if err := parseFlags(fs, ledgerUsage, args, stdout, stderr); err != nil {
-		if errors.Is(err, errUsage) {
-			return 0
-		}
-		return 2
-	}
-	now := time.Now()
-	from, err1 := parseWhen(f.from, now)
-	to, err2 := parseWhen(f.to, now)
-	if err := errors.Join(err1, err2); err != nil {
-		fmt.Fprintf(stderr, "ledger: %v\n", err)
-		return 2
+	from, to, code := parseLedgerArgs(fs, &f, ledgerUsage, args, stdout, stderr)
+	if code >= 0 {
+		return code
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -186,20 +196,12 @@ func runReconcile(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	var f ledgerFlags
 	addLedgerFlags(fs, &f, false)
-	if err := parseFlags(fs, reconcileUsage, args, stdout, stderr); err != nil {
-		if errors.Is(err, errUsage) {
-			return 0
-		}
-		return 2
+	from, to, code := parseLedgerArgs(fs, &f, reconcileUsage, args, stdout, stderr)
+	if code >= 0 {
+		return code
 	}
-	now := time.Now()
-	from, err1 := parseWhen(f.from, now)
-	to, err2 := parseWhen(f.to, now)
-	if err := errors.Join(err1, err2); err != nil || from.IsZero() || to.IsZero() || !from.Before(to) {
-		if err == nil {
-			err = errors.New("--from and --to are required, --from before --to")
-		}
-		fmt.Fprintf(stderr, "reconcile: %v\n", err)
+	if from.IsZero() || to.IsZero() || !from.Before(to) {
+		fmt.Fprintln(stderr, "reconcile: --from and --to are required, --from before --to")
 		return 2
 	}
 	cfg, err := loadConfig(fs, environ, modeOffline)

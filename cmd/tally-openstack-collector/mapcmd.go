@@ -116,19 +116,10 @@ func runMap(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) i
 	defer out.Flush()
 	sum := newMapSummary(serviceOf(ms.catalog.Status().Patterns))
 	process := func(doc []byte) {
-		msg := pipeline.Message{Body: doc}
-		var top struct {
-			Exchange    string `json:"exchange"`
-			RoutingKey  string `json:"routing_key"`
-			Unparseable any    `json:"unparseable"`
-		}
-		if json.Unmarshal(doc, &top) == nil {
-			msg.Exchange, msg.RoutingKey = top.Exchange, top.RoutingKey
-			if top.Unparseable != nil {
-				// A --dump line for a body the dump could not read.
-				sum.count(pipeline.Result{Outcome: pipeline.Unparseable, Reason: "dump_unparseable"})
-				return
-			}
+		msg, ok := inputMessage(doc)
+		if !ok {
+			sum.count(pipeline.Result{Outcome: pipeline.Unparseable, Reason: "dump_unparseable"})
+			return
 		}
 		r := ms.pipeline.Process(ctx, msg)
 		sum.count(r)
@@ -149,6 +140,24 @@ func runMap(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) i
 	fmt.Fprintln(stderr, sum.String())
 	_ = sum.writeByService(stderr)
 	return 0
+}
+
+// inputMessage is the message of one input document of map; false for a
+// --dump line of a body the dump could not read.
+func inputMessage(doc []byte) (pipeline.Message, bool) {
+	msg := pipeline.Message{Body: doc}
+	var top struct {
+		Exchange    string `json:"exchange"`
+		RoutingKey  string `json:"routing_key"`
+		Unparseable any    `json:"unparseable"`
+	}
+	if json.Unmarshal(doc, &top) == nil {
+		msg.Exchange, msg.RoutingKey = top.Exchange, top.RoutingKey
+		if top.Unparseable != nil {
+			return msg, false
+		}
+	}
+	return msg, true
 }
 
 // readInputs hands every document of the inputs of map (the files and

@@ -247,17 +247,9 @@ func runMapDiff(args, environ []string, stdin io.Reader, stdout, stderr io.Write
 	}
 	rep := &diffReport{types: map[string]*diffType{}, billing: map[string]bool{}, maxExamples: max(0, *examples)}
 	process := func(doc []byte) {
-		msg := pipeline.Message{Body: doc}
-		var top struct {
-			Exchange    string `json:"exchange"`
-			RoutingKey  string `json:"routing_key"`
-			Unparseable any    `json:"unparseable"`
-		}
-		if json.Unmarshal(doc, &top) == nil {
-			if top.Unparseable != nil {
-				return
-			}
-			msg.Exchange, msg.RoutingKey = top.Exchange, top.RoutingKey
+		msg, ok := inputMessage(doc)
+		if !ok {
+			return
 		}
 		rep.notes++
 		var evs [2][][]byte

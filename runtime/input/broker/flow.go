@@ -267,18 +267,12 @@ func (s *sess) nextBatch(limit int) *batch {
 		switch {
 		case it.res.Outcome == pipeline.Mapped:
 			b.events = append(b.events, it.res.Events...)
-			row := b.tally.Row(k)
-			row.Consumed++
-			row.Committed++
+			b.tally.Row(k).Commit()
 		case it.letter != nil:
 			b.letters = append(b.letters, *it.letter)
-			row := b.deadTally.Row(k)
-			row.Consumed++
-			row.DeadLettered = addOne(row.DeadLettered, it.letter.Reason)
+			b.deadTally.Row(k).DeadLetter(it.letter.Reason)
 		default:
-			row := b.tally.Row(k)
-			row.Consumed++
-			row.Skipped = addOne(row.Skipped, it.res.Reason)
+			b.tally.Row(k).Skip(it.res.Reason)
 		}
 		if tapping {
 			c := Committed{Exchange: it.exchange, RoutingKey: it.routingKey, EventType: it.res.EventType, Body: it.body}
@@ -344,15 +338,6 @@ func (s *sess) dispatch() error {
 	s.inflight = b
 	s.commitReq <- b
 	return nil
-}
-
-// addOne adds one under reason to m.
-func addOne(m map[string]int64, reason string) map[string]int64 {
-	if m == nil {
-		m = make(map[string]int64, 1)
-	}
-	m[reason]++
-	return m
 }
 
 // committed settles the batch in flight once its commit answered: an

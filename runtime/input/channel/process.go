@@ -253,17 +253,11 @@ func (s *Server) commit(ctx context.Context, batch []*item, events [][]byte) {
 		switch {
 		case it.letter != nil:
 			letters = append(letters, *it.letter)
-			r := deadTally.Row(k)
-			r.Consumed++
-			r.DeadLettered = addOne(r.DeadLettered, it.reason)
+			deadTally.Row(k).DeadLetter(it.reason)
 		case it.status == wire.Committed:
-			r := tally.Row(k)
-			r.Consumed++
-			r.Committed++
+			tally.Row(k).Commit()
 		default:
-			r := tally.Row(k)
-			r.Consumed++
-			r.Skipped = addOne(r.Skipped, it.reason)
+			tally.Row(k).Skip(it.reason)
 		}
 	}
 	if len(events) == 0 && len(letters) > 0 {
@@ -355,13 +349,4 @@ func (s *Server) write(ctx context.Context, events *[][]byte, letters *[]outbox.
 		*letters, *deadTally = nil, nil
 	}
 	return nil
-}
-
-// addOne adds one under reason to m.
-func addOne(m map[string]int64, reason string) map[string]int64 {
-	if m == nil {
-		m = make(map[string]int64, 1)
-	}
-	m[reason]++
-	return m
 }

@@ -459,17 +459,11 @@ func (l *listener) commitLoop(ctx context.Context) {
 			k := ledger.Key{Hour: ledger.HourOf(taken), Source: Exchange, Type: c.eventType}
 			switch {
 			case c.letter != nil:
-				r := deadTally.Row(k)
-				r.Consumed++
-				r.DeadLettered = addOne(r.DeadLettered, c.letter.Reason)
+				deadTally.Row(k).DeadLetter(c.letter.Reason)
 			case len(c.events) > 0:
-				r := tally.Row(k)
-				r.Consumed++
-				r.Committed++
+				tally.Row(k).Commit()
 			default:
-				r := tally.Row(k)
-				r.Consumed++
-				r.Skipped = addOne(r.Skipped, c.skipped)
+				tally.Row(k).Skip(c.skipped)
 			}
 			if c.letter != nil {
 				letters = append(letters, *c.letter)
@@ -572,12 +566,3 @@ func (l *listener) closeConns() {
 }
 
 func isClosed(err error) bool { return errors.Is(err, net.ErrClosed) }
-
-// addOne adds one under reason to m.
-func addOne(m map[string]int64, reason string) map[string]int64 {
-	if m == nil {
-		m = make(map[string]int64, 1)
-	}
-	m[reason]++
-	return m
-}
