@@ -84,6 +84,18 @@ func TestEndToEndReconcileFindsSilentLoss(t *testing.T) {
 		t.Fatalf("ledger totals %+v, want %d consumed, committed, events and delivered", tot, n)
 	}
 	t.Logf("ledger:\n%s", table)
+	// The same ledger through --merge over the replica's control address.
+	var merged ledger.Report
+	if err := json.Unmarshal([]byte(e.c.cli(t, "ledger", "--json", "--merge", "http://"+e.c.httpAddr)), &merged); err != nil {
+		t.Fatal(err)
+	}
+	var mt ledger.Counts
+	for _, r := range merged.Intake {
+		mt.Add(&r.Counts)
+	}
+	if mt.Consumed != tot.Consumed || mt.Delivered != tot.Delivered || len(merged.Stored) == 0 {
+		t.Fatalf("ledger --merge http://%s: %+v, want %+v", e.c.httpAddr, mt, tot)
+	}
 	out, code := e.c.reconcile(t, publishEpoch, publishEpoch.Add(time.Hour))
 	t.Logf("reconcile (exit %d):\n%s", code, out)
 	hour := publishEpoch.Format("2006-01-02T15Z")
