@@ -238,7 +238,7 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 
 func (h *handler) ledger(w http.ResponseWriter, r *http.Request) {
 	if h.opts.Outbox == nil {
-		writeError(w, http.StatusNotFound, ErrNoDeadLetters.Error())
+		writeError(w, http.StatusNotFound, ErrNoLedger.Error())
 		return
 	}
 	var from, to time.Time
