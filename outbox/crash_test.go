@@ -34,6 +34,9 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(envDamageDir); dir != "" {
 		damageChild(dir)
 	}
+	if dir := os.Getenv(envLedgerKillDir); dir != "" {
+		ledgerKillChild(dir)
+	}
 	os.Exit(m.Run())
 }
 

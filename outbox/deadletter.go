@@ -11,6 +11,7 @@ import (
 	badger "github.com/dgraph-io/badger/v4"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/redact"
+	"github.com/tally-billing/tally-openstack-collector/ledger"
 )
 
 // DeadLetter is a delivery the collector acknowledged without producing an
@@ -55,6 +56,11 @@ func (o *Outbox) AppendDeadLetters(ctx context.Context, letters []DeadLetter) er
 	if len(letters) == 0 {
 		return nil
 	}
+	return o.appendDeadLetters(ctx, letters, nil)
+}
+
+// appendDeadLetters is AppendDeadLetters and AppendDeadLettersCounted.
+func (o *Outbox) appendDeadLetters(ctx context.Context, letters []DeadLetter, tally *ledger.Delta) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -83,11 +89,16 @@ func (o *Outbox) AppendDeadLetters(ctx context.Context, letters []DeadLetter) er
 	var last uint64
 	err = o.db.Update(func(txn *badger.Txn) error {
 		var err error
-		last, err = o.setDeadLetters(txn, values)
-		return err
+		if last, err = o.setDeadLetters(txn, values); err != nil {
+			return err
+		}
+		return o.putDelta(txn, tally)
 	})
 	if err != nil {
 		return o.refuse(err)
+	}
+	if !tally.Empty() {
+		o.deltaCommitted()
 	}
 	o.deadLettersCommitted(last, size)
 	o.setHealth(nil)
@@ -459,7 +470,7 @@ func (o *Outbox) SetAside(ctx context.Context, seq uint64, reason, detail string
 		var err error
 		last, err = o.setDeadLetters(txn, values)
 		return err
-	})
+	}, &passing{})
 	if err != nil {
 		return err
 	}

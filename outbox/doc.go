@@ -15,6 +15,10 @@
 //	'l' + uint64 big-endian seq   segment: the events of one Append (or of one
 //	                              part of a large one), seq being the first's
 //	'd' + uint64 big-endian seq   dead letter: value = JSON of DeadLetter
+//	'g' + kind + ...              the completeness ledger (ledger.go): deltas
+//	                              written in the transactions they count, their
+//	                              hourly sums, the identities of the last events
+//	                              delivered
 //	'm' + name                    metadata:
 //	    mlast_event  uint64 BE    highest event sequence ever assigned
 //	    mlast_dead   uint64 BE    highest dead-letter sequence ever assigned

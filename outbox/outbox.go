@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	imetrics "github.com/tally-billing/tally-openstack-collector/internal/metrics"
+	"github.com/tally-billing/tally-openstack-collector/ledger"
 )
 
 // Defaults applied by Open to zero-valued Options fields.
@@ -63,6 +64,10 @@ type Options struct {
 	// (compressed), trigger a disk reclaim once the outbox is empty.
 	// Default 4 MiB.
 	ReclaimAfterBytes int64
+
+	// LedgerRetention is how long the hours of the completeness ledger are
+	// kept (LEDGER_RETENTION). Default 90 days.
+	LedgerRetention time.Duration
 
 	// Badger sizing; the defaults suit a daemon buffering up to a few
 	// million events of a few hundred bytes.
@@ -109,6 +114,15 @@ type Outbox struct {
 	healthErr error
 
 	wit *witness // the sequences committed, kept beside the store
+
+	// The completeness ledger (ledger.go).
+	ledgerSeq  atomic.Uint64 // id of the last delta written
+	sinceFold  atomic.Int64
+	foldCh     chan struct{}
+	foldMu     sync.Mutex
+	recent     recentSet     // guarded by readMu
+	passReader ledger.Reader // guarded by readMu
+	appReader  ledger.Reader // guarded by appendMu
 
 	closed    atomic.Bool
 	reclaimCh chan struct{}
@@ -229,6 +243,9 @@ func Open(opts Options) (*Outbox, error) {
 	if opts.MinFreeBytes == 0 {
 		opts.MinFreeBytes = 16 * opts.MemTableBytes
 	}
+	if opts.LedgerRetention <= 0 {
+		opts.LedgerRetention = DefaultLedgerRetention
+	}
 	tightenUmask()
 	warn, err := privateDir(opts.Dir)
 	if err != nil {
@@ -249,6 +266,7 @@ func Open(opts Options) (*Outbox, error) {
 		opts:      opts,
 		log:       opts.Logger,
 		reclaimCh: make(chan struct{}, 1),
+		foldCh:    make(chan struct{}, 1),
 		done:      make(chan struct{}),
 	}
 	fail := func(err error) (*Outbox, error) {
@@ -264,6 +282,9 @@ func Open(opts Options) (*Outbox, error) {
 		return fail(fmt.Errorf("%w: %s: %w (%s)", ErrCorrupt, opts.Dir, err, docRecovery))
 	}
 	o.checkWitness(&report)
+	if err := o.loadLedger(); err != nil {
+		return fail(fmt.Errorf("%w: %s: ledger: %w (%s)", ErrCorrupt, opts.Dir, err, docRecovery))
+	}
 	if err := o.register(opts.Registerer); err != nil {
 		return fail(err)
 	}
@@ -280,8 +301,12 @@ func Open(opts Options) (*Outbox, error) {
 		return fail(fmt.Errorf("outbox: %s: %w", witnessFile, err))
 	}
 	o.wit = wit
-	o.wg.Add(1)
+	if err := o.foldLedger(); err != nil {
+		o.log.Warn().Err(err).Msg("folding the ledger failed; its deltas stay and are read as they are")
+	}
+	o.wg.Add(2)
 	go o.reclaimLoop()
+	go o.foldLoop()
 	if o.depth.Load() == 0 {
 		if o.DiskBytes() >= opts.ReclaimAfterBytes+opts.MemTableBytes {
 			o.deletedBytes.Store(opts.ReclaimAfterBytes)
@@ -538,6 +563,13 @@ func (o *Outbox) Append(ctx context.Context, events [][]byte) error {
 	if len(events) == 0 {
 		return nil
 	}
+	return o.appendEvents(ctx, events, time.Time{}, nil)
+}
+
+// appendEvents is Append and AppendCounted: the events of each part are
+// counted in the ledger in the transaction that commits the part, and tally
+// in the last.
+func (o *Outbox) appendEvents(ctx context.Context, events [][]byte, taken time.Time, tally *ledger.Delta) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -560,20 +592,36 @@ func (o *Outbox) Append(ctx context.Context, events [][]byte) error {
 	if o.closed.Load() {
 		return ErrClosed
 	}
-	now := time.Now().UnixNano()
+	if taken.IsZero() {
+		taken = time.Now()
+	}
+	now := taken.UnixNano()
+	hour := ledger.HourOf(taken)
 	o.segBuf = o.segBuf[:0]
 	seq := o.lastSeq // the last sequence written, committed or not
 	committed := o.lastSeq
 	var size, committedSize int64
 	txn := o.db.NewTransaction(true)
 	defer func() { txn.Discard() }()
-	commit := func() error {
+	partFrom := 0 // index in events of the first event of the part being written
+	commit := func(final bool) error {
+		d := &ledger.Delta{}
+		part := events[partFrom : partFrom+int(seq-committed)]
+		countEvents(d, &o.appReader, hour, part)
+		if final {
+			d.Add(tally)
+		}
+		if err := o.putDelta(txn, d); err != nil {
+			return err
+		}
 		if err := txn.Set(metaLastSeq, u64(seq)); err != nil {
 			return err
 		}
 		if err := txn.Commit(); err != nil {
 			return err
 		}
+		o.deltaCommitted()
+		partFrom += len(part)
 		o.lastSeq = seq
 		o.witnessed(seq, 0)
 		o.depth.Add(int64(seq - committed))
@@ -603,7 +651,7 @@ func (o *Outbox) Append(ctx context.Context, events [][]byte) error {
 		// whole batch, which the Reporting API counts as duplicates.
 		entry := int64(len(k) + len(val) + txnEntryOverhead)
 		if pending > 0 && (pending+2 >= int64(maxCount) || txnBytes+entry+txnEntryOverhead*2 >= maxBytes) {
-			if err := commit(); err != nil {
+			if err := commit(false); err != nil {
 				return o.refuse(err)
 			}
 			txn = o.db.NewTransaction(true)
@@ -618,7 +666,7 @@ func (o *Outbox) Append(ctx context.Context, events [][]byte) error {
 		size += int64(raw)
 		rest = rest[n:]
 	}
-	if err := commit(); err != nil {
+	if err := commit(true); err != nil {
 		return o.refuse(err)
 	}
 	if cap(o.scratch) > 4*segmentMaxBytes {
@@ -933,6 +981,18 @@ func (o *Outbox) quarantine(d *damage) error {
 	if err == nil {
 		err = txn.Delete(d.key)
 	}
+	if err == nil && lost > 0 {
+		// The events are lost: counted as damaged under the hour of their
+		// segment (now when its header is unreadable); their source and
+		// type cannot be read.
+		at := time.Now()
+		if d.seg != nil {
+			at = time.Unix(0, d.seg.at)
+		}
+		dl := &ledger.Delta{}
+		dl.Row(ledger.Key{Hour: ledger.HourOf(at)}).Damaged = lost
+		err = o.putDelta(txn, dl)
+	}
 	if err == nil {
 		err = txn.Set(metaHead, u64(newHead))
 	}
@@ -960,28 +1020,15 @@ func (o *Outbox) quarantine(d *damage) error {
 // too. A range already delivered is ignored, so a repeated Delete is
 // harmless.
 func (o *Outbox) Delete(ctx context.Context, first, last uint64) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if first == 0 || first > last {
-		return fmt.Errorf("%w: %d..%d", ErrInvalidRange, first, last)
-	}
-	if o.closed.Load() {
-		return ErrClosed
-	}
-	o.readMu.Lock()
-	defer o.readMu.Unlock()
-	if last < o.head.Load() {
-		return nil // already delivered
-	}
-	return o.advance(last+1, nil)
+	return o.Delivered(ctx, first, last, -1)
 }
 
 // advance moves the drain cursor to newHead in one synced transaction,
 // deleting every segment whose events all lie before it; also, when set,
-// writes more within the same transaction. Called with readMu held and
-// writeMu not held; newHead must be past the current head.
-func (o *Outbox) advance(newHead uint64, also func(txn *badger.Txn) error) error {
+// writes more within the same transaction, and the events passed are counted
+// in the ledger as p says. Called with readMu held and writeMu not held;
+// newHead must be past the current head.
+func (o *Outbox) advance(newHead uint64, also func(txn *badger.Txn) error, p *passing) error {
 	o.writeMu.RLock()
 	defer o.writeMu.RUnlock()
 	if o.closed.Load() {
@@ -990,6 +1037,7 @@ func (o *Outbox) advance(newHead uint64, also func(txn *badger.Txn) error) error
 	head := o.head.Load()
 	newSeg := newHead // the first live segment after the move, or newHead when none is left
 	var n, size, freed int64
+	var passedEvs []passed
 	txn := o.db.NewTransaction(true)
 	defer txn.Discard()
 	it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefixEvent}})
@@ -1006,7 +1054,22 @@ func (o *Outbox) advance(newHead uint64, also func(txn *badger.Txn) error) error
 			var err error
 			seg, err = parseSegment(segFirst, v, o.lens)
 			o.lens = seg.lens
-			return err
+			if err != nil || p == nil {
+				return err
+			}
+			from := max(head, segFirst)
+			if seg.last() < from {
+				return nil
+			}
+			evs, err := seg.events(from, int(min(newHead, seg.last()+1)-from), nil)
+			if err != nil {
+				return err
+			}
+			h := ledger.HourOf(time.Unix(0, seg.at))
+			for _, ev := range evs {
+				passedEvs = append(passedEvs, passed{hour: h, ev: o.passReader.Read(ev)})
+			}
+			return nil
 		})
 		if err != nil {
 			it.Close()
@@ -1040,11 +1103,43 @@ func (o *Outbox) advance(newHead uint64, also func(txn *badger.Txn) error) error
 			return o.refuse(err)
 		}
 	}
+	var batch *recentBatch
+	drop := 0
+	if p != nil {
+		var d *ledger.Delta
+		d, batch = o.countPassed(p, passedEvs, head)
+		if err := o.putDelta(txn, d); err != nil {
+			return o.refuse(err)
+		}
+		if batch != nil && len(batch.ids) > 0 {
+			v := make([]byte, 0, 8*len(batch.ids))
+			for _, id := range batch.ids {
+				v = binary.BigEndian.AppendUint64(v, id)
+			}
+			if err := txn.Set(ledgerKey(ledgerRecent, batch.seq), v); err != nil {
+				return o.refuse(err)
+			}
+			var keys [][]byte
+			drop, keys = o.recent.expiring(len(batch.ids))
+			for _, k := range keys {
+				if err := txn.Delete(k); err != nil {
+					return o.refuse(err)
+				}
+			}
+		}
+	}
 	if err := txn.Set(metaHead, u64(newHead)); err != nil {
 		return o.refuse(err)
 	}
 	if err := txn.Commit(); err != nil {
 		return o.refuse(err)
+	}
+	if p != nil {
+		o.deltaCommitted()
+		if batch != nil && len(batch.ids) > 0 {
+			o.recent.drop(drop)
+			o.recent.add(*batch)
+		}
 	}
 	o.head.Store(newHead)
 	o.headSeg.Store(newSeg)

@@ -24,7 +24,7 @@ const (
 // SIGKILL at the moment the sender deletes a batch the API accepted.
 type killOnDelete struct{ *outbox.Outbox }
 
-func (k killOnDelete) Delete(context.Context, uint64, uint64) error {
+func (k killOnDelete) Delivered(context.Context, uint64, uint64, int) error {
 	syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	select {}
 }
@@ -96,5 +96,23 @@ func TestKill9AfterOKBeforeDelete(t *testing.T) {
 	}
 	if ids := listIDs(t, e.ts.URL); len(ids) != 300 {
 		t.Fatalf("%d distinct events listed", len(ids))
+	}
+	// The ledger counts each event delivered once; the 100 sent again are
+	// the API's duplicates but no copies: what the ledger expects the API
+	// to hold is what it holds.
+	d, err := ob.Ledger(context.Background(), time.Time{}, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var delivered, copies, dups int64
+	for _, c := range d.Stored {
+		delivered += c.Delivered
+		copies += c.Copies
+	}
+	for _, c := range d.Intake {
+		dups += c.Duplicates
+	}
+	if delivered != 300 || copies != 0 || dups != 100 || delivered-copies != st.Accepted {
+		t.Fatalf("ledger: %d delivered, %d copies, %d duplicates; the API holds %d", delivered, copies, dups, st.Accepted)
 	}
 }

@@ -20,3 +20,7 @@ var (
 	// until it accepts a batch again.
 	ErrRefusedByAPI = errors.New("sender: reporting API refuses every event it is sent")
 )
+
+// ErrNoCountRoute is returned by Counts when the Reporting API does not
+// offer its optional count route (it answers 404).
+var ErrNoCountRoute = errors.New("sender: the reporting API has no count route (GET /api/v1/events/counts answers 404)")

@@ -162,7 +162,7 @@ func (s *Sender) probe(ctx context.Context, seq uint64, event []byte, res result
 		if wait > 0 {
 			return empty, wait, wake // the delivered events are sent again later, as duplicates
 		}
-		if err := s.store.Delete(ctx, seq+1, probeLast); err != nil {
+		if err := s.store.Delivered(ctx, seq+1, probeLast, pres.answer.Duplicates); err != nil {
 			s.log.Error().Err(err).Uint64("first", seq+1).Uint64("last", probeLast).Msg("deleting a delivered batch failed")
 			return false, s.backoff(), false
 		}

@@ -30,8 +30,10 @@ type Store interface {
 	// sequence numbers of the first and the last; 0, 0, nil, nil when
 	// there is nothing to send.
 	Peek(ctx context.Context, max int) (first, last uint64, events [][]byte, err error)
-	// Delete removes the delivered range first..last, inclusive.
-	Delete(ctx context.Context, first, last uint64) error
+	// Delivered removes the delivered range first..last, inclusive, and
+	// counts it in the completeness ledger with the number of duplicates
+	// the Reporting API answered, in one durable step.
+	Delivered(ctx context.Context, first, last uint64, duplicates int) error
 	// SetAside moves the oldest undelivered event, at seq, to the local
 	// dead-letter area with the reason and detail, and past it, in one
 	// durable step. A seq already gone is ignored.
@@ -385,7 +387,7 @@ func (s *Sender) step(ctx context.Context) (empty bool, wait time.Duration, wake
 			s.log.Warn().Int("rejected", len(res.answer.Rejected)).Str("first_reason", res.answer.Rejected[0].Reason).
 				Msg("reporting API rejected events; they are in its dead-letter view")
 		}
-		if err := s.store.Delete(ctx, first, last); err != nil {
+		if err := s.store.Delivered(ctx, first, last, res.answer.Duplicates); err != nil {
 			// The batch is delivered; it will be resent and counted as
 			// duplicates by the API.
 			s.log.Error().Err(err).Uint64("first", first).Uint64("last", last).Msg("deleting a delivered batch failed")

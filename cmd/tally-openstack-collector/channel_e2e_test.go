@@ -390,6 +390,12 @@ func TestEndToEndPublishReportsWhatWasNotCommitted(t *testing.T) {
 	if ids["nobody"] {
 		t.Fatal("an unclaimed message reached the API")
 	}
+	// The ledger: five messages consumed on the channel, four committed,
+	// the unclaimed one skipped.
+	tot, table := c.checkLedger(t)
+	if tot.Consumed != 5 || tot.Committed != 4 || tot.Skipped["unclaimed"] != 1 || !strings.Contains(table, "channel ") {
+		t.Fatalf("ledger:\n%s", table)
+	}
 }
 
 // otherUser is a system user of the tests, created once (useradd).

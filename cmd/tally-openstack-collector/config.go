@@ -45,6 +45,7 @@ type Config struct {
 
 	DeadLetterMaxEvents int64
 	DeadLetterMaxBytes  int64
+	LedgerRetentionDays int
 
 	ReportingURL       string
 	ReportingToken     string

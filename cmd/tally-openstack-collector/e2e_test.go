@@ -7,6 +7,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -186,6 +187,16 @@ func TestEndToEndOslo(t *testing.T) {
 		}
 	}
 	e.checkQueueEmpty(t)
+	// The ledger agrees: each notification consumed and committed once,
+	// every event delivered, and the API holds what the ledger expects.
+	if tot, _ := e.c.checkLedger(t); tot.Consumed != n || tot.Committed != n || tot.Delivered != n || tot.Duplicates != 0 {
+		t.Errorf("ledger totals %+v for %d published", tot, n)
+	}
+	// Every hour the published timestamps may fall in.
+	out, code := e.c.reconcile(t, time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC), time.Now().Add(24*time.Hour))
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("%d events expected, %d stored by the API", n, n)) {
+		t.Errorf("reconcile: exit %d\n%s", code, out)
+	}
 	if code, d := e.c.p.stop(t, 40*time.Second); code != 0 {
 		t.Errorf("stop: exit %d after %s", code, d)
 	}
@@ -193,8 +204,9 @@ func TestEndToEndOslo(t *testing.T) {
 
 // TestEndToEndChaos: while notifications stream in, the collector is killed
 // with SIGKILL three times, the broker closes its connections once, and the
-// API fails for 10 s once. Nothing acknowledged may be lost; duplicates are
-// allowed, and the API counts them.
+// API fails for 10 s once; a last slice meets three 413s. Nothing
+// acknowledged may be lost; duplicates are allowed, and the API counts them.
+// The ledger ends balanced and reconcile finds no differing hour.
 func TestEndToEndChaos(t *testing.T) {
 	e := setupE2E(t)
 	seed := time.Now().UnixNano()
@@ -202,6 +214,7 @@ func TestEndToEndChaos(t *testing.T) {
 	t.Logf("chaos seed %d", seed)
 
 	const n = 12000
+	const tail413 = 200
 	const publishFor = 12 * time.Second
 	var wg sync.WaitGroup
 	var pubErr error
@@ -253,7 +266,12 @@ func TestEndToEndChaos(t *testing.T) {
 	time.Sleep(time.Until(begin.Add(11 * time.Second))) // the API outage is over
 	e.c.waitReady(t)
 	e.waitDelivered(t, n, 3*time.Minute)
-	e.checkExactSet(t, n)
+	// Then the API answers 413 three times: a last slice is delivered in
+	// halved batches.
+	e.api.do(t, "POST", "/admin/fail", map[string]any{"status": 413, "count": 3}, nil)
+	publishRaw(t, e.v, e.corpus, e.prefix, n, n+tail413)
+	e.waitDelivered(t, n+tail413, 3*time.Minute)
+	e.checkExactSet(t, n+tail413)
 	e.checkQueueEmpty(t)
 	st := e.api.stats(t)
 	t.Logf("API: %d accepted, %d duplicates counted, requests %v; collector restarts: %d", st.Accepted, st.Duplicates, st.Requests, e.c.runs-1)
@@ -263,6 +281,22 @@ func TestEndToEndChaos(t *testing.T) {
 	m := e.c.metrics(t)
 	if got := sum(m, "tally_collector_outbox_depth"); got != 0 {
 		t.Errorf("outbox depth %v after the drain", got)
+	}
+	if st.Requests["413"] != 3 {
+		t.Errorf("%d answers 413, want 3", st.Requests["413"])
+	}
+	// The ledger survived the kills: every hour balances, every
+	// notification published was consumed and committed at least once, and
+	// what it expects the API to hold is what the API holds.
+	tot, table := e.c.checkLedger(t)
+	t.Logf("ledger:\n%s", table)
+	if tot.Consumed < n+tail413 || tot.Committed < n+tail413 || tot.Delivered != tot.Events {
+		t.Errorf("ledger totals %+v for %d published", tot, n)
+	}
+	out, code := e.c.reconcile(t, publishEpoch, publishEpoch.Add(time.Hour))
+	t.Logf("reconcile (exit %d):\n%s", code, out)
+	if code != 0 || !strings.Contains(out, "0 differing hours") || !strings.Contains(out, fmt.Sprintf("%d stored by the API", n+tail413)) {
+		t.Errorf("reconcile after the chaos run: exit %d", code)
 	}
 	if code, d := e.c.p.stop(t, 40*time.Second); code != 0 {
 		t.Errorf("stop: exit %d after %s", code, d)

@@ -44,6 +44,10 @@ Usage:
   tally-openstack-collector version                         version, commit, mapper ABI versions
   tally-openstack-collector mappers [promote|abort NAME]    the running daemon's mapper catalogue
   tally-openstack-collector deadletter list|show|replay     the running daemon's dead letters
+  tally-openstack-collector ledger [--from T] [--to T] [--by source|type|hour] [--json] [--merge DIR|URL...]
+                                                            the durable completeness ledger
+  tally-openstack-collector reconcile --from T --to T       delivered counts against the Reporting API's
+  tally-openstack-collector map --diff OLD NEW [CAPTURE...] what a new module version changes
   tally-openstack-collector publish [--channel SOCKET] [--type STRING|JSON] [--perm 0440] [--no-wait] TAG [FILE...]
                                                             hand messages to the daemon's local channel, one per line
   tally-openstack-collector tap [--channel SOCKET] [--raw] REGEX
@@ -85,6 +89,10 @@ func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 		return runMappers(args, environ, stdout, stderr)
 	case "deadletter":
 		return runDeadletter(args, environ, stdout, stderr)
+	case "ledger":
+		return runLedger(args, environ, stdout, stderr)
+	case "reconcile":
+		return runReconcile(args, environ, stdout, stderr)
 	case "publish":
 		return runPublish(args, environ, stdin, stdout, stderr)
 	case "tap":

@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -64,7 +65,11 @@ func offlineFlags(name string) *pflag.FlagSet {
 }
 
 func offlineSetup(name, usage string, args, environ []string, stdout, stderr io.Writer) (*Config, *pflag.FlagSet, zerolog.Logger, int) {
-	fs := offlineFlags(name)
+	return offlineSetupWith(offlineFlags(name), usage, args, environ, stdout, stderr)
+}
+
+// offlineSetupWith is offlineSetup on the flags fs (offlineFlags and more).
+func offlineSetupWith(fs *pflag.FlagSet, usage string, args, environ []string, stdout, stderr io.Writer) (*Config, *pflag.FlagSet, zerolog.Logger, int) {
 	if err := parseFlags(fs, usage, args, stdout, stderr); err != nil {
 		if errors.Is(err, errUsage) {
 			return nil, nil, zerolog.Nop(), 0
@@ -92,6 +97,9 @@ func offlineSetup(name, usage string, args, environ []string, stdout, stderr io.
 }
 
 func runMap(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if slices.Contains(args, "--diff") {
+		return runMapDiff(args, environ, stdin, stdout, stderr)
+	}
 	cfg, fs, log, code := offlineSetup("map", mapUsage, args, environ, stdout, stderr)
 	if code >= 0 {
 		return code
@@ -108,19 +116,10 @@ func runMap(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) i
 	defer out.Flush()
 	sum := newMapSummary(serviceOf(ms.catalog.Status().Patterns))
 	process := func(doc []byte) {
-		msg := pipeline.Message{Body: doc}
-		var top struct {
-			Exchange    string `json:"exchange"`
-			RoutingKey  string `json:"routing_key"`
-			Unparseable any    `json:"unparseable"`
-		}
-		if json.Unmarshal(doc, &top) == nil {
-			msg.Exchange, msg.RoutingKey = top.Exchange, top.RoutingKey
-			if top.Unparseable != nil {
-				// A --dump line for a body the dump could not read.
-				sum.count(pipeline.Result{Outcome: pipeline.Unparseable, Reason: "dump_unparseable"})
-				return
-			}
+		msg, ok := inputMessage(doc)
+		if !ok {
+			sum.count(pipeline.Result{Outcome: pipeline.Unparseable, Reason: "dump_unparseable"})
+			return
 		}
 		r := ms.pipeline.Process(ctx, msg)
 		sum.count(r)
@@ -129,28 +128,10 @@ func runMap(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) i
 			out.WriteByte('\n')
 		}
 	}
-	if fs.NArg() == 0 {
-		b, err := io.ReadAll(stdin)
-		if err != nil {
-			fmt.Fprintf(stderr, "map: read stdin: %v\n", err)
-			return 1
-		}
-		splitDocuments(b, process)
-	} else {
-		files, err := inputFiles(fs.Args())
-		if err != nil {
-			fmt.Fprintf(stderr, "map: %v\n", err)
-			return 1
-		}
-		for _, f := range files {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				out.Flush()
-				fmt.Fprintf(stderr, "map: %v\n", err)
-				return 1
-			}
-			splitDocuments(b, process)
-		}
+	if err := readInputs(fs.Args(), stdin, process); err != nil {
+		out.Flush()
+		fmt.Fprintf(stderr, "map: %v\n", err)
+		return 1
 	}
 	if err := out.Flush(); err != nil {
 		fmt.Fprintf(stderr, "map: write: %v\n", err)
@@ -159,6 +140,49 @@ func runMap(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) i
 	fmt.Fprintln(stderr, sum.String())
 	_ = sum.writeByService(stderr)
 	return 0
+}
+
+// inputMessage is the message of one input document of map; false for a
+// --dump line of a body the dump could not read.
+func inputMessage(doc []byte) (pipeline.Message, bool) {
+	msg := pipeline.Message{Body: doc}
+	var top struct {
+		Exchange    string `json:"exchange"`
+		RoutingKey  string `json:"routing_key"`
+		Unparseable any    `json:"unparseable"`
+	}
+	if json.Unmarshal(doc, &top) == nil {
+		msg.Exchange, msg.RoutingKey = top.Exchange, top.RoutingKey
+		if top.Unparseable != nil {
+			return msg, false
+		}
+	}
+	return msg, true
+}
+
+// readInputs hands every document of the inputs of map (the files and
+// directories of args, or stdin without any) to process.
+func readInputs(args []string, stdin io.Reader, process func([]byte)) error {
+	if len(args) == 0 {
+		b, err := io.ReadAll(stdin)
+		if err != nil {
+			return fmt.Errorf("read stdin: %w", err)
+		}
+		splitDocuments(b, process)
+		return nil
+	}
+	files, err := inputFiles(args)
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		splitDocuments(b, process)
+	}
+	return nil
 }
 
 // inputFiles expands the arguments of map: a file stands for itself, a

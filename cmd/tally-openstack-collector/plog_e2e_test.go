@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,5 +63,15 @@ func TestEndToEndPlog(t *testing.T) {
 	want := []string{"plog-tcp-1 plog nova@", "plog-udp-1 plog nova@"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("events at the API: %q, want %q", got, want)
+	}
+	// The ledger counts the plog messages under the plog source, the UDP
+	// datagrams sent again as copies: the API is expected to hold two.
+	tot, table := c.checkLedger(t)
+	if tot.Consumed < 2 || tot.Committed != tot.Consumed || !strings.Contains(table, "plog ") {
+		t.Fatalf("ledger:\n%s", table)
+	}
+	hour := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
+	if out, code := c.reconcile(t, hour, hour.Add(time.Hour)); code != 0 || !strings.Contains(out, "2 events expected, 2 stored") {
+		t.Fatalf("reconcile: exit %d\n%s", code, out)
 	}
 }

@@ -45,7 +45,7 @@ func mustGet(t *testing.T, addr, path, token string) (int, string) {
 
 // protectedPaths are routes that must never answer an anonymous caller of a
 // collector listening beyond loopback.
-var protectedPaths = []string{"/mappers", "/deadletters", "/deadletters/1", "/debug/pprof/cmdline", "/debug/pprof/"}
+var protectedPaths = []string{"/mappers", "/deadletters", "/deadletters/1", "/ledger", "/debug/pprof/cmdline", "/debug/pprof/"}
 
 // TestHTTPNonLoopbackWithoutTokenServesProbesOnly: the container setting,
 // HTTP_ADDR=0.0.0.0, without a control token. The probes and the metrics
@@ -115,7 +115,7 @@ func TestHTTPControlTokenGuardsEveryRoute(t *testing.T) {
 
 	const wrong = "presented-wrong-token-abcdef"
 	attempts := 0
-	for _, p := range []string{"/mappers", "/deadletters", "/deadletters/1"} {
+	for _, p := range []string{"/mappers", "/deadletters", "/deadletters/1", "/ledger"} {
 		for _, tok := range []string{"", wrong} {
 			attempts++
 			if code, body := mustGet(t, c.httpAddr, p, tok); code != http.StatusUnauthorized {
@@ -128,6 +128,9 @@ func TestHTTPControlTokenGuardsEveryRoute(t *testing.T) {
 	}
 	if code, _ := mustGet(t, c.httpAddr, "/deadletters", first); code != http.StatusOK {
 		t.Errorf("GET /deadletters with the token: %d", code)
+	}
+	if code, _ := mustGet(t, c.httpAddr, "/ledger", first); code != http.StatusOK {
+		t.Errorf("GET /ledger with the token: %d", code)
 	}
 	// The profiler is not on HTTP_ADDR; on its own listener it needs the token.
 	if code, _ := mustGet(t, c.httpAddr, "/debug/pprof/cmdline", first); code != http.StatusNotFound {

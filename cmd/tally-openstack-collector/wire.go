@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -79,6 +80,7 @@ func openOutbox(cfg *Config, log zerolog.Logger, reg prometheus.Registerer) (out
 		MaxEvents:          cfg.BufferMaxEvents,
 		MaxDeadLetters:     cfg.DeadLetterMaxEvents,
 		MaxDeadLetterBytes: cfg.DeadLetterMaxBytes,
+		LedgerRetention:    time.Duration(cfg.LedgerRetentionDays) * 24 * time.Hour,
 		Logger:             log,
 		Registerer:         reg,
 	})

@@ -10,7 +10,9 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/tally-billing/tally-openstack-collector/ledger"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 )
 
@@ -56,6 +58,21 @@ func (cl *Client) ListDeadLetters(ctx context.Context, after uint64, limit int) 
 	}
 	err := cl.do(ctx, http.MethodGet, "/deadletters?"+q.Encode(), nil, &page)
 	return page.DeadLetters, err
+}
+
+// Ledger is GET /ledger: the completeness ledger of the hours in [from, to)
+// (zero: no bound), every row.
+func (cl *Client) Ledger(ctx context.Context, from, to time.Time) (*ledger.Report, error) {
+	q := url.Values{}
+	if !from.IsZero() {
+		q.Set("from", from.UTC().Format(time.RFC3339))
+	}
+	if !to.IsZero() {
+		q.Set("to", to.UTC().Format(time.RFC3339))
+	}
+	var rep ledger.Report
+	err := cl.do(ctx, http.MethodGet, "/ledger?"+q.Encode(), nil, &rep)
+	return &rep, err
 }
 
 // ShowDeadLetter is GET /deadletters/{seq}.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/redact"
+	"github.com/tally-billing/tally-openstack-collector/ledger"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
@@ -251,7 +252,20 @@ func replayBatch(ctx context.Context, ob *outbox.Outbox, p *pipeline.Pipeline, b
 		stale = append(stale, d.Seq)
 	}
 	if len(events) > 0 {
-		if err := ob.Append(ctx, events); err != nil {
+		// The ledger counts the letters replayed into events, in the
+		// transaction that commits the events.
+		now := time.Now()
+		tally := &ledger.Delta{}
+		replayed := map[uint64]bool{}
+		for _, seq := range done {
+			replayed[seq] = true
+		}
+		for _, d := range batch {
+			if replayed[d.Seq] {
+				tally.Row(ledger.Key{Hour: ledger.HourOf(now), Source: d.Exchange, Type: d.EventType}).Replayed++
+			}
+		}
+		if err := ob.AppendCounted(ctx, events, now, tally); err != nil {
 			rep.Remaining += len(done)
 			return fmt.Errorf("replay: commit events: %w", err)
 		}

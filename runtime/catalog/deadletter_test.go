@@ -120,6 +120,19 @@ func TestDeadLetterThenReplayAfterAFix(t *testing.T) {
 	if len(ids) != 5 {
 		t.Errorf("replayed event ids %v", ids)
 	}
+	// The ledger counts the five letters replayed, and their events pending.
+	led, err := ob.Ledger(ctx, time.Time{}, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var replayed, pending int64
+	for _, c := range led.Intake {
+		replayed += c.Replayed
+		pending += c.Pending
+	}
+	if replayed != 5 || pending != 5 {
+		t.Errorf("ledger: %d replayed, %d pending; want 5 and 5", replayed, pending)
+	}
 }
 
 func TestReplayKeepsLettersThatFailDifferently(t *testing.T) {

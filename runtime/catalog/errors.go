@@ -26,4 +26,8 @@ var (
 	// ErrNoDeadLetters is returned by the dead-letter routes and Client methods
 	// when the daemon serves no outbox.
 	ErrNoDeadLetters = errors.New("catalog: no dead-letter area")
+
+	// ErrNoLedger is returned by the ledger route when the daemon serves no
+	// outbox.
+	ErrNoLedger = errors.New("catalog: no outbox, so no ledger")
 )

@@ -8,9 +8,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/tally-billing/tally-openstack-collector/ledger"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
@@ -45,6 +47,8 @@ type handler struct {
 //	GET  /deadletters/{seq}        ShowDeadLetter
 //	POST /deadletters/replay       Replay; optional body {"seqs":[...]}
 //	POST /deadletters/purge        PurgeDeadLetters; body {"from":N,"to":N,"mapper":"..","older_than":"72h"} or {"all":true}
+//	GET  /ledger?from=T&to=T       the completeness ledger of the hours in [from, to) (RFC 3339, each optional),
+//	                               every row (ledger.Report, ungrouped)
 //
 // The handler authenticates no one: every route, the reading ones included
 // (dead letters hold whole notifications), must be mounted behind the
@@ -64,6 +68,7 @@ func NewHandler(c *Catalog, opts HandlerOptions) http.Handler {
 	mux.HandleFunc("GET /deadletters/{seq}", h.showDead)
 	mux.HandleFunc("POST /deadletters/replay", h.replay)
 	mux.HandleFunc("POST /deadletters/purge", h.purge)
+	mux.HandleFunc("GET /ledger", h.ledger)
 	return mux
 }
 
@@ -229,4 +234,36 @@ type errorBody struct {
 
 func writeError(w http.ResponseWriter, code int, msg string) {
 	writeJSON(w, code, errorBody{Error: msg})
+}
+
+func (h *handler) ledger(w http.ResponseWriter, r *http.Request) {
+	if h.opts.Outbox == nil {
+		writeError(w, http.StatusNotFound, ErrNoLedger.Error())
+		return
+	}
+	var from, to time.Time
+	for _, p := range []struct {
+		name string
+		t    *time.Time
+	}{{"from", &from}, {"to", &to}} {
+		if v := r.URL.Query().Get(p.name); v != "" {
+			t, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil {
+				writeError(w, http.StatusBadRequest, p.name+" must be an RFC 3339 time")
+				return
+			}
+			*p.t = t
+		}
+	}
+	d, err := h.opts.Outbox.Ledger(r.Context(), from, to)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	rep, err := ledger.NewReport(d, from, to, "")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, rep)
 }

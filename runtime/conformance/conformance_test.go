@@ -8,9 +8,13 @@ import (
 	"github.com/tally-billing/tally-openstack-collector/runtime/conformance"
 )
 
-func TestWATNoop(t *testing.T) { conformance.Run(t, testkit.WAT(t, "../testdata", "noop"), conformance.WithCacheDir(testkit.CacheDir(t))) }
+func TestWATNoop(t *testing.T) {
+	conformance.Run(t, testkit.WAT(t, "../testdata", "noop"), conformance.WithCacheDir(testkit.CacheDir(t)))
+}
 
-func TestWATFieldmap(t *testing.T) { conformance.Run(t, testkit.WAT(t, "../testdata", "fieldmap"), conformance.WithCacheDir(testkit.CacheDir(t))) }
+func TestWATFieldmap(t *testing.T) {
+	conformance.Run(t, testkit.WAT(t, "../testdata", "fieldmap"), conformance.WithCacheDir(testkit.CacheDir(t)))
+}
 
 func TestGoNova(t *testing.T) {
 	nova, err := os.ReadFile("../testdata/nova-compute.instance.exists.json")

@@ -13,12 +13,16 @@
 //	GET    /api/v1/events        ?after=SEQ&limit=N&event_type=&project_id=&resource_id=&event_id=
 //	                             -> {"events":[...],"next":SEQ,"more":bool}
 //	GET    /api/v1/dead-letters  ?after=SEQ&limit=N -> {"dead_letters":[{"seq","event_id","reason","event","received_at"}],"next","more"}
+//	GET    /api/v1/events/counts ?from=T&to=T (RFC 3339) -> {"counts":[{"hour","project_id","resource_type","events"}]}:
+//	                             the events stored, each once, per hour of their timestamp in [from, to)
 //	GET    /api/v1/stats         -> {"accepted","duplicates","rejected","events","requests":{"200":N,...},"max_body_bytes"}
 //	POST   /admin/fail           {"status":503,"count":2,"retry_after":"2","delay_ms":100}
 //	DELETE /admin/fail           clear the injected failure
 //	POST   /admin/limits         {"max_body_bytes":N}
 //	POST   /admin/refuse         {"event_ids":[...],"status":400,"max_event_bytes":N}: refuse whole batches (see Refusal)
 //	DELETE /admin/refuse         stop refusing
+//	POST   /admin/drop           {"count":N}: answer the next N new events as accepted without storing them
+//	                             (a silent loss, for testing reconciliation)
 //	POST   /admin/reset          delete every event, dead letter and counter
 //	GET    /healthz              200 "ok"
 package server
@@ -106,6 +110,7 @@ type Server struct {
 	maxBody  int64
 	requests map[string]int64
 	certs    map[string]int64 // POSTs by client certificate subject
+	drop     int              // new events still to be lost silently (POST /admin/drop)
 }
 
 var (
@@ -142,7 +147,9 @@ func New(opts Options) (*Server, error) {
 	mux.HandleFunc("POST /api/v1/events", s.auth(s.postEvents))
 	mux.HandleFunc("GET /api/v1/events", s.auth(s.listEvents))
 	mux.HandleFunc("GET /api/v1/dead-letters", s.auth(s.listDeadLetters))
+	mux.HandleFunc("GET /api/v1/events/counts", s.auth(s.counts))
 	mux.HandleFunc("GET /api/v1/stats", s.auth(s.stats))
+	mux.HandleFunc("POST /admin/drop", s.auth(s.setDrop))
 	mux.HandleFunc("POST /admin/fail", s.auth(s.setFault))
 	mux.HandleFunc("DELETE /admin/fail", s.auth(func(w http.ResponseWriter, _ *http.Request) {
 		s.SetFault(nil)
@@ -456,6 +463,11 @@ func (s *Server) ingest(events []json.RawMessage) (ingestAnswer, error) {
 			} else if !errors.Is(err, badger.ErrKeyNotFound) {
 				return err
 			}
+			if s.drop > 0 {
+				s.drop--
+				ans.Accepted++
+				continue
+			}
 			seq++
 			var compact bytes.Buffer
 			if err := json.Compact(&compact, raw); err != nil {
@@ -763,4 +775,95 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, t TLS) error {
 		defer cancel()
 		return hs.Shutdown(sctx)
 	}
+}
+
+// SetDrop makes the next n new events be answered as accepted and not
+// stored: a silent loss, which only a reconciliation finds.
+func (s *Server) SetDrop(n int) {
+	s.mu.Lock()
+	s.drop = n
+	s.mu.Unlock()
+}
+
+func (s *Server) setDrop(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Count int `json:"count"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Count < 0 {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": `body must be {"count":N}`})
+		return
+	}
+	s.SetDrop(req.Count)
+	writeJSON(w, http.StatusOK, map[string]int{"count": req.Count})
+}
+
+// Count is one row of GET /api/v1/events/counts.
+type Count struct {
+	Hour         time.Time `json:"hour"`
+	ProjectID    string    `json:"project_id"`
+	ResourceType string    `json:"resource_type"`
+	Events       int64     `json:"events"`
+}
+
+// Counts are the events stored, each once, per hour of their timestamp,
+// project and resource type, for the hours in [from, to).
+func (s *Server) Counts(from, to time.Time) ([]Count, error) {
+	type key struct {
+		hour           time.Time
+		project, rtype string
+	}
+	n := map[key]int64{}
+	var order []key
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 100, Prefix: []byte{'o'}})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			var ev struct {
+				Timestamp    string `json:"timestamp"`
+				ProjectID    string `json:"project_id"`
+				ResourceType string `json:"resource_type"`
+			}
+			if err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, &ev) }); err != nil {
+				return err
+			}
+			ts, err := time.Parse(time.RFC3339Nano, ev.Timestamp)
+			if err != nil {
+				continue // validated on the way in
+			}
+			h := ts.UTC().Truncate(time.Hour)
+			if h.Before(from.Truncate(time.Hour)) || !h.Before(to) {
+				continue
+			}
+			k := key{h, ev.ProjectID, ev.ResourceType}
+			if _, ok := n[k]; !ok {
+				order = append(order, k)
+			}
+			n[k]++
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Count, 0, len(order))
+	for _, k := range order {
+		out = append(out, Count{Hour: k.hour, ProjectID: k.project, ResourceType: k.rtype, Events: n[k]})
+	}
+	return out, nil
+}
+
+func (s *Server) counts(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	from, err1 := time.Parse(time.RFC3339Nano, q.Get("from"))
+	to, err2 := time.Parse(time.RFC3339Nano, q.Get("to"))
+	if err1 != nil || err2 != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "from and to are required, RFC 3339"})
+		return
+	}
+	counts, err := s.Counts(from, to)
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "store failure"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"counts": counts})
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/backoff"
+	"github.com/tally-billing/tally-openstack-collector/ledger"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
@@ -26,9 +27,13 @@ type Processor interface {
 // acknowledged; *outbox.Outbox implements it. Append returns an error wrapping
 // outbox.ErrFull at the bound (nothing written) and outbox.ErrRefused when the
 // store cannot write.
+//
+// Each call carries the deliveries' counts for the completeness ledger,
+// committed in the same transaction (ledger.Delta; AppendCounted with no
+// events commits the counts alone).
 type Outbox interface {
-	Append(ctx context.Context, events [][]byte) error
-	AppendDeadLetters(ctx context.Context, letters []outbox.DeadLetter) error
+	AppendCounted(ctx context.Context, events [][]byte, taken time.Time, tally *ledger.Delta) error
+	AppendDeadLettersCounted(ctx context.Context, letters []outbox.DeadLetter, tally *ledger.Delta) error
 }
 
 // Tap is shown the deliveries the consumer settles. Active is called once

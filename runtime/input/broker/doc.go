@@ -70,10 +70,12 @@
 // acknowledges the batch with one basic.ack multiple=true for its highest
 // delivery tag. Meanwhile the deliveries behind it are being received and
 // mapped, so at the default prefetch of 100 about two commits' worth of
-// deliveries are in flight: one being committed, one being mapped. A run
-// with nothing to write (unparseable, body over 1 MiB, skipped, versioned,
-// unclaimed, event over 64 KiB) is acknowledged at once when the committer
-// is idle.
+// deliveries are in flight: one being committed, one being mapped. Each
+// part carries the counts of its deliveries for the completeness ledger
+// (package ledger): consumed with the outcome, in the same transaction. A
+// run of skipped deliveries (versioned, unclaimed, event over 64 KiB) has
+// only its counts to write: one small synced transaction, then the
+// acknowledgement.
 //
 // Invariants:
 //   - nothing is acknowledged before its commit returned nil: batches are

@@ -10,6 +10,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/tally-billing/tally-openstack-collector/ledger"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
@@ -39,6 +40,13 @@ type batch struct {
 	lastTag uint64
 	n       int
 	tapped  []Committed // only while Options.Tap is active
+	// The ledger: every delivery counted as consumed with its outcome, the
+	// mapped and skipped ones in the events' transaction (or, without
+	// events, the dead letters'), the dead-lettered ones in the dead
+	// letters'; all in the hour taken, when the first was taken.
+	taken     time.Time
+	tally     ledger.Delta
+	deadTally ledger.Delta
 }
 
 // shutdownBudget bounds the graceful stop of a session: waiting for the
@@ -253,13 +261,18 @@ func (s *sess) nextBatch(limit int) *batch {
 	for n < r {
 		it := s.pending[n]
 		if b == nil {
-			b = &batch{}
+			b = &batch{taken: it.taken}
 		}
+		k := ledger.Key{Hour: ledger.HourOf(b.taken), Source: it.exchange, Type: it.res.EventType}
 		switch {
 		case it.res.Outcome == pipeline.Mapped:
 			b.events = append(b.events, it.res.Events...)
+			b.tally.Row(k).Commit()
 		case it.letter != nil:
 			b.letters = append(b.letters, *it.letter)
+			b.deadTally.Row(k).DeadLetter(it.letter.Reason)
+		default:
+			b.tally.Row(k).Skip(it.res.Reason)
 		}
 		if tapping {
 			c := Committed{Exchange: it.exchange, RoutingKey: it.routingKey, EventType: it.res.EventType, Body: it.body}
@@ -313,23 +326,17 @@ func (s *sess) linger(oldest time.Time) bool {
 // mapped (nothing else has arrived), that run is committed while the
 // deliveries behind it go on being received and mapped. It is called after
 // takeWaiting, so "nothing else has arrived" holds at that moment. A run
-// with nothing to write (unparseable, skipped) is acknowledged at once: the
-// committer being idle means every earlier delivery is already settled.
+// of skipped deliveries only commits their count in the ledger.
 func (s *sess) dispatch() error {
-	for s.inflight == nil {
-		b := s.nextBatch(s.c.opts.BatchMax)
-		if b == nil {
-			return nil
-		}
-		if len(b.events) > 0 || len(b.letters) > 0 {
-			s.inflight = b
-			s.commitReq <- b
-			return nil
-		}
-		if err := s.ack(b); err != nil {
-			return err
-		}
+	if s.inflight != nil {
+		return nil
 	}
+	b := s.nextBatch(s.c.opts.BatchMax)
+	if b == nil {
+		return nil
+	}
+	s.inflight = b
+	s.commitReq <- b
 	return nil
 }
 
@@ -390,14 +397,21 @@ func (s *sess) write(b *batch) error {
 	start := time.Now()
 	defer func() { s.c.m.commitSeconds.Observe(time.Since(start).Seconds()) }()
 	// Events first: at the bound nothing is written and everything held is
-	// requeued. Dead letters do not count against the bound.
-	if len(b.events) > 0 {
-		if err := s.c.box.Append(ctx, b.events); err != nil {
+	// requeued. Dead letters do not count against the bound. Each part
+	// carries its deliveries' counts in the ledger; the skipped ones go with
+	// the first part written.
+	tally, deadTally := &b.tally, &b.deadTally
+	if len(b.events) == 0 && len(b.letters) > 0 {
+		deadTally.Add(tally)
+		tally = nil
+	}
+	if len(b.events) > 0 || len(b.letters) == 0 {
+		if err := s.c.box.AppendCounted(ctx, b.events, b.taken, tally); err != nil {
 			return err
 		}
 	}
 	if len(b.letters) > 0 {
-		if err := s.c.box.AppendDeadLetters(ctx, b.letters); err != nil {
+		if err := s.c.box.AppendDeadLettersCounted(ctx, b.letters, deadTally); err != nil {
 			return err
 		}
 	}

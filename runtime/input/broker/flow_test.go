@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
+	"github.com/tally-billing/tally-openstack-collector/ledger"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
@@ -35,11 +36,11 @@ type recordingOutbox struct {
 
 var _ Outbox = (*recordingOutbox)(nil)
 
-func (r *recordingOutbox) Append(ctx context.Context, events [][]byte) error {
+func (r *recordingOutbox) AppendCounted(ctx context.Context, events [][]byte, taken time.Time, tally *ledger.Delta) error {
 	r.appending.Add(1)
 	defer r.appending.Add(-1)
 	time.Sleep(r.delay)
-	if err := r.Outbox.Append(ctx, events); err != nil {
+	if err := r.Outbox.AppendCounted(ctx, events, taken, tally); err != nil {
 		return err
 	}
 	r.mu.Lock()
@@ -56,10 +57,10 @@ func (r *recordingOutbox) Append(ctx context.Context, events [][]byte) error {
 	return nil
 }
 
-func (r *recordingOutbox) AppendDeadLetters(ctx context.Context, letters []outbox.DeadLetter) error {
+func (r *recordingOutbox) AppendDeadLettersCounted(ctx context.Context, letters []outbox.DeadLetter, tally *ledger.Delta) error {
 	r.appending.Add(1)
 	defer r.appending.Add(-1)
-	if err := r.Outbox.AppendDeadLetters(ctx, letters); err != nil {
+	if err := r.Outbox.AppendDeadLettersCounted(ctx, letters, tally); err != nil {
 		return err
 	}
 	r.mu.Lock()

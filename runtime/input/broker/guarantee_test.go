@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
+	"github.com/tally-billing/tally-openstack-collector/ledger"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
 
@@ -131,6 +132,46 @@ func TestKillBetweenCommitAndAck(t *testing.T) {
 	}
 	if n, _ := v.QueueState(t, DefaultQueue); n != 0 {
 		t.Errorf("%d messages left", n)
+	}
+
+	// The ledger kept step with the kill: every delivery the dead process
+	// committed is counted consumed and committed, the redelivered ones
+	// again; once drained, the events committed twice are counted as copies,
+	// so the API is expected to hold each notification once.
+	ctx := context.Background()
+	for {
+		first, last, evs, err := ob.Peek(ctx, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) == 0 {
+			break
+		}
+		if err := ob.Delivered(ctx, first, last, -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	led, err := ob.Ledger(ctx, time.Time{}, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tot ledger.Counts
+	for _, c := range led.Intake {
+		if !c.Balanced() {
+			t.Errorf("ledger row does not balance: %+v", c)
+		}
+		tot.Add(c)
+	}
+	var expected, copies int64
+	for _, c := range led.Stored {
+		expected += c.Expected()
+		copies += c.Copies
+	}
+	committed := int64(acked + committedNotAcked + len(queued))
+	if tot.Consumed != committed || tot.Committed != committed || tot.Events != committed || tot.Delivered != committed ||
+		copies != int64(committedNotAcked) || expected != n {
+		t.Errorf("ledger: %+v, %d copies, %d expected at the API; want %d committed, %d copies, %d expected",
+			tot, copies, expected, committed, committedNotAcked, n)
 	}
 }
 

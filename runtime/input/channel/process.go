@@ -7,6 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/tally-billing/tally-openstack-collector/ledger"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/channel/wire"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
@@ -27,16 +28,19 @@ type item struct {
 	perm uint32
 	pid  uint32 // the publisher's, from SO_PEERCRED
 
-	status wire.Status
-	reason string
-	events [][]byte
-	letter *outbox.DeadLetter
+	status    wire.Status
+	reason    string
+	events    [][]byte
+	letter    *outbox.DeadLetter
+	eventType string    // of the message, for the ledger
+	taken     time.Time // when it was read, for the ledger
 }
 
 // newItem copies a message out of the reader's buffer into its envelope.
 func newItem(c *conn, p *wire.Publish, tapping bool) *item {
 	it := &item{
-		c: c, seq: p.Seq, tag: string(p.Tag), typ: p.Type,
+		taken: time.Now(),
+		c:     c, seq: p.Seq, tag: string(p.Tag), typ: p.Type,
 		uid: p.UID, gid: p.GID, perm: p.Perm & 0o777, pid: uint32(max(c.cred.pid, 0)),
 	}
 	at := p.PublishedAt
@@ -161,6 +165,7 @@ func (s *Server) process(ctx context.Context, it *item) {
 		RoutingKey: it.tag,
 		DeriveID:   true,
 	})
+	it.eventType = res.EventType
 	switch res.Outcome {
 	case pipeline.Mapped:
 		s.m.mapped.Inc()
@@ -238,15 +243,32 @@ func (s *Server) commitLoop(ctx context.Context) {
 
 func (s *Server) commit(ctx context.Context, batch []*item, events [][]byte) {
 	var letters []outbox.DeadLetter
+	// The ledger: each message consumed with its outcome, in the hour the
+	// batch's first was read; the dead-lettered ones with the dead letters,
+	// the others with the events (or, without events, with the dead
+	// letters, or alone).
+	taken := batch[0].taken
+	tally, deadTally := &ledger.Delta{}, &ledger.Delta{}
 	for _, it := range batch {
-		if it.letter != nil {
+		k := ledger.Key{Hour: ledger.HourOf(taken), Source: Exchange, Type: it.eventType}
+		switch {
+		case it.letter != nil:
 			letters = append(letters, *it.letter)
+			deadTally.Row(k).DeadLetter(it.reason)
+		case it.status == wire.Committed:
+			tally.Row(k).Commit()
+		default:
+			tally.Row(k).Skip(it.reason)
 		}
+	}
+	if len(events) == 0 && len(letters) > 0 {
+		deadTally.Add(tally)
+		tally = nil
 	}
 	n := len(events)
 	wait := s.opts.RetryMin
 	for {
-		err := s.write(ctx, &events, &letters)
+		err := s.write(ctx, &events, &letters, taken, &tally, &deadTally)
 		if err == nil {
 			break
 		}
@@ -312,19 +334,20 @@ func (s *Server) commit(ctx context.Context, batch []*item, events [][]byte) {
 }
 
 // write commits what is left of a batch: the events, then the dead letters,
-// each part forgotten once it is in, so that a retry does not write it twice.
-func (s *Server) write(ctx context.Context, events *[][]byte, letters *[]outbox.DeadLetter) error {
-	if len(*events) > 0 {
-		if err := s.opts.Outbox.Append(ctx, *events); err != nil {
+// each with its part of the ledger and forgotten once it is in, so that a
+// retry does not write it twice.
+func (s *Server) write(ctx context.Context, events *[][]byte, letters *[]outbox.DeadLetter, taken time.Time, tally, deadTally **ledger.Delta) error {
+	if len(*events) > 0 || (len(*letters) == 0 && !(*tally).Empty()) {
+		if err := s.opts.Outbox.AppendCounted(ctx, *events, taken, *tally); err != nil {
 			return err
 		}
-		*events = nil
+		*events, *tally = nil, nil
 	}
 	if len(*letters) > 0 {
-		if err := s.opts.Outbox.AppendDeadLetters(ctx, *letters); err != nil {
+		if err := s.opts.Outbox.AppendDeadLettersCounted(ctx, *letters, *deadTally); err != nil {
 			return err
 		}
-		*letters = nil
+		*letters, *deadTally = nil, nil
 	}
 	return nil
 }

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tally-billing/tally-openstack-collector/ledger"
 )
 
 // timedOutbox measures the real outbox's Append.
@@ -20,11 +22,11 @@ type timedOutbox struct {
 	n, events, total, max atomic.Int64
 }
 
-func (o *timedOutbox) Append(ctx context.Context, events [][]byte) error {
+func (o *timedOutbox) AppendCounted(ctx context.Context, events [][]byte, taken time.Time, tally *ledger.Delta) error {
 	start := time.Now()
 	var err error
 	if !o.discard {
-		err = o.Outbox.Append(ctx, events)
+		err = o.Outbox.AppendCounted(ctx, events, taken, tally)
 	}
 	d := int64(time.Since(start))
 	o.n.Add(1)

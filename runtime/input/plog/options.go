@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/tally-billing/tally-openstack-collector/ledger"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
@@ -24,9 +25,13 @@ type Processor interface {
 // Outbox is where events are committed; *outbox.Outbox implements it. Append
 // must be one synced transaction and answer an error wrapping outbox.ErrFull at
 // its bound.
+//
+// Each call carries the messages' counts for the completeness ledger,
+// committed in the same transaction (AppendCounted with no events commits
+// the counts alone).
 type Outbox interface {
-	Append(ctx context.Context, events [][]byte) error
-	AppendDeadLetters(ctx context.Context, letters []outbox.DeadLetter) error
+	AppendCounted(ctx context.Context, events [][]byte, taken time.Time, tally *ledger.Delta) error
+	AppendDeadLettersCounted(ctx context.Context, letters []outbox.DeadLetter, tally *ledger.Delta) error
 }
 
 var (

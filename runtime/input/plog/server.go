@@ -16,6 +16,7 @@ import (
 
 	"github.com/tally-billing/tally-openstack-collector/internal/backoff"
 	imetrics "github.com/tally-billing/tally-openstack-collector/internal/metrics"
+	"github.com/tally-billing/tally-openstack-collector/ledger"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
@@ -66,6 +67,11 @@ type item struct {
 type commitItem struct {
 	events [][]byte
 	letter *outbox.DeadLetter
+	// For the ledger: the message's event type, and why it was skipped
+	// (an item with neither events nor a letter only counts).
+	eventType string
+	skipped   string
+	taken     time.Time
 }
 
 type listener struct {
@@ -358,6 +364,7 @@ func (l *listener) process(ctx context.Context, it item) {
 	if len(picked) > 0 {
 		modules = picked
 	}
+	taken := time.Now()
 	res := l.srv.opts.Processor.Process(ctx, pipeline.Message{
 		Body:       it.body,
 		Exchange:   Exchange,
@@ -370,12 +377,14 @@ func (l *listener) process(ctx context.Context, it item) {
 	case pipeline.Mapped:
 		l.st.mapped.Add(1)
 		if len(res.Events) > 0 {
-			l.toCommit(ctx, commitItem{events: res.Events})
+			l.toCommit(ctx, commitItem{events: res.Events, eventType: res.EventType, taken: taken})
 		}
 	case pipeline.Skipped:
 		l.st.skipped.Add(1)
+		l.toCommit(ctx, commitItem{eventType: res.EventType, skipped: res.Reason, taken: taken})
 	case pipeline.Unparseable:
 		l.st.unparseable.Add(1)
+		l.toCommit(ctx, commitItem{eventType: res.EventType, skipped: res.Reason, taken: taken})
 	case pipeline.Failed:
 		l.st.failed.Add(1)
 		detail := ""
@@ -385,7 +394,7 @@ func (l *listener) process(ctx context.Context, it item) {
 		l.toCommit(ctx, commitItem{letter: &outbox.DeadLetter{
 			Body: it.body, Exchange: Exchange, RoutingKey: rk, EventType: res.EventType,
 			Module: res.Module, Reason: res.Reason, Detail: detail, At: time.Now().UTC(),
-		}})
+		}, eventType: res.EventType, taken: taken})
 	}
 }
 
@@ -411,21 +420,29 @@ func (l *listener) commitLoop(ctx context.Context) {
 		letters []outbox.DeadLetter
 		msgs    int
 		size    int
+		counted int // items held, events or not
+		// The ledger: each message with its outcome, in the hour the batch's
+		// first was taken; the dead-lettered ones with the dead letters,
+		// the others with the events (or alone).
+		taken            time.Time
+		tally, deadTally *ledger.Delta
 	)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	flush := func() {
 		timer.Stop()
-		if len(events) > 0 {
-			l.appendEvents(ctx, events, msgs)
+		if len(events) > 0 || (len(letters) == 0 && !tally.Empty()) {
+			l.appendEvents(ctx, events, msgs, taken, tally)
+		} else if len(letters) > 0 {
+			deadTally.Add(tally)
 		}
 		if len(letters) > 0 {
-			if err := l.srv.opts.Outbox.AppendDeadLetters(ctx, letters); err != nil {
+			if err := l.srv.opts.Outbox.AppendDeadLettersCounted(ctx, letters, deadTally); err != nil {
 				l.st.exceptions.Add(1)
 				l.log.Error().Err(err).Int("letters", len(letters)).Msg("plog dead letters not stored")
 			}
 		}
-		events, letters, msgs, size = nil, nil, 0, 0
+		events, letters, msgs, size, counted, tally, deadTally = nil, nil, 0, 0, 0, nil, nil
 	}
 	for {
 		select {
@@ -434,8 +451,19 @@ func (l *listener) commitLoop(ctx context.Context) {
 				flush()
 				return
 			}
-			if len(events) == 0 && len(letters) == 0 {
+			if counted == 0 {
 				timer.Reset(l.set.BatchLinger)
+				taken, tally, deadTally = c.taken, &ledger.Delta{}, &ledger.Delta{}
+			}
+			counted++
+			k := ledger.Key{Hour: ledger.HourOf(taken), Source: Exchange, Type: c.eventType}
+			switch {
+			case c.letter != nil:
+				deadTally.Row(k).DeadLetter(c.letter.Reason)
+			case len(c.events) > 0:
+				tally.Row(k).Commit()
+			default:
+				tally.Row(k).Skip(c.skipped)
 			}
 			if c.letter != nil {
 				letters = append(letters, *c.letter)
@@ -446,7 +474,7 @@ func (l *listener) commitLoop(ctx context.Context) {
 					size += len(ev)
 				}
 			}
-			if len(events)+len(letters) >= l.set.BatchMax || size >= maxBatchBytes {
+			if max(counted, len(events)+len(letters)) >= l.set.BatchMax || size >= maxBatchBytes {
 				flush()
 			}
 		case <-timer.C:
@@ -464,10 +492,10 @@ var appendRetry = backoff.Policy{Min: 10 * time.Millisecond, Max: time.Second}
 // outbox drops the batch (counted in failed_to_send and outbox_full). TCP retries
 // until the outbox takes it, which stops the workers, then the readers, then the
 // clients (back-pressure), or until the drain deadline.
-func (l *listener) appendEvents(ctx context.Context, events [][]byte, msgs int) {
+func (l *listener) appendEvents(ctx context.Context, events [][]byte, msgs int, taken time.Time, tally *ledger.Delta) {
 	retry := backoff.New(appendRetry)
 	for {
-		err := l.srv.opts.Outbox.Append(ctx, events)
+		err := l.srv.opts.Outbox.AppendCounted(ctx, events, taken, tally)
 		if err == nil {
 			l.st.eventsCommitted.Add(uint64(len(events)))
 			return

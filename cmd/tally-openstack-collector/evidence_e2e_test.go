@@ -1,0 +1,147 @@
+package main
+
+// The evidence commands against the real daemon and API: the ledger
+// balances, reconcile finds a silent loss at the API, and reads replicas'
+// outboxes added up.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
+	"github.com/tally-billing/tally-openstack-collector/ledger"
+	"github.com/tally-billing/tally-openstack-collector/outbox"
+)
+
+// ledgerReport runs `ledger --json` against the running daemon.
+func (c *collector) ledgerReport(t *testing.T) ledger.Report {
+	t.Helper()
+	var rep ledger.Report
+	if err := json.Unmarshal([]byte(c.cli(t, "ledger", "--json")), &rep); err != nil {
+		t.Fatalf("ledger --json: %v", err)
+	}
+	return rep
+}
+
+// checkLedger waits until every hour of the daemon's ledger balances and no
+// event is left in its outbox, and returns the totals and the text output.
+func (c *collector) checkLedger(t *testing.T) (ledger.Counts, string) {
+	t.Helper()
+	var rep ledger.Report
+	testkit.WaitFor(t, 60*time.Second, "every hour of the ledger balanced, nothing left in the outbox", func() bool {
+		rep = c.ledgerReport(t)
+		return len(rep.Problems) == 0
+	})
+	var tot ledger.Counts
+	for _, r := range rep.Intake {
+		if !r.Balanced {
+			t.Fatalf("ledger row %+v does not balance", r)
+		}
+		tot.Add(&r.Counts)
+	}
+	if tot.Consumed != tot.Settled() || tot.Events != tot.Accounted() {
+		t.Fatalf("ledger totals do not balance: %+v", tot)
+	}
+	return tot, c.cli(t, "ledger")
+}
+
+// reconcile runs `reconcile` over [from, to) and returns its output and exit
+// code.
+func (c *collector) reconcile(t *testing.T, from, to time.Time) (string, int) {
+	t.Helper()
+	cmd := exec.Command(c.bin, "reconcile", "--from", from.Format(time.RFC3339), "--to", to.Format(time.RFC3339))
+	cmd.Env = c.env
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("reconcile: %v", err)
+	}
+	return string(out), cmd.ProcessState.ExitCode()
+}
+
+// The reference API answers one event as accepted without storing it:
+// nothing in the collector notices (the 200 is all it sees), the ledger
+// balances, and reconcile names the hour the API lost it in.
+func TestEndToEndReconcileFindsSilentLoss(t *testing.T) {
+	e := setupE2E(t)
+	e.api.do(t, "POST", "/admin/drop", map[string]any{"count": 1}, nil)
+	const n = 300
+	publishRaw(t, e.v, e.corpus, e.prefix, 0, n)
+	e.waitDelivered(t, n, 2*time.Minute)
+	tot, table := e.c.checkLedger(t)
+	if tot.Consumed != n || tot.Committed != n || tot.Events != n || tot.Delivered != n {
+		t.Fatalf("ledger totals %+v, want %d consumed, committed, events and delivered", tot, n)
+	}
+	t.Logf("ledger:\n%s", table)
+	// The same ledger through --merge over the replica's control address.
+	var merged ledger.Report
+	if err := json.Unmarshal([]byte(e.c.cli(t, "ledger", "--json", "--merge", "http://"+e.c.httpAddr)), &merged); err != nil {
+		t.Fatal(err)
+	}
+	var mt ledger.Counts
+	for _, r := range merged.Intake {
+		mt.Add(&r.Counts)
+	}
+	if mt.Consumed != tot.Consumed || mt.Delivered != tot.Delivered || len(merged.Stored) == 0 {
+		t.Fatalf("ledger --merge http://%s: %+v, want %+v", e.c.httpAddr, mt, tot)
+	}
+	out, code := e.c.reconcile(t, publishEpoch, publishEpoch.Add(time.Hour))
+	t.Logf("reconcile (exit %d):\n%s", code, out)
+	hour := publishEpoch.Format("2006-01-02T15Z")
+	if code != 1 || !strings.Contains(out, "1 differing hours: "+hour) || !strings.Contains(out, "-1\n") {
+		t.Fatalf("reconcile did not name the hour %s of the lost event (exit %d):\n%s", hour, code, out)
+	}
+}
+
+// An API without the count route: reconcile says it cannot compare and
+// exits 2; ledger --merge adds up the outboxes of stopped replicas.
+func TestReconcileWithoutCountRouteAndLedgerMerge(t *testing.T) {
+	ctx := context.Background()
+	taken := time.Now()
+	var dirs []string
+	for i := range 2 {
+		dir := filepath.Join(t.TempDir(), "outbox")
+		ob, err := outbox.Open(outbox.Options{Dir: dir, Logger: zerolog.Nop(), MinFreeBytes: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := &ledger.Delta{}
+		r := d.Row(ledger.Key{Hour: ledger.HourOf(taken), Source: "nova", Type: "compute.instance.exists"})
+		r.Consumed, r.Skipped = int64(i+1), map[string]int64{"unclaimed": int64(i + 1)}
+		if err := ob.AppendCounted(ctx, nil, taken, d); err != nil {
+			t.Fatal(err)
+		}
+		if err := ob.Close(); err != nil {
+			t.Fatal(err)
+		}
+		dirs = append(dirs, dir)
+	}
+	var stdout, stderr bytes.Buffer
+	code := run(append([]string{"ledger", "--json", "--merge"}, dirs...), nil, nil, &stdout, &stderr)
+	var rep ledger.Report
+	if code != 0 || json.Unmarshal(stdout.Bytes(), &rep) != nil || len(rep.Intake) != 1 || rep.Intake[0].Consumed != 3 || rep.Intake[0].Skipped["unclaimed"] != 3 {
+		t.Fatalf("ledger --merge: exit %d, %s %s", code, stdout.String(), stderr.String())
+	}
+
+	// A Reporting API that answers 404 to everything but the events.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) }))
+	defer srv.Close()
+	stdout.Reset()
+	stderr.Reset()
+	env := []string{"TALLY_OSC_REPORTING_URL=" + srv.URL, "TALLY_OSC_REPORTING_TOKEN=t", "TALLY_OSC_REPORTING_INSECURE=true"}
+	code = run(append([]string{"reconcile", "--from", "2h", "--to", "0s", "--merge"}, dirs...), env, nil, &stdout, &stderr)
+	if code != 2 || !strings.Contains(stderr.String(), "cannot compare") || !strings.Contains(stderr.String(), "404") {
+		t.Fatalf("reconcile against an API without the count route: exit %d\n%s%s", code, stdout.String(), stderr.String())
+	}
+}

@@ -1,0 +1,507 @@
+package outbox
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/tally-billing/tally-openstack-collector/ledger"
+)
+
+// The completeness ledger (package ledger) lives under its own prefix, 'g':
+//
+//	'g' 'd' + uint64 BE id     a delta: what one transaction added (ledger.Delta
+//	                           encoded), written in that transaction
+//	'g' 'h' + uint64 BE hour   the sum of the deltas folded in one hour (unix
+//	                           seconds); its rows keep their own hours
+//	'g' 'r' + uint64 BE seq    the identities (event_id, timestamp hashed, 8
+//	                           bytes each) of a delivered batch starting at seq
+//
+// Deltas are write-once keys, so the transactions that count (appends, dead
+// letters, deletions) never read the ledger and never wait for each other.
+// A fold adds deltas into the sum of the hour it runs in and deletes them,
+// in one transaction per chunk, at Open and in the background every
+// foldEveryDeltas deltas; sums written longer than LedgerRetention ago are
+// dropped then. Retention goes by when counts were written, not by the hour
+// a row names: events delivered today with an old timestamp stay as long as
+// any other. A reading sums every hourly key and the deltas not folded yet
+// in one view, and keeps the rows of the hours asked for.
+const (
+	prefixLedger = 'g'
+	ledgerDelta  = 'd'
+	ledgerHour   = 'h'
+	ledgerRecent = 'r'
+
+	// DefaultLedgerRetention is how long hours are kept in the ledger.
+	DefaultLedgerRetention = 90 * 24 * time.Hour
+
+	// foldEveryDeltas deltas trigger a fold; foldChunk deltas are folded per
+	// transaction.
+	foldEveryDeltas = 2048
+	foldChunk       = 512
+
+	// recentIdentities is how many identities of delivered events are
+	// remembered, to tell which events of a batch the Reporting API already
+	// had (redeliveries come back within a prefetch window or two).
+	recentIdentities = 1 << 16
+)
+
+// ledgerNow is the clock of the fold (tests move it).
+var ledgerNow = time.Now
+
+func ledgerKey(kind byte, n uint64) []byte {
+	k := make([]byte, 10)
+	k[0], k[1] = prefixLedger, kind
+	binary.BigEndian.PutUint64(k[2:], n)
+	return k
+}
+
+// recentBatch is one 'g' 'r' key held in memory.
+type recentBatch struct {
+	seq uint64
+	ids []uint64
+}
+
+// recentSet is the identities of the events delivered last, guarded by
+// readMu (written only by advance).
+type recentSet struct {
+	count   map[uint64]int32
+	batches []recentBatch
+	total   int
+}
+
+func (r *recentSet) add(b recentBatch) {
+	if r.count == nil {
+		r.count = make(map[uint64]int32)
+	}
+	for _, id := range b.ids {
+		r.count[id]++
+	}
+	r.batches = append(r.batches, b)
+	r.total += len(b.ids)
+}
+
+// expiring returns how many of the oldest batches to drop once a batch of
+// n more identities is added, so that at most recentIdentities stay (the
+// new batch always stays), and their keys.
+func (r *recentSet) expiring(n int) (int, [][]byte) {
+	var keys [][]byte
+	total, k := r.total+n, 0
+	for k < len(r.batches) && total-len(r.batches[k].ids) >= recentIdentities {
+		total -= len(r.batches[k].ids)
+		keys = append(keys, ledgerKey(ledgerRecent, r.batches[k].seq))
+		k++
+	}
+	return k, keys
+}
+
+// drop forgets the k oldest batches.
+func (r *recentSet) drop(k int) {
+	for _, b := range r.batches[:k] {
+		for _, id := range b.ids {
+			if r.count[id]--; r.count[id] <= 0 {
+				delete(r.count, id)
+			}
+		}
+		r.total -= len(b.ids)
+	}
+	r.batches = r.batches[k:]
+}
+
+// putDelta writes d as a new delta in txn. Called with writeMu held shared.
+func (o *Outbox) putDelta(txn *badger.Txn, d *ledger.Delta) error {
+	if d.Empty() {
+		return nil
+	}
+	v, err := d.Encode()
+	if err != nil {
+		return fmt.Errorf("outbox: encode ledger: %w", err)
+	}
+	return txn.Set(ledgerKey(ledgerDelta, o.ledgerSeq.Add(1)), v)
+}
+
+// deltaCommitted notes a committed delta and starts a fold every
+// foldEveryDeltas.
+func (o *Outbox) deltaCommitted() {
+	if o.sinceFold.Add(1)%foldEveryDeltas == 0 {
+		select {
+		case o.foldCh <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// countEvents adds the events to d's intake rows of hour.
+func countEvents(d *ledger.Delta, r *ledger.Reader, hour int64, events [][]byte) {
+	for _, ev := range events {
+		e := r.Read(ev)
+		d.Row(ledger.Key{Hour: hour, Source: e.Source, Type: e.Type}).Events++
+	}
+}
+
+// AppendCounted is Append with the ledger: events are counted under the
+// hour of taken (when the collector took the notifications they come from;
+// zero: now), which is also their append time, and tally is added in the
+// transaction that commits the last of them. With no events, tally alone
+// is committed (a batch of notifications that were all skipped).
+func (o *Outbox) AppendCounted(ctx context.Context, events [][]byte, taken time.Time, tally *ledger.Delta) error {
+	if len(events) == 0 {
+		return o.commitTally(ctx, tally)
+	}
+	return o.appendEvents(ctx, events, taken, tally)
+}
+
+// commitTally commits tally on its own, in one synced transaction.
+func (o *Outbox) commitTally(ctx context.Context, tally *ledger.Delta) error {
+	if tally.Empty() {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if o.closed.Load() {
+		return ErrClosed
+	}
+	if err := o.checkSpace(); err != nil {
+		o.refusedIO.Inc()
+		o.setHealth(err)
+		return err
+	}
+	o.writeMu.RLock()
+	defer o.writeMu.RUnlock()
+	if o.closed.Load() {
+		return ErrClosed
+	}
+	if err := o.db.Update(func(txn *badger.Txn) error { return o.putDelta(txn, tally) }); err != nil {
+		return o.refuse(err)
+	}
+	o.deltaCommitted()
+	return nil
+}
+
+// AppendDeadLettersCounted is AppendDeadLetters with tally added to the
+// ledger in the same transaction.
+func (o *Outbox) AppendDeadLettersCounted(ctx context.Context, letters []DeadLetter, tally *ledger.Delta) error {
+	if len(letters) == 0 {
+		return o.commitTally(ctx, tally)
+	}
+	return o.appendDeadLetters(ctx, letters, tally)
+}
+
+// Delivered records the events first..last as delivered (the Reporting API
+// answered 200 with duplicates among them, or -1 when unknown), as Delete
+// does, and counts them in the ledger in the same transaction: delivered
+// under their intake rows and their stored rows.
+//
+// A duplicate is one of two things. A copy: another event of the outbox
+// with the same (event_id, timestamp) was delivered before or is in the
+// same range (a notification redelivered by the broker and committed
+// twice); the identities of the last 65,536 events delivered are kept to
+// recognise it. The API stores a copy once, so copies are counted as
+// duplicates in the stored rows too. Or a resend: the same events sent
+// again after a crash between a 200 and their deletion, which start the
+// range; those were delivered once, as far as the ledger counts. The
+// duplicates the API answered beyond the copies are taken to be resends,
+// and counted only in the intake rows.
+func (o *Outbox) Delivered(ctx context.Context, first, last uint64, duplicates int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if first == 0 || first > last {
+		return fmt.Errorf("%w: %d..%d", ErrInvalidRange, first, last)
+	}
+	if o.closed.Load() {
+		return ErrClosed
+	}
+	o.readMu.Lock()
+	defer o.readMu.Unlock()
+	if last < o.head.Load() {
+		return nil // already delivered
+	}
+	return o.advance(last+1, nil, &passing{delivered: true, duplicates: duplicates})
+}
+
+// passing says how advance counts the events the cursor passes.
+type passing struct {
+	delivered  bool // else refused (set aside)
+	duplicates int  // of the delivered, as the API answered; -1: unknown
+}
+
+// passed is an event the cursor passes, with the hour of its segment.
+type passed struct {
+	hour int64
+	ev   ledger.Event
+}
+
+// countPassed builds the ledger delta of the events the cursor passed, and
+// for a delivery the recent batch to remember. Called with readMu held.
+func (o *Outbox) countPassed(p *passing, evs []passed, first uint64) (*ledger.Delta, *recentBatch) {
+	d := &ledger.Delta{}
+	if !p.delivered {
+		for _, e := range evs {
+			d.Row(ledger.Key{Hour: e.hour, Source: e.ev.Source, Type: e.ev.Type}).Refused++
+		}
+		return d, nil
+	}
+	copied := make([]bool, len(evs)) // a copy of an event delivered before or earlier in the range
+	resent := make([]bool, len(evs)) // sent before, its deletion lost
+	seen := make(map[uint64]bool, len(evs))
+	budget := p.duplicates
+	unknown := budget < 0
+	for i, e := range evs {
+		if (seen[e.ev.Identity] || o.recent.count[e.ev.Identity] > 0) && (unknown || budget > 0) {
+			copied[i] = true
+			budget--
+		}
+		seen[e.ev.Identity] = true
+	}
+	for i := 0; !unknown && i < len(evs) && budget > 0; i++ {
+		if !copied[i] {
+			resent[i] = true
+			budget--
+		}
+	}
+	b := &recentBatch{seq: first, ids: make([]uint64, 0, len(evs))}
+	for i, e := range evs {
+		row := d.Row(ledger.Key{Hour: e.hour, Source: e.ev.Source, Type: e.ev.Type})
+		row.Delivered++
+		st := e.ev.Stored
+		if st.Hour < 0 {
+			st.Hour = 0 // an unreadable timestamp
+		}
+		s := d.StoredRow(st)
+		s.Delivered++
+		if copied[i] || resent[i] {
+			row.Duplicates++
+		}
+		if copied[i] {
+			s.Copies++
+		}
+		b.ids = append(b.ids, e.ev.Identity)
+	}
+	return d, b
+}
+
+// foldLoop folds the ledger when asked, until Close.
+func (o *Outbox) foldLoop() {
+	defer o.wg.Done()
+	for {
+		select {
+		case <-o.done:
+			return
+		case <-o.foldCh:
+		}
+		if err := o.foldLedger(); err != nil && !o.closed.Load() {
+			o.log.Warn().Err(err).Msg("folding the ledger failed; its deltas stay and are read as they are")
+		}
+	}
+}
+
+// foldLedger adds the deltas into the hourly sums and drops the hours past
+// the retention.
+func (o *Outbox) foldLedger() error {
+	o.foldMu.Lock()
+	defer o.foldMu.Unlock()
+	o.writeMu.RLock()
+	defer o.writeMu.RUnlock()
+	if o.closed.Load() {
+		return ErrClosed
+	}
+	cutoff := ledger.HourOf(ledgerNow().Add(-o.opts.LedgerRetention))
+	for {
+		n, err := o.foldChunk(cutoff)
+		if err != nil {
+			return err
+		}
+		if n < foldChunk {
+			break
+		}
+	}
+	// Drop the hours past the retention.
+	for {
+		var keys [][]byte
+		err := o.db.View(func(txn *badger.Txn) error {
+			it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefixLedger, ledgerHour}})
+			defer it.Close()
+			for it.Rewind(); it.Valid() && len(keys) < foldChunk; it.Next() {
+				if int64(binary.BigEndian.Uint64(it.Item().Key()[2:])) >= cutoff {
+					break
+				}
+				keys = append(keys, it.Item().KeyCopy(nil))
+			}
+			return nil
+		})
+		if err != nil || len(keys) == 0 {
+			return err
+		}
+		err = o.db.Update(func(txn *badger.Txn) error {
+			for _, k := range keys {
+				if err := txn.Delete(k); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// foldChunk folds up to foldChunk deltas in one transaction and returns how
+// many it folded.
+func (o *Outbox) foldChunk(cutoff int64) (int, error) {
+	txn := o.db.NewTransaction(true)
+	defer txn.Discard()
+	sum := &ledger.Delta{}
+	var keys [][]byte
+	it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 64, Prefix: []byte{prefixLedger, ledgerDelta}})
+	for it.Rewind(); it.Valid() && len(keys) < foldChunk; it.Next() {
+		item := it.Item()
+		keys = append(keys, item.KeyCopy(nil))
+		if err := item.Value(sum.Decode); err != nil {
+			o.log.Warn().Err(err).Uint64("delta", binary.BigEndian.Uint64(item.Key()[2:])).Msg("an unreadable ledger delta is dropped")
+		}
+	}
+	it.Close()
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	hour := max(ledger.HourOf(ledgerNow()), cutoff)
+	k := ledgerKey(ledgerHour, uint64(hour))
+	item, err := txn.Get(k)
+	switch {
+	case err == nil:
+		if err := item.Value(sum.Decode); err != nil {
+			return 0, fmt.Errorf("outbox: ledger hour %d: %w", hour, err)
+		}
+	case err != badger.ErrKeyNotFound:
+		return 0, err
+	}
+	v, err := sum.Encode()
+	if err != nil {
+		return 0, err
+	}
+	if err := txn.Set(k, v); err != nil {
+		return 0, err
+	}
+	for _, k := range keys {
+		if err := txn.Delete(k); err != nil {
+			return 0, err
+		}
+	}
+	if err := txn.Commit(); err != nil {
+		return 0, err
+	}
+	return len(keys), nil
+}
+
+// loadLedger finds the last delta id and the recent delivered identities.
+// Called by Open.
+func (o *Outbox) loadLedger() error {
+	return o.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefixLedger, ledgerDelta}})
+		var last uint64
+		for it.Rewind(); it.Valid(); it.Next() {
+			last = binary.BigEndian.Uint64(it.Item().Key()[2:])
+		}
+		it.Close()
+		o.ledgerSeq.Store(last)
+		it = txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, Prefix: []byte{prefixLedger, ledgerRecent}})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			item := it.Item()
+			b := recentBatch{seq: binary.BigEndian.Uint64(item.Key()[2:])}
+			err := item.Value(func(v []byte) error {
+				for p := v; len(p) >= 8; p = p[8:] {
+					b.ids = append(b.ids, binary.BigEndian.Uint64(p))
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			o.recent.add(b)
+		}
+		return nil
+	})
+}
+
+// Ledger returns the ledger rows of the hours in [from, to) (zero: no
+// bound), with Pending filled in from the events still in the outbox.
+func (o *Outbox) Ledger(ctx context.Context, from, to time.Time) (*ledger.Delta, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if o.closed.Load() {
+		return nil, ErrClosed
+	}
+	o.writeMu.RLock()
+	defer o.writeMu.RUnlock()
+	if o.closed.Load() {
+		return nil, ErrClosed
+	}
+	all := &ledger.Delta{}
+	var r ledger.Reader
+	err := o.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, Prefix: []byte{prefixLedger, ledgerHour}})
+		for it.Rewind(); it.Valid(); it.Next() {
+			if err := it.Item().Value(all.Decode); err != nil {
+				it.Close()
+				return err
+			}
+		}
+		it.Close()
+		it = txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, Prefix: []byte{prefixLedger, ledgerDelta}})
+		for it.Rewind(); it.Valid(); it.Next() {
+			if err := it.Item().Value(all.Decode); err != nil {
+				it.Close()
+				return err
+			}
+		}
+		it.Close()
+		// The events still in the outbox, under the hour of their segment.
+		head := o.head.Load()
+		it = txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefixEvent}})
+		defer it.Close()
+		var lens []int
+		for it.Seek(seqKey(prefixEvent, o.headSeg.Load())); it.Valid(); it.Next() {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			item := it.Item()
+			segFirst := binary.BigEndian.Uint64(item.Key()[1:])
+			err := item.Value(func(v []byte) error {
+				seg, err := parseSegment(segFirst, v, lens)
+				lens = seg.lens
+				if err != nil {
+					return nil // unreadable: set aside (and counted as damaged) when the sender reaches it
+				}
+				if seg.last() < head {
+					return nil
+				}
+				evs, err := seg.events(head, len(seg.lens), nil)
+				if err != nil {
+					return nil
+				}
+				hour := ledger.HourOf(time.Unix(0, seg.at))
+				for _, ev := range evs {
+					e := r.Read(ev)
+					all.Row(ledger.Key{Hour: hour, Source: e.Source, Type: e.Type}).Pending++
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outbox: read ledger: %w", err)
+	}
+	return all.Window(from, to), nil
+}
