@@ -11,7 +11,7 @@ import (
 	badger "github.com/dgraph-io/badger/v4"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/redact"
-	"github.com/tally-billing/tally-openstack-collector/ledger"
+	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 )
 
 // DeadLetter is a delivery the collector acknowledged without producing an

@@ -8,7 +8,7 @@ import (
 
 	badger "github.com/dgraph-io/badger/v4"
 
-	"github.com/tally-billing/tally-openstack-collector/ledger"
+	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 )
 
 // The completeness ledger (package ledger) lives under its own prefix, 'g':

@@ -19,7 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	imetrics "github.com/tally-billing/tally-openstack-collector/internal/metrics"
-	"github.com/tally-billing/tally-openstack-collector/ledger"
+	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 )
 
 // Defaults applied by Open to zero-valued Options fields.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/tally-billing/tally-openstack-collector/internal/tlsfiles"
 )
 
 // Count is one row of the Reporting API's optional count route: the events
@@ -24,7 +25,7 @@ type Count struct {
 
 // Counts asks the Reporting API (GET {URL}/api/v1/events/counts?from=&to=)
 // for its stored counts of the hours in [from, to), with the URL, token and
-// TLS rules of the sender (opts: URL, Token or TokenFile, Insecure,
+// TLS rules of the sender (opts: URL, Token or TokenFile, Insecure, TLS,
 // HTTPClient, RequestTimeout). ErrNoCountRoute when the API answers 404.
 func Counts(ctx context.Context, opts Options, from, to time.Time) ([]Count, error) {
 	endpoint, err := endpointURL(opts.URL, opts.Insecure)
@@ -39,12 +40,27 @@ func Counts(ctx context.Context, opts Options, from, to time.Time) ([]Count, err
 	if err != nil {
 		return nil, fmt.Errorf("sender: read the token file: %w", err)
 	}
+	if err := CheckTLS(opts.URL, opts.TLS); err != nil {
+		return nil, err
+	}
 	setDefault(&opts.RequestTimeout, DefaultRequestTimeout)
-	client := http.Client{Timeout: opts.RequestTimeout}
+	var client http.Client
+	var attempt *tlsfiles.Attempt
 	if opts.HTTPClient != nil {
 		client = *opts.HTTPClient
+	} else {
+		// The sender's own TLS rules: the CA file instead of the system's
+		// store, the client certificate when one is set.
+		u, _ := url.Parse(endpoint)
+		tc := &tlsClient{files: opts.TLS, host: u.Hostname()}
+		c, a, err := tc.get(newHTTPClient)
+		if err != nil {
+			return nil, err
+		}
+		client, attempt = *c, a
 	}
-	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	client.Timeout = opts.RequestTimeout
+	client.CheckRedirect = noRedirect
 	q := url.Values{}
 	q.Set("from", from.UTC().Format(time.RFC3339))
 	q.Set("to", to.UTC().Format(time.RFC3339))
@@ -55,7 +71,7 @@ func Counts(ctx context.Context, opts Options, from, to time.Time) ([]Count, err
 	req.Header.Set("Authorization", "Bearer "+tok)
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, scrub(err)
+		return nil, attempt.Explain(scrub(err), TLSSettings)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))

@@ -16,8 +16,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
 
-	"github.com/tally-billing/tally-openstack-collector/ledger"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
+	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
 	"github.com/tally-billing/tally-openstack-collector/sender"
 )
@@ -187,7 +187,8 @@ func runLedger(args, environ []string, stdout, stderr io.Writer) int {
 
 func runReconcile(args, environ []string, stdout, stderr io.Writer) int {
 	fs := controlFlags("reconcile")
-	for _, k := range []string{"reporting_url", "reporting_token", "reporting_token_file", "reporting_insecure", "reporting_timeout"} {
+	for _, k := range []string{"reporting_url", "reporting_token", "reporting_token_file", "reporting_insecure", "reporting_timeout",
+		"reporting_ca_file", "reporting_cert_file", "reporting_key_file"} {
 		if s, ok := settingByKey(k); ok {
 			if fl := fs.Lookup(s.flag()); fl != nil {
 				fl.Hidden = false
@@ -217,7 +218,7 @@ func runReconcile(args, environ []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	counts, err := sender.Counts(ctx, sender.Options{URL: cfg.ReportingURL, Token: cfg.ReportingToken, TokenFile: cfg.ReportingTokenFile,
-		Insecure: cfg.ReportingInsecure, RequestTimeout: cfg.ReportingTimeout}, from, to)
+		Insecure: cfg.ReportingInsecure, TLS: cfg.ReportingTLS, RequestTimeout: cfg.ReportingTimeout}, from, to)
 	if errors.Is(err, sender.ErrNoCountRoute) {
 		fmt.Fprintf(stderr, "reconcile: cannot compare: the Reporting API does not count its stored events "+
 			"(GET /api/v1/events/counts answered 404; the route is optional, see docs/evidence.md)\n")

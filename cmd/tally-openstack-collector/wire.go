@@ -306,8 +306,8 @@ func newChannel(cfg *Config, log zerolog.Logger, reg prometheus.Registerer, ob o
 		SocketMode:           cfg.ChannelSocketMode,
 		IdleTimeout:          cfg.ChannelIdleTimeout,
 		MaxConnectionsPerUID: cfg.ChannelMaxConnsPerUID,
-		Processor:  ms.pipeline,
-		Outbox:     ob,
+		Processor:            ms.pipeline,
+		Outbox:               ob,
 		Hub: channel.HubOptions{
 			SubscriberQueueBytes: cfg.ChannelQueueLimitBytes,
 			Redact:               broker.DumpLine,

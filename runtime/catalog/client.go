@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tally-billing/tally-openstack-collector/ledger"
+	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 )
 

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tally-billing/tally-openstack-collector/ledger"
+	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 )
 
 // timedOutbox measures the real outbox's Append.

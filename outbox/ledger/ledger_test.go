@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tally-billing/tally-openstack-collector/ledger"
+	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 )
 
 var hour = time.Date(2026, 1, 5, 10, 0, 0, 0, time.UTC)
