@@ -42,6 +42,9 @@ type Config struct {
 	DeadLetterMaxEvents int64
 	DeadLetterMaxBytes  int64
 
+	DeadLetterUndeliverableMaxEvents int64
+	DeadLetterUndeliverableMaxBytes  int64
+
 	ReportingURL       string
 	ReportingToken     string
 	ReportingTokenFile string

@@ -81,6 +81,9 @@ func openOutbox(cfg *Config, log zerolog.Logger, reg prometheus.Registerer) (out
 		MaxDeadLetterBytes: cfg.DeadLetterMaxBytes,
 		Logger:             log,
 		Registerer:         reg,
+
+		MaxUndeliverable:      cfg.DeadLetterUndeliverableMaxEvents,
+		MaxUndeliverableBytes: cfg.DeadLetterUndeliverableMaxBytes,
 	})
 }
 

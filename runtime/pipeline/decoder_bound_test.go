@@ -3,13 +3,8 @@ package pipeline_test
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
-	"hash/crc32"
 	"runtime"
 	"testing"
-
-	"github.com/ulikunitz/xz"
-	"github.com/ulikunitz/xz/lzma"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
@@ -19,61 +14,9 @@ import (
 // notification, so that only their headers are hostile.
 var bombPayload = []byte(`{"event_type":"compute.instance.exists","payload":{"instance_id":"x"}}`)
 
-// xzBomb is a valid .xz stream (one block, CRC64) whose LZMA2 filter
-// announces the largest dictionary the format encodes, 4 GiB.
-func xzBomb(t testing.TB) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	w, err := xz.WriterConfig{DictCap: lzma.MinDictCap}.NewWriter(&buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Write(bombPayload)
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	b := buf.Bytes()
-	// The block header follows the 12-byte stream header: its size byte,
-	// flags, then the filter flags 0x21 0x01 <dictionary code>, padding and
-	// a CRC32 of what precedes it.
-	hlen := (int(b[12]) + 1) * 4
-	hdr := b[12 : 12+hlen]
-	i := bytes.Index(hdr, []byte{0x21, 0x01})
-	if i < 0 {
-		t.Fatalf("no LZMA2 filter in the block header % x", hdr)
-	}
-	hdr[i+2] = 40 // 4 GiB - 1
-	binary.LittleEndian.PutUint32(hdr[hlen-4:], crc32.ChecksumIEEE(hdr[:hlen-4]))
-	return b
-}
-
-// lzmaBomb is a valid .lzma ("alone") stream of unknown size whose header
-// announces a 4 GiB dictionary.
-func lzmaBomb(t testing.TB) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	w, err := lzma.WriterConfig{DictCap: lzma.MinDictCap, SizeInHeader: false, EOSMarker: true}.NewWriter(&buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Write(bombPayload)
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	b := buf.Bytes()
-	binary.LittleEndian.PutUint32(b[1:5], 0xffffffff)
-	return b
-}
-
-// zstdBomb is a zstd frame of one raw block whose single-segment header
-// announces a 4 GiB content size, which stands for the window.
-func zstdBomb() []byte {
-	b := []byte{0x28, 0xb5, 0x2f, 0xfd, 0xe0} // magic; single segment, 8-byte content size
-	b = binary.LittleEndian.AppendUint64(b, 4<<30)
-	n := len(bombPayload)
-	b = append(b, byte(n<<3|1), byte(n>>5), byte(n>>13)) // last, raw
-	return append(b, bombPayload...)
-}
+func xzBomb(t testing.TB) []byte   { return testkit.XZDictBomb(t, bombPayload, 40) }
+func lzmaBomb(t testing.TB) []byte { return testkit.LZMADictBomb(t, bombPayload, 0xffffffff) }
+func zstdBomb() []byte             { return testkit.ZstdSegmentBomb(bombPayload) }
 
 // allocated runs f and returns the bytes the heap allocated meanwhile
 // (TotalAlloc counts every allocation, whether collected since or not).
@@ -97,7 +40,7 @@ func TestDecoderHeaderBombsAreRefusedBeforeTheyAllocate(t *testing.T) {
 		{"xz, LZMA2 dictionary 4 GiB", pipeline.CodecLZMA, xzBomb(t)},
 		{"lzma alone, dictionary 4 GiB", pipeline.CodecLZMA, lzmaBomb(t)},
 		{"zstd, single segment of 4 GiB", pipeline.CodecZstd, zstdBomb()},
-		{"brotli, large window", pipeline.CodecBrotli, []byte{0x11, 0x3e, 0x00, 0x00}},
+		{"brotli, large window", pipeline.CodecBrotli, testkit.BrotliLargeWindow()},
 	}
 	for _, b := range bombs {
 		var got pipeline.Result
@@ -125,15 +68,9 @@ func TestLZMADictionaryIsCutToTheOutput(t *testing.T) {
 	for _, name := range []string{"xz", "lzma"} {
 		var body []byte
 		if name == "xz" {
-			body = xzBomb(t)
-			hlen := (int(body[12]) + 1) * 4
-			hdr := body[12 : 12+hlen]
-			i := bytes.Index(hdr, []byte{0x21, 0x01})
-			hdr[i+2] = 28 // 64 MiB
-			binary.LittleEndian.PutUint32(hdr[hlen-4:], crc32.ChecksumIEEE(hdr[:hlen-4]))
+			body = testkit.XZDictBomb(t, bombPayload, 28) // 64 MiB
 		} else {
-			body = lzmaBomb(t)
-			binary.LittleEndian.PutUint32(body[1:5], pipeline.MaxLZMADict)
+			body = testkit.LZMADictBomb(t, bombPayload, pipeline.MaxLZMADict)
 		}
 		var out []byte
 		var err error

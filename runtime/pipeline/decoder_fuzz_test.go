@@ -9,6 +9,7 @@ import (
 	"github.com/ulikunitz/xz"
 	"github.com/ulikunitz/xz/lzma"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
 
@@ -109,5 +110,5 @@ func FuzzDecompressZstd(f *testing.F) {
 
 func FuzzDecompressBrotli(f *testing.F) {
 	fuzzDecoder(f, pipeline.CodecBrotli, brotliCompress(f, fuzzPlain), brotliCompress(f, fuzzZeros),
-		[]byte{0x11, 0x3e, 0x00, 0x00})
+		testkit.BrotliLargeWindow())
 }
