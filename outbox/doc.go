@@ -15,6 +15,10 @@
 //	'l' + uint64 big-endian seq   segment: the events of one Append (or of one
 //	                              part of a large one), seq being the first's
 //	'd' + uint64 big-endian seq   dead letter: value = JSON of DeadLetter
+//	'u' + uint64 big-endian seq   marker of an Undeliverable dead letter under the
+//	                              same seq: value = its size as stored (uint64 BE),
+//	                              written and deleted with it, so that their budget
+//	                              (MaxUndeliverable) is counted at open without reading the letters
 //	'm' + name                    metadata:
 //	    mlast_event  uint64 BE    highest event sequence ever assigned
 //	    mlast_dead   uint64 BE    highest dead-letter sequence ever assigned

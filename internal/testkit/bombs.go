@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"hash/crc32"
+	"io"
 	"testing"
 
 	"github.com/ulikunitz/xz"
@@ -19,18 +20,9 @@ import (
 // 40 is 4 GiB - 1, 28 is 64 MiB).
 func XZDictBomb(tb testing.TB, payload []byte, dictCode byte) []byte {
 	tb.Helper()
-	var buf bytes.Buffer
-	w, err := xz.WriterConfig{DictCap: lzma.MinDictCap}.NewWriter(&buf)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if _, err := w.Write(payload); err != nil {
-		tb.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		tb.Fatal(err)
-	}
-	b := buf.Bytes()
+	b := compressWith(tb, payload, func(w io.Writer) (io.WriteCloser, error) {
+		return xz.WriterConfig{DictCap: lzma.MinDictCap}.NewWriter(w)
+	})
 	// The block header follows the 12-byte stream header: its size byte,
 	// flags, the filter flags 0x21 0x01 <dictionary code>, padding, and a
 	// CRC32 of what precedes it.
@@ -49,8 +41,18 @@ func XZDictBomb(tb testing.TB, payload []byte, dictCode byte) []byte {
 // size, whose header announces a dictionary of dict bytes.
 func LZMADictBomb(tb testing.TB, payload []byte, dict uint32) []byte {
 	tb.Helper()
+	b := compressWith(tb, payload, func(w io.Writer) (io.WriteCloser, error) {
+		return lzma.WriterConfig{DictCap: lzma.MinDictCap, EOSMarker: true}.NewWriter(w)
+	})
+	binary.LittleEndian.PutUint32(b[1:5], dict)
+	return b
+}
+
+// compressWith writes payload through the writer newWriter makes.
+func compressWith(tb testing.TB, payload []byte, newWriter func(io.Writer) (io.WriteCloser, error)) []byte {
+	tb.Helper()
 	var buf bytes.Buffer
-	w, err := lzma.WriterConfig{DictCap: lzma.MinDictCap, EOSMarker: true}.NewWriter(&buf)
+	w, err := newWriter(&buf)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -60,9 +62,7 @@ func LZMADictBomb(tb testing.TB, payload []byte, dict uint32) []byte {
 	if err := w.Close(); err != nil {
 		tb.Fatal(err)
 	}
-	b := buf.Bytes()
-	binary.LittleEndian.PutUint32(b[1:5], dict)
-	return b
+	return buf.Bytes()
 }
 
 // ZstdSegmentBomb is a zstd frame of payload in one raw block whose
