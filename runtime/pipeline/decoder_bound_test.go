@@ -3,6 +3,8 @@ package pipeline_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"os/exec"
 	"runtime"
 	"testing"
 
@@ -81,5 +83,36 @@ func TestLZMADictionaryIsCutToTheOutput(t *testing.T) {
 		if alloc > 2<<20 {
 			t.Errorf("%s: %d MiB allocated for a 64 MiB dictionary, want about the 1 MiB limit", name, alloc>>20)
 		}
+	}
+}
+
+// The .xz container read by the collector itself decodes what xz writes,
+// with every check type, verifies the check, and refuses a second block
+// (each would size a dictionary of its own) as over the decoder's cap.
+func TestXZContainer(t *testing.T) {
+	xzBin := testkit.LookPath(t, "xz", "xz-utils")
+	plain := body(t, "v2_nova_exists.body")
+	xzc := func(args ...string) []byte {
+		cmd := exec.Command(xzBin, append([]string{"-c"}, args...)...)
+		cmd.Stdin = bytes.NewReader(plain)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("xz %v: %v", args, err)
+		}
+		return out
+	}
+	for _, check := range []string{"none", "crc32", "crc64", "sha256"} {
+		out, err := pipeline.Decompress(nil, pipeline.CodecLZMA, xzc("--check="+check), 1<<20)
+		if err != nil || !bytes.Equal(out, plain) {
+			t.Errorf("check %s: %d bytes, %v", check, len(out), err)
+		}
+	}
+	bad := xzc("--check=crc64")
+	bad[len(bad)/2] ^= 0x01 // in the compressed data: an error, or a check that does not match
+	if _, err := pipeline.Decompress(nil, pipeline.CodecLZMA, bad, 1<<20); err == nil {
+		t.Error("a damaged stream decoded")
+	}
+	if _, err := pipeline.Decompress(nil, pipeline.CodecLZMA, xzc("--block-size=512"), 1<<20); !errors.Is(err, pipeline.ErrDecoderLimit) {
+		t.Errorf("two blocks: %v, want ErrDecoderLimit", err)
 	}
 }

@@ -6,9 +6,6 @@ import (
 	"compress/zlib"
 	"testing"
 
-	"github.com/ulikunitz/xz"
-	"github.com/ulikunitz/xz/lzma"
-
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
@@ -65,27 +62,10 @@ func zlibOf(b []byte) []byte {
 	return buf.Bytes()
 }
 
-func xzOf(t testing.TB, b []byte) []byte {
-	var buf bytes.Buffer
-	w, err := xz.NewWriter(&buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Write(b)
-	w.Close()
-	return buf.Bytes()
-}
-
-func lzmaOf(t testing.TB, b []byte) []byte {
-	var buf bytes.Buffer
-	w, err := lzma.NewWriter(&buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Write(b)
-	w.Close()
-	return buf.Bytes()
-}
+// xzOf and lzmaOf are ordinary streams: an 8 MiB dictionary announced, as
+// Python's lzma module writes.
+func xzOf(t testing.TB, b []byte) []byte   { return testkit.XZDictBomb(t, b, 22) }
+func lzmaOf(t testing.TB, b []byte) []byte { return testkit.LZMADictBomb(t, b, 8<<20) }
 
 func FuzzDecompressGzip(f *testing.F) {
 	fuzzDecoder(f, pipeline.CodecGzip, gzipOf(fuzzPlain), zlibOf(fuzzPlain), zlibOf(fuzzZeros))
