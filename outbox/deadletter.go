@@ -31,12 +31,21 @@ type DeadLetter struct {
 	// Truncated is the size of the body as received when only its first
 	// bytes are kept (a body over the body limit); zero: kept whole.
 	Truncated int `json:"truncated,omitempty"`
+	// Undeliverable marks a body no replay can deliver (over the size
+	// limit, undecodable, refused by its decoder): kept as evidence within
+	// a budget of its own (Options.MaxUndeliverable), dropped past it, and
+	// never a reason to pause the input.
+	Undeliverable bool `json:"undeliverable,omitempty"`
 }
 
 // ReasonDamagedSegment is the reason of a dead letter holding an outbox
 // segment that could not be read back (its stored bytes, compressed, as the
 // body).
 const ReasonDamagedSegment = "damaged_segment"
+
+// SkipUndeliverableDropped is the ledger's skip reason of an undeliverable
+// body dropped past its dead-letter budget: acknowledged, kept nowhere.
+const SkipUndeliverableDropped = "undeliverable_dropped"
 
 // StoredDeadLetter is a dead letter with the sequence number it is stored
 // under (increasing, never reused).
@@ -49,9 +58,12 @@ type StoredDeadLetter struct {
 // count against MaxEvents but against MaxDeadLetters and MaxDeadLetterBytes:
 // past either, nothing is written and the error wraps both ErrFull and
 // ErrDeadLettersFull (the consumer pauses as at the event bound), unless the
-// area is empty. Credentials in the bodies are replaced by the redaction
-// marker before they are written (internal/redact). Other errors as for
-// Append (ErrRefused, ErrClosed).
+// area holds no letter a replay could deliver. Letters marked Undeliverable
+// count against MaxUndeliverable and MaxUndeliverableBytes instead: those
+// past that budget are left out, counted and logged (exchange, routing key,
+// size), and never refuse the call. Credentials in the bodies are replaced
+// by the redaction marker before they are written (internal/redact). Other
+// errors as for Append (ErrRefused, ErrClosed).
 func (o *Outbox) AppendDeadLetters(ctx context.Context, letters []DeadLetter) error {
 	if len(letters) == 0 {
 		return nil
@@ -78,8 +90,28 @@ func (o *Outbox) appendDeadLetters(ctx context.Context, letters []DeadLetter, ta
 	}
 	o.deadMu.Lock()
 	defer o.deadMu.Unlock()
-	if err := o.deadRoom(len(values), size); err != nil {
+	var n int
+	var replayable int64
+	for i, l := range letters {
+		if !l.Undeliverable {
+			n++
+			replayable += int64(len(values[i]))
+		}
+	}
+	if err := o.deadRoom(n, replayable); err != nil {
 		return err
+	}
+	values, undeliv, dropped, gone := o.undeliverableRoom(letters, values)
+	if len(gone) > 0 && tally != nil {
+		// The ledger files a dropped body as skipped, not as a dead letter
+		// held; its counts still ride in this transaction.
+		tally = tally.Clone()
+		for _, l := range gone {
+			tally.Redirect(l.Exchange, l.EventType, l.Reason, SkipUndeliverableDropped)
+		}
+	}
+	if len(values) == 0 && tally.Empty() {
+		return nil
 	}
 	o.writeMu.RLock()
 	defer o.writeMu.RUnlock()
@@ -89,8 +121,13 @@ func (o *Outbox) appendDeadLetters(ctx context.Context, letters []DeadLetter, ta
 	var last uint64
 	err = o.db.Update(func(txn *badger.Txn) error {
 		var err error
-		if last, err = o.setDeadLetters(txn, values); err != nil {
-			return err
+		if len(values) > 0 {
+			if last, err = o.setDeadLetters(txn, values); err != nil {
+				return err
+			}
+			if err := o.markUndeliverable(txn, last, values, undeliv); err != nil {
+				return err
+			}
 		}
 		return o.putDelta(txn, tally)
 	})
@@ -100,9 +137,98 @@ func (o *Outbox) appendDeadLetters(ctx context.Context, letters []DeadLetter, ta
 	if !tally.Empty() {
 		o.deltaCommitted()
 	}
-	o.deadLettersCommitted(last, size)
+	if len(values) > 0 {
+		o.deadLettersCommitted(last, size-dropped)
+		o.undeliverableCommitted(values, undeliv)
+	}
 	o.setHealth(nil)
 	return nil
+}
+
+// undeliverableRoom leaves out of values the Undeliverable letters past
+// their budget, counting and logging each, and returns the values to
+// write, which of them are Undeliverable, the size left out and the letters
+// left out. Called with deadMu held.
+func (o *Outbox) undeliverableRoom(letters []DeadLetter, values [][]byte) (kept [][]byte, undeliv []bool, dropped int64, gone []DeadLetter) {
+	count, bytes := o.undelivCount.Load(), o.undelivBytes.Load()
+	kept = values[:0:0]
+	for i, l := range letters {
+		v := values[i]
+		if !l.Undeliverable {
+			kept = append(kept, v)
+			undeliv = append(undeliv, false)
+			continue
+		}
+		if count+1 <= o.opts.MaxUndeliverable && bytes+int64(len(v)) <= o.opts.MaxUndeliverableBytes {
+			count++
+			bytes += int64(len(v))
+			kept = append(kept, v)
+			undeliv = append(undeliv, true)
+			continue
+		}
+		dropped += int64(len(v))
+		gone = append(gone, l)
+		o.undelivDropped.Inc()
+		size := len(l.Body)
+		if l.Truncated > 0 {
+			size = l.Truncated
+		}
+		o.dropLog.Warn().Str("exchange", l.Exchange).Str("routing_key", l.RoutingKey).Int("size", size).
+			Str("reason", l.Reason).Int64("held", count).Int64("max", o.opts.MaxUndeliverable).
+			Msg("undeliverable body over its dead-letter budget: acknowledged and dropped")
+	}
+	return kept, undeliv, dropped, gone
+}
+
+// markUndeliverable writes, in txn, the marker of each Undeliverable
+// letter among values, stored under the sequences up to last.
+func (o *Outbox) markUndeliverable(txn *badger.Txn, last uint64, values [][]byte, undeliv []bool) error {
+	first := last - uint64(len(values)) + 1
+	for i, v := range values {
+		if !undeliv[i] {
+			continue
+		}
+		if err := txn.Set(seqKey(prefixUndeliverable, first+uint64(i)), u64(uint64(len(v)))); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// undeliverableCommitted adds the Undeliverable letters among values to
+// their count.
+func (o *Outbox) undeliverableCommitted(values [][]byte, undeliv []bool) {
+	for i, v := range values {
+		if undeliv[i] {
+			o.undelivCount.Add(1)
+			o.undelivBytes.Add(int64(len(v)))
+		}
+	}
+}
+
+// countUndeliverable counts the Undeliverable letters from their markers.
+func (o *Outbox) countUndeliverable(txn *badger.Txn) {
+	it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, Prefix: []byte{prefixUndeliverable}})
+	defer it.Close()
+	var n, size int64
+	for it.Rewind(); it.Valid(); it.Next() {
+		n++
+		_ = it.Item().Value(func(v []byte) error {
+			if len(v) == 8 {
+				size += int64(binary.BigEndian.Uint64(v))
+			}
+			return nil
+		})
+	}
+	o.undelivCount.Store(n)
+	o.undelivBytes.Store(size)
+}
+
+// undeliverableKey is the marker key of the dead letter under key.
+func undeliverableKey(key []byte) []byte {
+	k := append([]byte(nil), key...)
+	k[0] = prefixUndeliverable
+	return k
 }
 
 // encodeDeadLetters marshals letters (stamped now when At is zero), their
@@ -127,11 +253,14 @@ func encodeDeadLetters(letters []DeadLetter, redactBodies bool) ([][]byte, int64
 	return values, size, nil
 }
 
-// deadRoom answers nil when n more letters of size bytes fit under the
-// bounds (or the area is empty). Called with deadMu held.
+// deadRoom answers nil when n more letters a replay could deliver, of
+// size bytes, fit under the bounds (or the area holds none). Undeliverable
+// letters have a budget of their own and do not count. Called with deadMu
+// held.
 func (o *Outbox) deadRoom(n int, size int64) error {
-	count, bytes := o.deadCount.Load(), o.deadBytes.Load()
-	if count == 0 || (count+int64(n) <= o.opts.MaxDeadLetters && bytes+size <= o.opts.MaxDeadLetterBytes) {
+	count := o.deadCount.Load() - o.undelivCount.Load()
+	bytes := o.deadBytes.Load() - o.undelivBytes.Load()
+	if n == 0 || count <= 0 || (count+int64(n) <= o.opts.MaxDeadLetters && bytes+size <= o.opts.MaxDeadLetterBytes) {
 		return nil
 	}
 	o.deadRefused.Inc()
@@ -354,11 +483,17 @@ func (o *Outbox) ReplaceDeadLetters(ctx context.Context, stale []uint64, renewed
 	if o.closed.Load() {
 		return ErrClosed
 	}
+	undeliv := make([]bool, len(renewed))
+	for i, l := range renewed {
+		undeliv[i] = l.Undeliverable
+	}
 	var last uint64
 	n, removed, err := o.deleteDead(stale, func(txn *badger.Txn) error {
 		var err error
-		last, err = o.setDeadLetters(txn, values)
-		return err
+		if last, err = o.setDeadLetters(txn, values); err != nil {
+			return err
+		}
+		return o.markUndeliverable(txn, last, values, undeliv)
 	})
 	if err != nil {
 		return o.refuse(err)
@@ -366,14 +501,17 @@ func (o *Outbox) ReplaceDeadLetters(ctx context.Context, stale []uint64, renewed
 	o.deadLettersRemoved(n, removed)
 	if len(values) > 0 {
 		o.deadLettersCommitted(last, added)
+		o.undeliverableCommitted(values, undeliv)
 	}
 	return nil
 }
 
 // deleteDead deletes the dead letters seqs (unknown ones ignored) in one
 // transaction, with also run in it, and reports how many existed and their
-// size. Called with deadMu and writeMu held.
+// size; the Undeliverable ones among them leave their count. Called with
+// deadMu and writeMu held.
 func (o *Outbox) deleteDead(seqs []uint64, also func(*badger.Txn) error) (n int, size int64, err error) {
+	var undeliv, undelivSize int64
 	err = o.db.Update(func(txn *badger.Txn) error {
 		for _, s := range seqs {
 			k := seqKey(prefixDead, s)
@@ -388,6 +526,16 @@ func (o *Outbox) deleteDead(seqs []uint64, also func(*badger.Txn) error) (n int,
 				return err
 			}
 			n++
+			mk := seqKey(prefixUndeliverable, s)
+			if _, err := txn.Get(mk); err == nil {
+				if err := txn.Delete(mk); err != nil {
+					return err
+				}
+				undeliv++
+				undelivSize += item.ValueSize()
+			} else if !errors.Is(err, badger.ErrKeyNotFound) {
+				return err
+			}
 		}
 		if also != nil {
 			return also(txn)
@@ -397,6 +545,8 @@ func (o *Outbox) deleteDead(seqs []uint64, also func(*badger.Txn) error) (n int,
 	if err != nil {
 		return 0, 0, err
 	}
+	o.undelivCount.Add(-undeliv)
+	o.undelivBytes.Add(-undelivSize)
 	return n, size, nil
 }
 

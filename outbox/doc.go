@@ -19,6 +19,10 @@
 //	                              written in the transactions they count, their
 //	                              hourly sums, the identities of the last events
 //	                              delivered
+//	'u' + uint64 big-endian seq   marker of an Undeliverable dead letter under the
+//	                              same seq: value = its size as stored (uint64 BE),
+//	                              written and deleted with it, so that their budget
+//	                              (MaxUndeliverable) is counted at open without reading the letters
 //	'm' + name                    metadata:
 //	    mlast_event  uint64 BE    highest event sequence ever assigned
 //	    mlast_dead   uint64 BE    highest dead-letter sequence ever assigned

@@ -32,6 +32,9 @@ const (
 
 	DefaultMaxDeadLetters     = 100_000
 	DefaultMaxDeadLetterBytes = 256 << 20
+
+	DefaultMaxUndeliverable      = 1_000
+	DefaultMaxUndeliverableBytes = 16 << 20
 )
 
 // Options configures Open. Only Dir is required.
@@ -53,6 +56,15 @@ type Options struct {
 	// 100,000 and 256 MiB.
 	MaxDeadLetters     int64
 	MaxDeadLetterBytes int64
+
+	// MaxUndeliverable and MaxUndeliverableBytes are the budget of the dead
+	// letters marked Undeliverable (bodies no replay can deliver: oversized,
+	// undecodable, refused by their decoder): DEADLETTER_UNDELIVERABLE_MAX_EVENTS
+	// and _MAX_BYTES. They do not count against MaxDeadLetters: past their
+	// budget AppendDeadLetters drops them, counted and logged, and never
+	// answers ErrFull for them. Defaults 1,000 and 16 MiB.
+	MaxUndeliverable      int64
+	MaxUndeliverableBytes int64
 
 	// MinFreeBytes is the free space the outbox keeps on its filesystem:
 	// writes are refused (ErrRefused wrapping ErrDiskFull) below it, so
@@ -107,6 +119,8 @@ type Outbox struct {
 	deadCount    atomic.Int64
 	deadBytes    atomic.Int64
 	deadFull     atomic.Bool  // the last dead letters offered were refused at the bound
+	undelivCount atomic.Int64 // of the dead letters, those marked Undeliverable
+	undelivBytes atomic.Int64
 	oldestDead   atomic.Int64 // write time of the first dead letter, unix ns; 0: to be read
 	deletedBytes atomic.Int64 // delivered since the last reclaim
 
@@ -135,6 +149,8 @@ type Outbox struct {
 	reclaims       prometheus.Counter
 	reclaimSeconds prometheus.Histogram
 	deadRefused    prometheus.Counter
+	undelivDropped prometheus.Counter
+	dropLog        zerolog.Logger // sampled: a flood of undeliverable bodies must not flood the log
 }
 
 // Key layout (see doc.go).
@@ -149,6 +165,10 @@ const (
 	prefixOldEvent = 'e'
 	prefixDead     = 'd'
 	prefixMeta     = 'm'
+	// prefixUndeliverable marks, beside its 'd' key, a dead letter that is
+	// Undeliverable: value = its size as stored, so that their budget is
+	// counted at open without reading the letters.
+	prefixUndeliverable = 'u'
 )
 
 var (
@@ -240,6 +260,12 @@ func Open(opts Options) (*Outbox, error) {
 	if opts.MaxDeadLetterBytes <= 0 {
 		opts.MaxDeadLetterBytes = DefaultMaxDeadLetterBytes
 	}
+	if opts.MaxUndeliverable <= 0 {
+		opts.MaxUndeliverable = DefaultMaxUndeliverable
+	}
+	if opts.MaxUndeliverableBytes <= 0 {
+		opts.MaxUndeliverableBytes = DefaultMaxUndeliverableBytes
+	}
 	if opts.MinFreeBytes == 0 {
 		opts.MinFreeBytes = 16 * opts.MemTableBytes
 	}
@@ -265,6 +291,7 @@ func Open(opts Options) (*Outbox, error) {
 		dir:       opts.Dir,
 		opts:      opts,
 		log:       opts.Logger,
+		dropLog:   opts.Logger.Sample(&zerolog.BurstSampler{Burst: 20, Period: time.Second}),
 		reclaimCh: make(chan struct{}, 1),
 		foldCh:    make(chan struct{}, 1),
 		done:      make(chan struct{}),
@@ -474,6 +501,7 @@ func (o *Outbox) load(report *damageReport) error {
 		dit.Close()
 		o.deadCount.Store(dead)
 		o.deadBytes.Store(deadBytes)
+		o.countUndeliverable(txn)
 		return nil
 	})
 }
@@ -504,8 +532,16 @@ func (o *Outbox) register(r prometheus.Registerer) error {
 		Name: "tally_collector_deadletter_refused_total",
 		Help: "Dead letters refused because the dead-letter area is at DEADLETTER_MAX_EVENTS or DEADLETTER_MAX_BYTES (the input pauses).",
 	})
+	o.undelivDropped = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tally_collector_deadletter_undeliverable_dropped_total",
+		Help: "Undeliverable bodies (oversized, undecodable, refused by their decoder) acknowledged without being kept: their budget, DEADLETTER_UNDELIVERABLE_MAX_EVENTS or _MAX_BYTES, was spent.",
+	})
 	cs := []prometheus.Collector{
-		o.refusedFull, o.refusedIO, o.damaged, o.reclaims, o.reclaimSeconds, o.deadRefused,
+		o.refusedFull, o.refusedIO, o.damaged, o.reclaims, o.reclaimSeconds, o.deadRefused, o.undelivDropped,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tally_collector_deadletter_undeliverable",
+			Help: "Dead letters held that no replay can deliver (oversized, undecodable, refused by their decoder); they count against their own budget, not DEADLETTER_MAX_EVENTS.",
+		}, func() float64 { return float64(o.undelivCount.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tally_collector_deadletter_bytes",
 			Help: "Bytes of the dead letters held, as stored.",

@@ -193,6 +193,9 @@ func (o *Outbox) acceptDamage(report *damageReport) error {
 				if err := txn.Delete(k); err != nil {
 					return err
 				}
+				if err := txn.Delete(undeliverableKey(k)); err != nil {
+					return err
+				}
 			}
 			return nil
 		})
@@ -200,6 +203,7 @@ func (o *Outbox) acceptDamage(report *damageReport) error {
 			return fmt.Errorf("outbox: remove unreadable dead letters: %w", err)
 		}
 		o.deadLettersRemoved(len(report.badDead), report.badDeadBytes)
+		_ = o.db.View(func(txn *badger.Txn) error { o.countUndeliverable(txn); return nil })
 	}
 	o.damaged.Add(float64(report.missing))
 	if err := os.Remove(accept); err != nil {

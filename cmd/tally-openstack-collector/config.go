@@ -47,6 +47,9 @@ type Config struct {
 	DeadLetterMaxBytes  int64
 	LedgerRetentionDays int
 
+	DeadLetterUndeliverableMaxEvents int64
+	DeadLetterUndeliverableMaxBytes  int64
+
 	ReportingURL       string
 	ReportingToken     string
 	ReportingTokenFile string

@@ -83,6 +83,9 @@ func openOutbox(cfg *Config, log zerolog.Logger, reg prometheus.Registerer) (out
 		LedgerRetention:    time.Duration(cfg.LedgerRetentionDays) * 24 * time.Hour,
 		Logger:             log,
 		Registerer:         reg,
+
+		MaxUndeliverable:      cfg.DeadLetterUndeliverableMaxEvents,
+		MaxUndeliverableBytes: cfg.DeadLetterUndeliverableMaxBytes,
 	})
 }
 

@@ -184,6 +184,37 @@ func (d *Delta) Add(o *Delta) {
 	}
 }
 
+// Clone returns a copy of d that shares nothing with it.
+func (d *Delta) Clone() *Delta {
+	c := &Delta{}
+	c.Add(d)
+	return c
+}
+
+// Redirect files one notification counted as dead-lettered for reason, in a
+// row of source and event type, as skipped for skip instead: what an input
+// set aside was not kept after all. It reports whether such a count was
+// found (the row's hour is the first that has one).
+func (d *Delta) Redirect(source, eventType, reason, skip string) bool {
+	if d == nil {
+		return false
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(d.Intake), cmpKey) {
+		c := d.Intake[k]
+		if k.Source != source || k.Type != eventType || c.DeadLettered[reason] <= 0 {
+			continue
+		}
+		c.DeadLettered[reason]--
+		if c.DeadLettered[reason] == 0 {
+			delete(c.DeadLettered, reason)
+		}
+		c.Consumed-- // counted again by Skip
+		c.Skip(skip)
+		return true
+	}
+	return false
+}
+
 // Hours is every hour d has a row for, intake and stored, in order.
 func (d *Delta) Hours() []int64 {
 	set := map[int64]bool{}

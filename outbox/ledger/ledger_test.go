@@ -108,3 +108,26 @@ func TestReconcile(t *testing.T) {
 		t.Fatalf("text:\n%s", b.String())
 	}
 }
+
+// Redirect moves one dead-lettered count of a row to skipped, leaving
+// consumed as it was, and answers false where no such count exists.
+func TestRedirect(t *testing.T) {
+	d := &ledger.Delta{}
+	k := ledger.Key{Hour: 3600, Source: "nova", Type: "t"}
+	d.Row(k).DeadLetter("not_json")
+	d.Row(k).Commit()
+	c := d.Clone()
+	if !c.Redirect("nova", "t", "not_json", "dropped") {
+		t.Fatal("no count found")
+	}
+	if c.Redirect("nova", "t", "not_json", "dropped") || c.Redirect("glance", "t", "not_json", "dropped") {
+		t.Fatal("redirected a count that is not there")
+	}
+	r := c.Intake[k]
+	if r.Consumed != 2 || r.DeadTotal() != 0 || r.Skipped["dropped"] != 1 || r.Committed != 1 || r.Consumed != r.Settled() {
+		t.Fatalf("after redirect: %+v", r)
+	}
+	if d.Intake[k].DeadLettered["not_json"] != 1 {
+		t.Fatalf("the clone shares its rows with the original: %+v", d.Intake[k])
+	}
+}

@@ -241,6 +241,7 @@ func replayBatch(ctx context.Context, ob *outbox.Outbox, p *pipeline.Pipeline, b
 		}
 		nd := d.DeadLetter
 		nd.Reason, nd.Module, nd.At = reason, r.Module, time.Now().UTC()
+		nd.Undeliverable = r.Outcome == pipeline.Unparseable
 		if r.EventType != "" {
 			nd.EventType = r.EventType
 		}

@@ -13,8 +13,6 @@ import (
 
 	"github.com/andybalholm/brotli"
 	"github.com/klauspost/compress/zstd"
-	"github.com/ulikunitz/xz"
-	"github.com/ulikunitz/xz/lzma"
 )
 
 // Codecs of kombu's compression registry (kombu/compression.py), which
@@ -44,6 +42,62 @@ var ErrUnknownCompression = errors.New("unknown compression")
 // compression bomb, or a notification larger than any real one).
 var ErrDecompressedTooLarge = errors.New("decompressed body over the limit")
 
+// ErrDecoderLimit: the body's header asks its decoder for more memory than
+// the codec's cap (a dictionary, a window, a block count): refused before
+// any buffer is sized.
+var ErrDecoderLimit = errors.New("compressed body over the decoder's memory cap")
+
+// Memory caps of the decoders, enforced on what a body's header announces
+// before any buffer is sized. A header asking for more is refused with
+// ErrDecoderLimit. docs/broker.md, section 4, states them for operators.
+const (
+	// MaxLZMADict is the largest dictionary an .xz LZMA2 filter or an .lzma
+	// header may announce: xz's preset 9 (Python's lzma.compress writes
+	// preset 6, 8 MiB). The dictionary actually allocated is at most the
+	// body limit plus one byte (see lzmaDictFor).
+	MaxLZMADict = 64 << 20
+	// MaxZstdWindow is the largest zstd window a frame may announce, its
+	// content size included for a single-segment frame (the 8 MiB the zstd
+	// format recommends decoders to support).
+	MaxZstdWindow = 8 << 20
+	// MaxBrotliWindowBits is the largest brotli window (16 MiB, the
+	// standard's largest); the large-window extension is refused.
+	MaxBrotliWindowBits = 24
+)
+
+// DecoderMemory is the memory one Decompress of codec may allocate with
+// the given output limit, decoder state and output buffer together (docs/broker.md,
+// section 4, gives the same figures):
+//
+//	gzip, zlib  128 KiB     a 32 KiB window and Huffman tables
+//	bzip2       4 MiB       the block (900 kB at most, as 32-bit entries)
+//	xz, lzma    limit + 128 KiB  the dictionary cut to the output, literal tables (lc+lp <= 4)
+//	zstd        10 MiB      the window (MaxZstdWindow) and block buffers
+//	brotli      17 MiB      the ring buffer (1 << MaxBrotliWindowBits) and tables
+//
+// plus 4 × (limit+1) for the output as it grows. An unknown codec allocates
+// nothing.
+func DecoderMemory(codec string, limit int) int64 {
+	c, ok := codecOf(codec)
+	if !ok {
+		return 0
+	}
+	var state int64
+	switch c {
+	case CodecGzip:
+		state = 128 << 10
+	case CodecBzip2:
+		state = 4 << 20
+	case CodecLZMA:
+		state = int64(limit) + 1 + 128<<10
+	case CodecZstd:
+		state = MaxZstdWindow + 2<<20
+	case CodecBrotli:
+		state = 1<<MaxBrotliWindowBits + 1<<20
+	}
+	return state + 4*(int64(limit)+1)
+}
+
 // codecOf returns the canonical content type of a compression header value.
 func codecOf(header string) (string, bool) {
 	switch strings.ToLower(strings.TrimSpace(header)) {
@@ -66,7 +120,7 @@ func codecOf(header string) (string, bool) {
 // frame header claims.
 var zstdDecoders = sync.Pool{New: func() any {
 	d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
-		zstd.WithDecoderMaxWindow(8<<20))
+		zstd.WithDecoderMaxWindow(MaxZstdWindow), zstd.WithDecoderMaxMemory(MaxZstdWindow))
 	if err != nil {
 		return err
 	}
@@ -77,7 +131,9 @@ var zstdDecoders = sync.Pool{New: func() any {
 // header names, reading at most limit bytes of output: a body that inflates
 // further returns ErrDecompressedTooLarge without reading the rest, so a
 // compression bomb costs at most limit bytes of memory and the codec's own
-// bounded state. Errors never quote the body.
+// bounded state. A body whose header asks the decoder for more memory than
+// its cap (MaxLZMADict, MaxZstdWindow, MaxBrotliWindowBits) returns
+// ErrDecoderLimit before any buffer is sized. Errors never quote the body.
 func Decompress(dst []byte, header string, body []byte, limit int) ([]byte, error) {
 	codec, ok := codecOf(header)
 	if !ok {
@@ -91,11 +147,15 @@ func Decompress(dst []byte, header string, body []byte, limit int) ([]byte, erro
 		}
 		defer zstdDecoders.Put(d)
 		if err := d.Reset(bytes.NewReader(body)); err != nil {
-			return dst, fmt.Errorf("zstd: %w", err)
+			return dst, zstdError(err)
 		}
-		return readLimited(dst, codec, d, limit)
+		out, err := readLimited(dst, codec, d, limit)
+		if err != nil && !errors.Is(err, ErrDecompressedTooLarge) {
+			return out, zstdError(err)
+		}
+		return out, err
 	}
-	r, err := reader(codec, body)
+	r, err := reader(codec, body, limit)
 	if err != nil {
 		return dst, err
 	}
@@ -109,13 +169,51 @@ func readLimited(dst []byte, codec string, r io.Reader, limit int) ([]byte, erro
 	switch {
 	case n > int64(limit):
 		return dst, ErrDecompressedTooLarge
+	case errors.Is(err, ErrDecoderLimit):
+		return dst, err
 	case err != nil:
 		return dst, fmt.Errorf("%s: %w", codec, err)
 	}
 	return buf.Bytes(), nil
 }
 
-func reader(codec string, body []byte) (io.Reader, error) {
+// zstdError names a frame refused at the window cap as ErrDecoderLimit.
+func zstdError(err error) error {
+	if errors.Is(err, zstd.ErrWindowSizeExceeded) || errors.Is(err, zstd.ErrDecoderSizeExceeded) {
+		return fmt.Errorf("%w: zstd: the frame asks for a window over the %s cap (%w)",
+			ErrDecoderLimit, sizeText(MaxZstdWindow), err)
+	}
+	return fmt.Errorf("zstd: %w", err)
+}
+
+// brotliWindowBits reads the window size (WBITS) from the first bits of a
+// brotli stream, as RFC 7932 section 9.1 encodes it; large reports the
+// large-window extension's marker.
+func brotliWindowBits(body []byte) (bits int, large bool, err error) {
+	if len(body) == 0 {
+		return 0, false, errors.New("brotli: empty body")
+	}
+	var v uint16 = uint16(body[0])
+	if len(body) > 1 {
+		v |= uint16(body[1]) << 8
+	}
+	if v&1 == 0 {
+		return 16, false, nil
+	}
+	if n := (v >> 1) & 7; n != 0 {
+		return 17 + int(n), false, nil
+	}
+	switch n := (v >> 4) & 7; n {
+	case 0:
+		return 17, false, nil
+	case 1:
+		return 0, true, nil
+	default:
+		return 8 + int(n), false, nil
+	}
+}
+
+func reader(codec string, body []byte, limit int) (io.Reader, error) {
 	src := bytes.NewReader(body)
 	switch codec {
 	case CodecGzip:
@@ -137,19 +235,19 @@ func reader(codec string, body []byte) (io.Reader, error) {
 	case CodecLZMA:
 		// Python's lzma.compress writes the .xz container; the older .lzma
 		// ("alone") format is read too.
-		if bytes.HasPrefix(body, []byte{0xfd, '7', 'z', 'X', 'Z', 0x00}) {
-			r, err := xz.ReaderConfig{SingleStream: true}.NewReader(src)
-			if err != nil {
-				return nil, fmt.Errorf("xz: %w", err)
-			}
-			return r, nil
+		if bytes.HasPrefix(body, xzMagic) {
+			return newXZReader(body, limit)
 		}
-		r, err := lzma.ReaderConfig{DictCap: 8 << 20}.NewReader(src)
-		if err != nil {
-			return nil, fmt.Errorf("lzma: %w", err)
-		}
-		return r, nil
+		return newLZMAAloneReader(body, limit)
 	case CodecBrotli:
+		bits, large, err := brotliWindowBits(body)
+		switch {
+		case err != nil:
+			return nil, err
+		case large || bits > MaxBrotliWindowBits:
+			return nil, fmt.Errorf("%w: brotli: the stream asks for a large window, over the %s cap",
+				ErrDecoderLimit, sizeText(1<<MaxBrotliWindowBits))
+		}
 		return brotli.NewReader(src), nil
 	}
 	return nil, fmt.Errorf("%w %q", ErrUnknownCompression, codec)

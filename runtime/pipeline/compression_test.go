@@ -119,8 +119,8 @@ func TestBadCompressionIsUnparseable(t *testing.T) {
 			t.Errorf("%s: the error quotes the body: %v", c.header, got.Err)
 		}
 	}
-	if got := testkit.Metric(t, f.reg, "tally_collector_unparseable_total"); got != 6 {
-		t.Errorf("unparseable_total = %v, want 6", got)
+	if got := testkit.Metric(t, f.reg, "tally_collector_unparseable_total", pipeline.ReasonBadCompression); got != 6 {
+		t.Errorf(`unparseable_total{reason="bad_compression"} = %v, want 6`, got)
 	}
 	_, err := pipeline.Decompress(nil, "application/x-snappy", []byte("x"), 10)
 	if !errors.Is(err, pipeline.ErrUnknownCompression) {

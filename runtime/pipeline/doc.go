@@ -8,9 +8,14 @@
 //     reason "body_too_large". A body with Message.Compression (kombu's
 //     "compression" header) is inflated first, reading at most MaxBodyBytes of
 //     output: past that it is Unparseable "decompressed_too_large" (a bomb costs
-//     no more memory than the limit); an unknown codec or a body that does not
-//     inflate is Unparseable "bad_compression". The AMQP input keeps every
-//     Unparseable body as a dead letter.
+//     no more memory than the limit); a header that asks its decoder for more
+//     memory than the codec's cap (an .xz or .lzma dictionary over
+//     MaxLZMADict, a zstd window over MaxZstdWindow, a brotli large window,
+//     more than one .xz block) is Unparseable "decoder_limit", refused before
+//     any buffer is sized (DecoderMemory states each codec's bound); an
+//     unknown codec or a body that does not inflate is Unparseable
+//     "bad_compression". The AMQP input keeps Unparseable bodies as dead
+//     letters marked undeliverable, within a budget of their own.
 //  2. The body is indexed once, natively (jsonindex). An oslo messagingv2
 //     envelope ({"oslo.version":"2.0","oslo.message":"<string>"}) is unwrapped:
 //     the string is unescaped into a reused buffer and the inner message is
@@ -33,7 +38,7 @@
 //     body (SHA-256), so a resent message carries the same id.
 //
 // Every outcome is counted (tally_collector_mapped_total, _skipped_total{reason},
-// _unparseable_total, _mapper_failures_total{reason}); warnings are sampled (a
+// _unparseable_total{reason}, _mapper_failures_total{reason}); warnings are sampled (a
 // burst of 20 a second) so a flood of bad input cannot flood the log, while the
 // counters stay exact. Nothing is logged by
 // content: an unparseable body is logged by size, exchange and routing key.

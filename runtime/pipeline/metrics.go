@@ -11,7 +11,7 @@ import (
 type metrics struct {
 	mapped      prometheus.Counter
 	skipped     *prometheus.CounterVec
-	unparseable prometheus.Counter
+	unparseable *prometheus.CounterVec
 	failures    *prometheus.CounterVec
 }
 
@@ -27,10 +27,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "tally_collector_skipped_total",
 			Help: "Messages or events skipped, by reason (unclaimed, event_too_large, no_event_type, versioned).",
 		}, []string{"reason"}),
-		unparseable: prometheus.NewCounter(prometheus.CounterOpts{
+		unparseable: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tally_collector_unparseable_total",
-			Help: "Messages whose body could not be read (over 1 MiB, or not JSON).",
-		}),
+			Help: "Messages whose body could not be read, by reason (body_too_large, not_json, bad_compression, decompressed_too_large, decoder_limit).",
+		}, []string{"reason"}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tally_collector_mapper_failures_total",
 			Help: "Mapper calls that failed, by reason (trap, timeout, memory, invalid_output, abi, guest_error, load).",
@@ -39,6 +39,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	// Pre-create the bounded label values so dashboards see zeros.
 	for _, r := range []string{ReasonUnclaimed, ReasonEventTooLarge, ReasonNoEventType, ReasonVersioned} {
 		m.skipped.WithLabelValues(r)
+	}
+	for _, r := range unparseableReasons {
+		m.unparseable.WithLabelValues(r)
 	}
 	for _, r := range []string{"trap", "timeout", "memory", "invalid_output", "abi", "guest_error", "load"} {
 		m.failures.WithLabelValues(r)

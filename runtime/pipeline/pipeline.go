@@ -36,7 +36,15 @@ const (
 	ReasonBadCompression = "bad_compression"
 	// ReasonDecompressedTooLarge: the body inflates past MaxBodyBytes.
 	ReasonDecompressedTooLarge = "decompressed_too_large"
+	// ReasonDecoderLimit: the body's header asks its decoder for more memory
+	// than the codec's cap (ErrDecoderLimit); refused before any buffer is
+	// sized.
+	ReasonDecoderLimit = "decoder_limit"
 )
+
+// unparseableReasons is the closed set of Unparseable reasons.
+var unparseableReasons = []string{ReasonBodyTooLarge, ReasonNotJSON, ReasonBadCompression,
+	ReasonDecompressedTooLarge, ReasonDecoderLimit}
 
 // Outcome says what became of a message.
 type Outcome uint8
@@ -178,6 +186,8 @@ func (p *Pipeline) process(ctx context.Context, msg Message) Result {
 		switch {
 		case errors.Is(err, ErrDecompressedTooLarge):
 			return Result{Outcome: Unparseable, Reason: ReasonDecompressedTooLarge, Err: err}
+		case errors.Is(err, ErrDecoderLimit):
+			return Result{Outcome: Unparseable, Reason: ReasonDecoderLimit, Err: err}
 		case err != nil:
 			return Result{Outcome: Unparseable, Reason: ReasonBadCompression, Err: err}
 		}
@@ -380,10 +390,16 @@ func (p *Pipeline) count(msg Message, r *Result) {
 			p.metrics.skipped.WithLabelValues(r.Reason).Inc()
 		}
 	case Unparseable:
-		p.metrics.unparseable.Inc()
-		p.warn.Warn().Int("size", len(msg.Body)).Str("exchange", msg.Exchange).
-			Str("routing_key", msg.RoutingKey).Str("reason", r.Reason).
-			Msg("unparseable message, skipped")
+		p.metrics.unparseable.WithLabelValues(r.Reason).Inc()
+		ev := p.warn.Warn().Int("size", len(msg.Body)).Str("exchange", msg.Exchange).
+			Str("routing_key", msg.RoutingKey).Str("reason", r.Reason)
+		if msg.Compression != "" {
+			ev = ev.Str("compression", cut(msg.Compression, 64))
+		}
+		if r.Err != nil {
+			ev = ev.Err(r.Err)
+		}
+		ev.Msg("unparseable message, skipped")
 	case Failed:
 		p.metrics.failures.WithLabelValues(r.Reason).Inc()
 		p.warn.Warn().Str("exchange", msg.Exchange).Str("routing_key", msg.RoutingKey).

@@ -236,8 +236,11 @@ func TestRefusals(t *testing.T) {
 			t.Errorf("%s: got %v %q (%d events), want %v %q", tc.name, r.Outcome, r.Reason, len(r.Events), tc.outcome, tc.reason)
 		}
 	}
-	if got := testkit.Metric(t, f.reg, "tally_collector_unparseable_total"); got != 5 {
-		t.Errorf("unparseable_total = %v, want 5", got)
+	if got := testkit.Metric(t, f.reg, "tally_collector_unparseable_total", pipeline.ReasonNotJSON); got != 4 {
+		t.Errorf(`unparseable_total{reason="not_json"} = %v, want 4`, got)
+	}
+	if got := testkit.Metric(t, f.reg, "tally_collector_unparseable_total", pipeline.ReasonBodyTooLarge); got != 1 {
+		t.Errorf(`unparseable_total{reason="body_too_large"} = %v, want 1`, got)
 	}
 	for reason, want := range map[string]float64{
 		pipeline.ReasonNoEventType: 1, pipeline.ReasonUnclaimed: 1, pipeline.ReasonVersioned: 1,

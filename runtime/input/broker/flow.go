@@ -114,12 +114,17 @@ func (s *sess) mapItem(ctx context.Context, it *item) {
 		ev.Str("reason", res.Reason).Str("event_type", res.EventType).Int("size", len(it.body)).
 			Str("exchange", it.exchange).Str("routing_key", it.routingKey).Msg("notification skipped")
 	case pipeline.Unparseable, pipeline.Failed:
-		// Never acknowledged into nothing: the body goes to the dead-letter
-		// area with its batch and is acknowledged only once that is
-		// committed, so the evidence survives (an undecodable body, a
-		// compression bomb, a mapper failure). The pipeline counts and logs
-		// it, never by content.
+		// The body goes to the dead-letter area with its batch and is
+		// acknowledged only once that is committed. A mapper failure is kept
+		// whatever it costs (a replay may deliver it: the input pauses at the
+		// area's bound). A body no replay can deliver (oversized,
+		// undecodable, refused by its decoder) is marked Undeliverable: kept
+		// as evidence within a budget of its own, dropped with a count past
+		// it, and never a reason to pause, since holding it back would hold
+		// up every message behind it. The pipeline counts and logs it (size,
+		// exchange, routing key), never by content.
 		it.letter = deadLetter(it, res, pipeline.DefaultMaxBodyBytes)
+		it.letter.Undeliverable = res.Outcome == pipeline.Unparseable
 	}
 	it.res = res
 }
@@ -459,6 +464,7 @@ func (s *sess) pause() error {
 	}
 	d := s.pauseBo.Next()
 	s.c.m.paused.Set(1)
+	s.c.m.pauses.Inc()
 	s.log.Warn().Int("requeued", n).Dur("pause", d).Msg("outbox at its bound; consumption paused")
 	s.resumeC = time.After(d)
 	return nil

@@ -17,6 +17,7 @@ type metrics struct {
 	refusedBindings  prometheus.Gauge
 	blocked          prometheus.Gauge
 	paused           prometheus.Gauge
+	pauses           prometheus.Counter
 	commitSeconds    prometheus.Histogram
 }
 
@@ -56,6 +57,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "tally_collector_consumer_paused",
 			Help: "1 while consumption is stopped at the outbox bound.",
 		}),
+		pauses: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tally_collector_consumer_pauses_total",
+			Help: "Times consumption was stopped at the outbox bound (events or dead letters a replay could deliver).",
+		}),
 		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tally_collector_commit_duration_seconds",
 			Help:    "Time of one outbox commit of a delivery batch.",
@@ -63,7 +68,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	err := imetrics.Register(reg, m.consumed, m.acked, m.nacked, m.reconnects, m.missingExchanges,
-		m.refusedBindings, m.blocked, m.paused, m.commitSeconds)
+		m.refusedBindings, m.blocked, m.paused, m.pauses, m.commitSeconds)
 	if err != nil {
 		return nil, fmt.Errorf("broker: %w", err)
 	}
