@@ -34,19 +34,6 @@ const (
 	CodecZstd   = "application/zstd"
 )
 
-// ErrUnknownCompression: the compression header names no codec this
-// collector reads.
-var ErrUnknownCompression = errors.New("unknown compression")
-
-// ErrDecompressedTooLarge: the body inflates past the body limit (a
-// compression bomb, or a notification larger than any real one).
-var ErrDecompressedTooLarge = errors.New("decompressed body over the limit")
-
-// ErrDecoderLimit: the body's header asks its decoder for more memory than
-// the codec's cap (a dictionary, a window, a block count): refused before
-// any buffer is sized.
-var ErrDecoderLimit = errors.New("compressed body over the decoder's memory cap")
-
 // Memory caps of the decoders, enforced on what a body's header announces
 // before any buffer is sized. A header asking for more is refused with
 // ErrDecoderLimit. docs/broker.md, section 4, states them for operators.

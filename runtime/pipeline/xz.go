@@ -26,10 +26,8 @@ import (
 // dictionary decodes it identically.
 
 var (
-	xzMagic       = []byte{0xfd, '7', 'z', 'X', 'Z', 0x00}
-	crc64Table    = crc64.MakeTable(crc64.ECMA)
-	errXZFormat   = errors.New("not a valid .xz stream")
-	errXZChecksum = errors.New("block check mismatch")
+	xzMagic    = []byte{0xfd, '7', 'z', 'X', 'Z', 0x00}
+	crc64Table = crc64.MakeTable(crc64.ECMA)
 )
 
 const (
