@@ -29,7 +29,8 @@
 // id the collector derives one from the message, so a message sent again
 // yields the same event. Attributes keep strings, numbers and booleans;
 // nested objects and arrays are left out, and so is every member whose name
-// suggests a credential (password, token, secret, connection_info).
+// suggests a credential by the collector's one rule (wasm-sdk/secret:
+// password, token, secret, cookie, api_key, Authorization and the like).
 package main
 
 import (
@@ -37,6 +38,7 @@ import (
 	"unsafe"
 
 	sdk "github.com/tally-billing/tally-openstack-collector/wasm-sdk"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/secret"
 )
 
 var manifest = sdk.Manifest{
@@ -237,7 +239,7 @@ func writeMembers(a *sdk.Event, obj []byte) {
 		i = skipWS(obj, i+1)
 		vs := i
 		i = skipValue(obj, i)
-		if clean && !isSecretName(key) && vs < len(obj) {
+		if clean && !secret.IsName(key) && vs < len(obj) {
 			v := obj[vs:i]
 			switch c := v[0]; {
 			case c == '"':
@@ -406,7 +408,7 @@ func mapText(msg, tag, at sdk.Value, out *sdk.Output) {
 	}
 	a := e.Object("attributes")
 	for _, kv := range pairs {
-		if shapeIndex(kv[0]) >= 0 || isSecretName(kv[0]) {
+		if shapeIndex(kv[0]) >= 0 || secret.IsName(kv[0]) {
 			continue
 		}
 		switch {
@@ -506,37 +508,4 @@ func splitPairs(s string) {
 			pairs = append(pairs, [2]string{k, v})
 		}
 	}
-}
-
-// isSecretName reports whether a member name suggests a credential.
-func isSecretName(k string) bool {
-	for _, s := range secretFragments {
-		if containsFold(k, s) {
-			return true
-		}
-	}
-	return false
-}
-
-var secretFragments = []string{"password", "token", "secret", "connection_info", "credential", "passwd"}
-
-// containsFold reports whether s contains sub (lower-case ASCII) in any case.
-func containsFold(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		j := 0
-		for j < len(sub) {
-			c := s[i+j]
-			if c >= 'A' && c <= 'Z' {
-				c += 'a' - 'A'
-			}
-			if c != sub[j] {
-				break
-			}
-			j++
-		}
-		if j == len(sub) {
-			return true
-		}
-	}
-	return false
 }
