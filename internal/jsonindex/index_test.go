@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -203,32 +204,70 @@ func readNova(t testing.TB) []byte {
 	return src
 }
 
-// check verifies an index against encoding/json for a document it accepted.
+// check verifies an index against encoding/json for a document it accepted:
+// every value at every depth, looked up by its path (with Lookup and with a
+// Cursor, which must agree), has the kind and the value encoding/json gives
+// it, and AppendChildren lists as many members or elements as there are.
+// encoding/json keeps the last of duplicate member names, the index the
+// first, so below a name that occurs more than once nothing is compared.
 func check(t *testing.T, x *Index, src []byte) {
 	var doc any
 	if err := unmarshal(src, &doc); err != nil {
 		t.Fatalf("Parse accepted %q, encoding/json refuses it: %v", src, err)
 	}
-	obj, ok := doc.(map[string]any)
-	if !ok {
-		return
+	var c Cursor
+	c.Reset(x)
+	checkValue(t, x, &c, src, "", doc)
+}
+
+var pathEscaper = strings.NewReplacer(`\`, `\\`, `.`, `\.`)
+
+func checkValue(t *testing.T, x *Index, c *Cursor, src []byte, path string, want any) {
+	k, s, e := x.Lookup(path)
+	if ck, cs, ce := c.LookupBytes([]byte(path)); ck != k || cs != s || ce != e {
+		t.Fatalf("path %q: Cursor answers %v [%d,%d), Lookup %v [%d,%d) in %q", path, ck, cs, ce, k, s, e, src)
 	}
-	// Look every top-level member up by its (escaped) name; compare values.
-	// encoding/json keeps the last of duplicate names, the index the first, so
-	// only compare names that occur once.
-	counts := map[string]int{}
-	for c := int32(1); c < x.nodes[0].next; c = x.nodes[c].next {
-		name, _ := AppendUnquote(nil, src[x.nodes[c].key0:x.nodes[c].key1])
-		counts[string(name)]++
+	if wk := kindOf(want); k != wk {
+		t.Fatalf("path %q: kind %v, encoding/json says %v, in %q", path, k, wk, src)
 	}
-	for name, want := range obj {
-		if counts[name] != 1 || name == "" { // the empty path is the document itself
-			continue
+	children := x.AppendChildren(nil, path)
+	switch w := want.(type) {
+	case map[string]any:
+		counts := map[string]int{}
+		for _, ch := range children {
+			name, err := AppendUnquote(nil, src[ch.KeyStart:ch.KeyEnd])
+			if err != nil {
+				t.Fatalf("path %q: member name %q: %v", path, src[ch.KeyStart:ch.KeyEnd], err)
+			}
+			counts[string(name)]++
 		}
-		path := strings.NewReplacer(`\`, `\\`, `.`, `\.`).Replace(name)
-		k, s, e := x.Lookup(path)
-		if k == Missing {
-			t.Fatalf("member %q (path %q) not found in %q", name, path, src)
+		if len(counts) != len(w) {
+			t.Fatalf("path %q: %d distinct member names, encoding/json has %d, in %q", path, len(counts), len(w), src)
+		}
+		for name, v := range w {
+			if counts[name] != 1 || (path == "" && name == "") { // "" alone is the document itself
+				continue
+			}
+			p := pathEscaper.Replace(name)
+			if path != "" {
+				p = path + "." + p
+			}
+			checkValue(t, x, c, src, p, v)
+		}
+	case []any:
+		if len(children) != len(w) {
+			t.Fatalf("path %q: %d elements, encoding/json has %d, in %q", path, len(children), len(w), src)
+		}
+		for i, v := range w {
+			p := strconv.Itoa(i)
+			if path != "" {
+				p = path + "." + p
+			}
+			checkValue(t, x, c, src, p, v)
+		}
+	default:
+		if len(children) != 0 {
+			t.Fatalf("path %q: a scalar with %d children", path, len(children))
 		}
 		text := src[s:e]
 		if k == String {
@@ -236,14 +275,35 @@ func check(t *testing.T, x *Index, src []byte) {
 		}
 		var got any
 		if err := unmarshal(text, &got); err != nil {
-			t.Fatalf("member %q: span %q not JSON: %v", name, text, err)
+			t.Fatalf("path %q: span %q not JSON: %v", path, text, err)
 		}
 		gb, _ := json.Marshal(got)
 		wb, _ := json.Marshal(want)
 		if !bytes.Equal(gb, wb) {
-			t.Fatalf("member %q: got %s want %s", name, gb, wb)
+			t.Fatalf("path %q: got %s want %s", path, gb, wb)
 		}
 	}
+}
+
+func kindOf(v any) Kind {
+	switch v := v.(type) {
+	case nil:
+		return Null
+	case bool:
+		if v {
+			return True
+		}
+		return False
+	case json.Number:
+		return Number
+	case string:
+		return String
+	case map[string]any:
+		return Object
+	case []any:
+		return Array
+	}
+	return Missing
 }
 
 func unmarshal(b []byte, v any) error {
@@ -257,6 +317,9 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`[true,false,-0.5E+2,"\ud83d\ude00"]`))
 	f.Add([]byte(`{"\u0061":1,"a":2}`))
 	f.Add([]byte(`"x`))
+	f.Add([]byte(`{"a.b":{"c\\d":[[],{},{"":0}]},"a":{"b":1},"\u0030":[null,"\u00e9\n"]}`))
+	f.Add([]byte(`{"k":1,"k":{"x":2}}`))
+	f.Add([]byte(`[[[[{"deep":[1e5,-0,0.25E-3]}]]]]`))
 	if src, err := os.ReadFile("../../runtime/testdata/nova-compute.instance.exists.json"); err == nil {
 		f.Add(src)
 	}
@@ -269,6 +332,9 @@ func FuzzParse(f *testing.F) {
 			}
 			check(t, &x, src)
 			return
+		}
+		if k, _, _ := x.Lookup(""); k != Missing || x.Valid() {
+			t.Fatalf("refused %q (%v), yet the document answers %v", src, err, k)
 		}
 		if errors.Is(err, ErrDepth) {
 			return

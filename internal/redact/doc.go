@@ -10,23 +10,10 @@
 //
 // # Names
 //
-// IsSecretName decides, case-insensitively, on the parts of a name (split at
-// '_', '-', '.', spaces and lower-to-upper case changes, so auth_token,
-// X-Auth-Token and authToken split alike):
-//
-//   - the name contains password, passwd, passphrase, token, secret,
-//     credential, cookie or connection_info anywhere (auth_password,
-//     _context_auth_token, PGPASSWORD, client_secret, Set-Cookie);
-//   - a part is pass or pwd (adminPass, DB_PWD);
-//   - a part is privatekey, apikey or accesskey, or is key after another part
-//     (private_key, api_key, SSH_KEY, AWS_ACCESS_KEY_ID), except routing_key
-//     and sort_key, which name no secret (a routing key is in every event's
-//     source); key alone or first (key, key_name) is not a credential;
-//   - the last part is auth or authorization (Authorization, basic_auth);
-//     auth elsewhere is not (auth_algorithm, auth_url).
-//
-// The rule goes by parts rather than by exact names because services spell the
-// same credential many ways; it errs on the side of hiding.
+// IsSecretName decides which names hold credentials. The rule itself lives in
+// wasm-sdk/secret, whose documentation states it: guest modules, which may
+// import only the SDK, apply the same rule to what they copy into an event
+// (the channel module), so there is one list, not two.
 //
 // # The marker
 //

@@ -24,12 +24,13 @@
 // the shape does not name becomes an attribute.
 //
 // Defaults: the time of the publish call for a missing time, the tag for a
-// missing type, "channel" for a missing service, and for a missing action the
+// missing type (or an empty one, an object, an array), "channel" for a missing service, and for a missing action the
 // last segment of the type (".start" and ".end" dropped first). Without an
 // id the collector derives one from the message, so a message sent again
 // yields the same event. Attributes keep strings, numbers and booleans;
 // nested objects and arrays are left out, and so is every member whose name
-// suggests a credential (password, token, secret, connection_info).
+// suggests a credential by the collector's one rule (wasm-sdk/secret:
+// password, token, secret, cookie, api_key, Authorization and the like).
 package main
 
 import (
@@ -37,6 +38,7 @@ import (
 	"unsafe"
 
 	sdk "github.com/tally-billing/tally-openstack-collector/wasm-sdk"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/secret"
 )
 
 var manifest = sdk.Manifest{
@@ -70,6 +72,11 @@ func mapChannel(m *sdk.Message, out *sdk.Output) {
 	if !typ.Exists() {
 		// Not from the channel (a notification of the same type on the
 		// bus): nothing to say about it.
+		return
+	}
+	if tag.Kind() != sdk.String || len(tag.Raw()) == 0 {
+		// Without a tag no event could have a type (the channel always
+		// sends one): no event, as for any input without an event_type.
 		return
 	}
 	switch {
@@ -177,14 +184,15 @@ func appendInt(b []byte, i int) []byte {
 	return append(b, byte('0'+i%10))
 }
 
-// field returns the first present value among the names of member f.
+// field returns the first present value among the names of member f; an
+// empty string counts as absent (an event never carries "").
 func field(f int) sdk.Value {
 	i := 0
 	for j := 0; j < f; j++ {
 		i += len(shape[j])
 	}
 	for k := range shape[f] {
-		if v := vals[i+k]; v.Exists() {
+		if v := vals[i+k]; v.Exists() && !(v.Kind() == sdk.String && len(v.Raw()) == 0) {
 			return v
 		}
 	}
@@ -198,7 +206,11 @@ func mapObject(tag, at sdk.Value, out *sdk.Output) {
 	if !e.Timestamp("timestamp", field(fTime)) {
 		e.Timestamp("timestamp", at)
 	}
-	et := field(fType).Or(tag)
+	et := field(fType)
+	if k := et.Kind(); k == sdk.Object || k == sdk.Array {
+		et = sdk.Value{} // no type to write: the tag's
+	}
+	et = et.Or(tag)
 	e.StrValue("event_type", et)
 	if !e.StrValue("service", field(fService)) {
 		e.Str("service", "channel")
@@ -207,8 +219,8 @@ func mapObject(tag, at sdk.Value, out *sdk.Output) {
 	e.StrValue("resource_id", field(fResourceID))
 	e.StrValue("project_id", field(fProject))
 	e.StrValue("user_id", field(fUser))
-	if !e.StrValue("action", field(fAction)) {
-		e.Str("action", actionOf(str(et.Raw())))
+	if a := actionOf(str(et.Raw())); !e.StrValue("action", field(fAction)) && a != "" {
+		e.Str("action", a)
 	}
 	a := e.Object("attributes")
 	if attrs := vals[nPaths-2]; attrs.Kind() == sdk.Object {
@@ -237,7 +249,7 @@ func writeMembers(a *sdk.Event, obj []byte) {
 		i = skipWS(obj, i+1)
 		vs := i
 		i = skipValue(obj, i)
-		if clean && !isSecretName(key) && vs < len(obj) {
+		if clean && !secret.IsName(key) && vs < len(obj) {
 			v := obj[vs:i]
 			switch c := v[0]; {
 			case c == '"':
@@ -374,7 +386,7 @@ func mapText(msg, tag, at sdk.Value, out *sdk.Output) {
 	var have [nFields]bool
 	e := out.Event()
 	for _, kv := range pairs {
-		if idx := shapeIndex(kv[0]); idx >= 0 && !have[idx] {
+		if idx := shapeIndex(kv[0]); idx >= 0 && !have[idx] && kv[1] != "" {
 			f[idx], have[idx] = kv[1], true
 		}
 	}
@@ -401,12 +413,12 @@ func mapText(msg, tag, at sdk.Value, out *sdk.Output) {
 	}
 	if f[fAction] != "" {
 		e.Str("action", f[fAction])
-	} else {
-		e.Str("action", actionOf(et))
+	} else if a := actionOf(et); a != "" {
+		e.Str("action", a)
 	}
 	a := e.Object("attributes")
 	for _, kv := range pairs {
-		if shapeIndex(kv[0]) >= 0 || isSecretName(kv[0]) {
+		if shapeIndex(kv[0]) >= 0 || secret.IsName(kv[0]) {
 			continue
 		}
 		switch {
@@ -435,7 +447,8 @@ func shapeIndex(k string) int {
 }
 
 // actionOf is the last segment of an event type, ".start" and ".end"
-// dropped first: "license.checkout.end" gives "checkout".
+// dropped first: "license.checkout.end" gives "checkout". A type that ends
+// in a dot gives "", and the event no action.
 func actionOf(et string) string {
 	et = strings.TrimSuffix(strings.TrimSuffix(et, ".start"), ".end")
 	if i := strings.LastIndexByte(et, '.'); i >= 0 {
@@ -506,37 +519,4 @@ func splitPairs(s string) {
 			pairs = append(pairs, [2]string{k, v})
 		}
 	}
-}
-
-// isSecretName reports whether a member name suggests a credential.
-func isSecretName(k string) bool {
-	for _, s := range secretFragments {
-		if containsFold(k, s) {
-			return true
-		}
-	}
-	return false
-}
-
-var secretFragments = []string{"password", "token", "secret", "connection_info", "credential", "passwd"}
-
-// containsFold reports whether s contains sub (lower-case ASCII) in any case.
-func containsFold(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		j := 0
-		for j < len(sub) {
-			c := s[i+j]
-			if c >= 'A' && c <= 'Z' {
-				c += 'a' - 'A'
-			}
-			if c != sub[j] {
-				break
-			}
-			j++
-		}
-		if j == len(sub) {
-			return true
-		}
-	}
-	return false
 }

@@ -16,13 +16,17 @@ var update = flag.Bool("update", false, "rewrite testdata/*.out.json from the ma
 
 func mapJSON(in []byte) ([]byte, error) { return sdk.MapJSON(mapNeutron, in) }
 
+// mapper is what the golden test and the fuzz target know of the mapper.
+var mapper = fixture.Mapper{
+	Map: mapJSON, EventType: "network.create.end", MaxEvents: 5,
+	Claims: manifest.EventTypes, Unclaimed: "../testdata/unclaimed",
+	Schema: "../../docs/event.schema.json",
+}
+
 // TestGolden runs the pairs of testdata (credential check included), the
 // hostile inputs and the manifest's claims: see fixture.Golden.
 func TestGolden(t *testing.T) {
-	fixture.Golden(t, "testdata", fixture.Mapper{
-		Map: mapJSON, EventType: "network.create.end", MaxEvents: 5,
-		Claims: manifest.EventTypes, Unclaimed: "../testdata/unclaimed",
-	}, *update)
+	fixture.Golden(t, "testdata", mapper, *update)
 }
 
 // TestPreSharedKeyNotCopied: an IPsec site connection carries its pre-shared

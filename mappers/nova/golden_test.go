@@ -12,11 +12,15 @@ var update = flag.Bool("update", false, "rewrite testdata/*.out.json from the ma
 
 func mapJSON(in []byte) ([]byte, error) { return sdk.MapJSON(mapNova, in) }
 
+// mapper is what the golden test and the fuzz target know of the mapper.
+var mapper = fixture.Mapper{
+	Map: mapJSON, EventType: "compute.instance.exists", MaxEvents: 1,
+	Claims: manifest.EventTypes, Unclaimed: "../testdata/unclaimed",
+	Schema: "../../docs/event.schema.json",
+}
+
 // TestGolden runs the pairs of testdata (credential check included), the
 // hostile inputs and the manifest's claims: see fixture.Golden.
 func TestGolden(t *testing.T) {
-	fixture.Golden(t, "testdata", fixture.Mapper{
-		Map: mapJSON, EventType: "compute.instance.exists", MaxEvents: 1,
-		Claims: manifest.EventTypes, Unclaimed: "../testdata/unclaimed",
-	}, *update)
+	fixture.Golden(t, "testdata", mapper, *update)
 }

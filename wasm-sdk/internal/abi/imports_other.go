@@ -3,6 +3,7 @@
 package abi
 
 import (
+	"errors"
 	"os"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
@@ -12,14 +13,34 @@ import (
 // index the collector builds before calling a guest, so a lookup gives the
 // same answer under go test as inside the runtime.
 type Host struct {
-	idx *jsonindex.Index
+	idx    *jsonindex.Index
+	budget *Budget
 }
 
-// NewHost returns a Host answering from idx. Offsets are into idx.Bytes().
-func NewHost(idx *jsonindex.Index) Host { return Host{idx: idx} }
+// Budget bounds the lookups of one native call: the stand-in, under go test,
+// for the deadline the collector gives a call. A lookup past it panics with
+// ErrBudget, which unwinds the map function wherever it loops.
+type Budget struct {
+	Left      int  // lookups still allowed
+	Exhausted bool // a lookup was refused
+}
+
+// ErrBudget is the panic value of a lookup past the Budget.
+var ErrBudget = errors.New("lookup budget of the native call exhausted")
+
+// NewHost returns a Host answering from idx, within budget when it is not
+// nil. Offsets are into idx.Bytes().
+func NewHost(idx *jsonindex.Index, budget *Budget) Host { return Host{idx: idx, budget: budget} }
 
 // Field looks path up and returns the packed result the field import would.
 func (h Host) Field(path string) uint64 {
+	if b := h.budget; b != nil {
+		if b.Left <= 0 {
+			b.Exhausted = true
+			panic(ErrBudget)
+		}
+		b.Left--
+	}
 	if h.idx == nil {
 		return 0
 	}
