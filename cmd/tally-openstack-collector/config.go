@@ -57,6 +57,9 @@ type Config struct {
 	ChannelQueueLimitBytes int64
 
 	UnhealthyThreshold time.Duration
+	// WatchdogTimeout is how long the watchdog process waits for a
+	// heartbeat before it kills the daemon (watchdog.go); 0: no watchdog.
+	WatchdogTimeout time.Duration
 	HTTPAddr           string
 	MappersDir         string
 	LogLevel           zerolog.Level

@@ -89,6 +89,8 @@ func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 		return runPublish(args, environ, stdin, stdout, stderr)
 	case "tap":
 		return runTap(args, environ, stdout, stderr)
+	case watchdogCommand: // hidden: the daemon's watchdog process (watchdog.go)
+		return runWatchdog(args, stdin, stderr)
 	case "help":
 		fs := rootFlags()
 		fmt.Fprint(stdout, usageHead+fs.FlagUsages())

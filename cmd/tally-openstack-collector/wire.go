@@ -110,13 +110,19 @@ func builtinModuleOptions(cfg *Config) []runtime.ModuleOption {
 // commands, which take the directory as it stands. link, when not nil,
 // shares the operator's promote and abort decisions with the other replicas
 // and hands theirs to the catalogue.
-func loadMappers(ctx context.Context, cfg *Config, base zerolog.Logger, reg prometheus.Registerer, state catalog.StateStore, link *controlLink) (*mapperSet, error) {
+//
+// onOverrun is called when a watched built-in call overruns its deadline,
+// before it is answered (runtime.Config.OnWatchedOverrun): the daemon exits
+// there (runawayExit); nil for the offline commands, which run every module
+// guarded.
+func loadMappers(ctx context.Context, cfg *Config, base zerolog.Logger, reg prometheus.Registerer, state catalog.StateStore, link *controlLink, onOverrun func(module string)) (*mapperSet, error) {
 	eng, err := runtime.NewEngine(ctx, runtime.Config{
-		CacheDir:    cfg.MapperCacheDir,
-		MemoryLimit: cfg.MapperMemoryLimit,
-		CallTimeout: cfg.MapperCallTimeout,
-		PoolSize:    cfg.MapperPoolSize,
-		Logger:      component(base, "runtime"),
+		CacheDir:         cfg.MapperCacheDir,
+		MemoryLimit:      cfg.MapperMemoryLimit,
+		CallTimeout:      cfg.MapperCallTimeout,
+		PoolSize:         cfg.MapperPoolSize,
+		Logger:           component(base, "runtime"),
+		OnWatchedOverrun: onOverrun,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start the mapper engine: %w", err)
@@ -368,9 +374,13 @@ func runDump(ctx context.Context, cfg *Config, base zerolog.Logger, w io.Writer)
 	return broker.Dump(ctx, brokerOptions(cfg, base, nil), w)
 }
 
-// offlineMappers loads the mappers for map and mapper test: no metrics.
+// offlineMappers loads the mappers for map and mapper test: no metrics, and
+// every module guarded, built-in ones included: a file mapped offline may be
+// the notification that made the daemon's mapper loop.
 func offlineMappers(ctx context.Context, cfg *Config, base zerolog.Logger) (*mapperSet, error) {
-	return loadMappers(ctx, cfg, base, nil, nil, nil)
+	off := *cfg
+	off.MapperBuiltinGuard = runtime.GuardAlways
+	return loadMappers(ctx, &off, base, nil, nil, nil, nil)
 }
 
 // controlHandler serves the catalogue's routes (/mappers, /deadletters) on the
