@@ -57,13 +57,14 @@ type Config struct {
 	ChannelQueueLimitBytes int64
 
 	UnhealthyThreshold time.Duration
+	HTTPAddr           string
+	MappersDir         string
+	LogLevel           zerolog.Level
+	LogFormat          string
+
 	// WatchdogTimeout is how long the watchdog process waits for a
 	// heartbeat before it kills the daemon (watchdog.go); 0: no watchdog.
 	WatchdogTimeout time.Duration
-	HTTPAddr        string
-	MappersDir      string
-	LogLevel        zerolog.Level
-	LogFormat       string
 
 	MappersPromote    catalog.PromoteMode
 	ReplicaName       string
