@@ -287,7 +287,7 @@ var settings = []setting{
 		usage: "instances per module at most (0: one per CPU)",
 		field: func(c *Config) any { return &c.MapperPoolSize }},
 	{key: "mapper_builtin_guard", def: "watched", modes: mapperModes, oneOf: []string{"watched", "always"},
-		usage: "how built-in modules run: watched (no termination checks; an overrun is answered at its deadline and the module then runs guarded) or always (termination checks, as drop-in modules; two to four times the CPU)",
+		usage: "how built-in modules run: watched (no termination checks for a first AMQP delivery; an overrun ends the daemon, and the redelivery runs guarded) or always (termination checks, as drop-in modules; two to four times the CPU)",
 		parse: func(c *Config, raw string) error {
 			c.MapperBuiltinGuard = runtime.GuardWatched
 			if raw == "always" {

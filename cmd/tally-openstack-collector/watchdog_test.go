@@ -113,12 +113,26 @@ func TestDaemonFrozenIsKilledByItsWatchdog(t *testing.T) {
 	}
 	testkit.WaitFor(t, 10*time.Second, "the watchdog process to end with the daemon", func() bool { return gone(wd) })
 
-	// Frozen: killed.
+	// Frozen: killed. The livez command, a container's health check, says
+	// 0 before and 1 after.
 	c.start(t)
 	c.waitReady(t)
 	wd = watchdogPID(t, c.p)
+	livez := func() int {
+		cmd := exec.Command(c.bin, "livez")
+		cmd.Env = c.env
+		out, _ := cmd.CombinedOutput()
+		t.Logf("livez: %s", strings.TrimSpace(string(out)))
+		return cmd.ProcessState.ExitCode()
+	}
+	if code := livez(); code != 0 {
+		t.Fatalf("livez of a live daemon: exit %d", code)
+	}
 	if err := c.p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
+	}
+	if code := livez(); code != 1 {
+		t.Fatalf("livez of a frozen daemon: exit %d, want 1", code)
 	}
 	select {
 	case <-c.p.done:
