@@ -117,10 +117,13 @@ type watchdogProc struct {
 // startWatchdogProc starts the watchdog process for this one; nil when it
 // cannot (logged: the daemon runs on, without it).
 func startWatchdogProc(log zerolog.Logger, timeout time.Duration, logFormat string) *watchdogProc {
-	exe, err := os.Executable()
-	if err != nil {
-		log.Error().Err(err).Msg("no watchdog process: the executable is not found")
-		return nil
+	// The running binary itself, even when an upgrade replaced the file.
+	exe := "/proc/self/exe"
+	if _, err := os.Stat(exe); err != nil {
+		if exe, err = os.Executable(); err != nil {
+			log.Error().Err(err).Msg("no watchdog process: the executable is not found")
+			return nil
+		}
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -129,6 +132,7 @@ func startWatchdogProc(log zerolog.Logger, timeout time.Duration, logFormat stri
 	}
 	cmd := exec.Command(exe, watchdogCommand,
 		"--parent", strconv.Itoa(os.Getpid()), "--timeout", timeout.String(), "--log-format", logFormat)
+	cmd.Args[0] = "tally-openstack-collector" // as ps shows it
 	cmd.Stdin = r
 	cmd.Stdout = os.Stderr
 	cmd.Stderr = os.Stderr
