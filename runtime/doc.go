@@ -58,7 +58,10 @@
 //     and the instance abandoned to its guest (Engine.Runaways); a guest that
 //     calls the host after that is stopped there. Compiled guest code cannot
 //     be preempted by Go: an abandoned guest keeps its core, and a garbage
-//     collection waits for it to return.
+//     collection waits for it to return, every goroutine stopped meanwhile.
+//     Config.OnWatchedOverrun is called before such a caller is answered (a
+//     daemon exits there), and a call under GuardedCall runs the module's
+//     guarded code whatever its Guard (a redelivery, a replay).
 //   - Output: Config.MaxOutputBytes per call; Config.MaxEventBytes per event
 //     (larger events are left out and counted in Result.Oversize).
 //   - Imports: only the "tally" host module and WASI preview 1 (no preopened

@@ -13,7 +13,7 @@ func Grow(tb testing.TB, m *Module, n int, in *jsonindex.Index, src Source) {
 	ctx := context.Background()
 	var held []*instance
 	for range n {
-		inst, err := m.acquire(ctx)
+		inst, err := m.acquire(ctx, false)
 		if err != nil {
 			tb.Fatal(err)
 		}

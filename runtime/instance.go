@@ -228,6 +228,13 @@ func (inst *instance) expire(d int64) {
 		return
 	}
 	if inst.calls != nil {
+		if f := inst.m.e.cfg.OnWatchedOverrun; f != nil {
+			id := inst.m.id
+			if id == "" { // the manifest's call, at load
+				id = inst.m.name
+			}
+			f(id) // before the caller is answered: a daemon exits here
+		}
 		inst.cc.fired.Store(true)
 		close(inst.cc.done) // the caller stops waiting (guestCall)
 		inst.m.demote()

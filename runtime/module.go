@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -121,7 +122,7 @@ func (m *Module) Map(ctx context.Context, in *jsonindex.Index, src Source) (Resu
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	inst, err := m.acquire(ctx)
+	inst, err := m.acquire(ctx, IsGuardedCall(ctx))
 	if err != nil {
 		return Result{}, err
 	}
@@ -153,7 +154,7 @@ func (m *Module) Map(ctx context.Context, in *jsonindex.Index, src Source) (Resu
 	return Result{}, &MapError{Reason: reason, Module: m.id, Err: err}
 }
 
-func (m *Module) acquire(ctx context.Context) (*instance, error) {
+func (m *Module) acquire(ctx context.Context, forceGuard bool) (*instance, error) {
 	select {
 	case m.sem <- struct{}{}: // fast path: a free slot
 	default:
@@ -169,23 +170,41 @@ func (m *Module) acquire(ctx context.Context) (*instance, error) {
 		<-m.sem
 		return nil, ErrClosed
 	}
-	want := m.wantGuarded()
+	def := m.wantGuarded()
+	want := def || (forceGuard && m.wasm != nil) // GuardNever keeps no guarded code
+	var stale []*instance
 	m.mu.Lock()
-	for n := len(m.idle); n > 0; n = len(m.idle) {
-		inst := m.idle[n-1]
-		m.idle[n-1] = nil
-		m.idle = m.idle[:n-1]
+	var found *instance
+	for i := len(m.idle) - 1; i >= 0; i-- {
+		inst := m.idle[i]
 		if inst.guarded == want {
-			m.mu.Unlock()
-			return inst, nil
+			found = inst
+			m.idle = slices.Delete(m.idle, i, i+1)
+			break
 		}
-		m.count-- // the other kind: the module switched since it was made
-		m.mu.Unlock()
-		inst.close()
-		m.mu.Lock()
+		if m.stale(inst, def) {
+			m.idle = slices.Delete(m.idle, i, i+1)
+			m.count--
+			stale = append(stale, inst)
+		}
 	}
-	m.count++
+	if found == nil {
+		// A new instance: the pool stays within PoolSize by closing an idle
+		// one of the other kind (kept for calls that ask for it).
+		if m.count >= cap(m.sem) && len(m.idle) > 0 {
+			stale = append(stale, m.idle[0])
+			m.idle = slices.Delete(m.idle, 0, 1)
+			m.count--
+		}
+		m.count++
+	}
 	m.mu.Unlock()
+	for _, inst := range stale {
+		inst.close()
+	}
+	if found != nil {
+		return found, nil
+	}
 	inst, err := m.newInstance(context.WithoutCancel(ctx), want)
 	if err != nil {
 		m.mu.Lock()
@@ -201,6 +220,18 @@ func (m *Module) acquire(ctx context.Context) (*instance, error) {
 	return inst, nil
 }
 
+// stale reports whether an idle instance is never to be used again, def
+// being the kind the module now runs by default: an unguarded one once the
+// module runs guarded (an overrun), or one of a module that switched for
+// good. A guarded instance of a module that runs unguarded by default is kept
+// for the calls that ask for guarded code (GuardedCall).
+func (m *Module) stale(inst *instance, def bool) bool {
+	if inst.guarded == def {
+		return false
+	}
+	return !inst.guarded || m.wasm == nil
+}
+
 func (m *Module) release(inst *instance, keep bool) {
 	if keep && inst.guarded && m.opts.guard == GuardUntrusted && !m.trusted.Load() {
 		if inst.lastDur < m.e.cfg.CallTimeout/4 {
@@ -211,7 +242,7 @@ func (m *Module) release(inst *instance, keep bool) {
 			m.good.Store(0)
 		}
 	}
-	if keep && inst.guarded != m.wantGuarded() {
+	if keep && m.stale(inst, m.wantGuarded()) {
 		keep = false // switch to the other kind of instance
 	}
 	if keep {

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"context"
 	goruntime "runtime"
 	"time"
 
@@ -16,6 +17,14 @@ type Config struct {
 	MaxOutputBytes int           // default 1 MiB
 	PoolSize       int           // max instances per module; default GOMAXPROCS
 	Logger         zerolog.Logger
+
+	// OnWatchedOverrun, when set, is called by the engine's watchdog when a
+	// call of a GuardWatched module overruns its deadline, before its caller
+	// is answered; module is the module's name@version. Its guest cannot be stopped, and the next garbage collection would wait
+	// for it to return, stopping every goroutine meanwhile; a daemon exits
+	// here (docs/abi.md, "Runaway guests"). If it returns, the call is
+	// abandoned to its guest and answered with ReasonTimeout.
+	OnWatchedOverrun func(module string)
 }
 
 // Defaults.
@@ -110,4 +119,21 @@ type moduleOptions struct {
 // WithGuard sets how runaway calls of the module are bounded (default GuardAlways).
 func WithGuard(g Guard) ModuleOption {
 	return func(o *moduleOptions) { o.guard = g }
+}
+
+type guardedCallKey struct{}
+
+// GuardedCall returns a context under which Module.Map runs the module's code
+// compiled with termination checks, whatever its Guard: for a call whose
+// input may be one that loops and that nothing would deliver again if the
+// process died on it (a redelivery, a replay, a message of an input without
+// redelivery). A GuardNever module, which keeps no guarded code, ignores it.
+func GuardedCall(ctx context.Context) context.Context {
+	return context.WithValue(ctx, guardedCallKey{}, true)
+}
+
+// IsGuardedCall reports whether ctx was made by GuardedCall.
+func IsGuardedCall(ctx context.Context) bool {
+	v, _ := ctx.Value(guardedCallKey{}).(bool)
+	return v
 }

@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,17 @@ func spinInput(n int) string {
 	return `{"event_type":"x","pad":"` + strings.Repeat("a", n) + `"}`
 }
 
+// noGC turns the garbage collector off for the rest of the test. A collection
+// that starts while an unguarded guest runs waits for that guest to return,
+// and every goroutine with it, the engine's watchdog included: a call would
+// then end unseen past its deadline (the freeze docs/abi.md, "Runaway
+// guests", describes). These tests are about what the engine does once its
+// watchdog sees the deadline.
+func noGC(t *testing.T) {
+	old := debug.SetGCPercent(-1)
+	t.Cleanup(func() { debug.SetGCPercent(old) })
+}
+
 func wantTimeout(t *testing.T, err error) {
 	t.Helper()
 	var me *runtime.MapError
@@ -29,6 +41,7 @@ func wantTimeout(t *testing.T, err error) {
 // its guest still runs; the abandoned call is counted until the guest
 // returns, and the module runs guarded from then on.
 func TestWatchedOverrunAnsweredAtDeadline(t *testing.T) {
+	noGC(t)
 	e := newEngine(t, runtime.Config{CallTimeout: 100 * time.Millisecond, PoolSize: 1})
 	m := load(t, e, "spin", runtime.WithGuard(runtime.GuardWatched))
 	if m.Guarded() {
@@ -73,6 +86,7 @@ func TestWatchedOverrunAnsweredAtDeadline(t *testing.T) {
 // there, and never reads the caller's input again: the caller reuses its
 // index at once (run under -race).
 func TestWatchedStoppedAtHostCall(t *testing.T) {
+	noGC(t)
 	e := newEngine(t, runtime.Config{CallTimeout: 50 * time.Millisecond, PoolSize: 2})
 	m := load(t, e, "spinfield", runtime.WithGuard(runtime.GuardWatched))
 	x := index(t, spinInput(1000))
@@ -95,6 +109,7 @@ func TestWatchedStoppedAtHostCall(t *testing.T) {
 // Closing the engine while an abandoned guest still runs neither waits for
 // it nor breaks it.
 func TestWatchedCloseWithRunaway(t *testing.T) {
+	noGC(t)
 	e, err := runtime.NewEngine(context.Background(), runtime.Config{CacheDir: testkit.CacheDir(t), CallTimeout: 50 * time.Millisecond, PoolSize: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -106,6 +121,91 @@ func TestWatchedCloseWithRunaway(t *testing.T) {
 	defer cancel()
 	if err := e.Close(ctx); err != nil {
 		t.Fatalf("close with a runaway call: %v", err)
+	}
+	testkit.WaitFor(t, 2*time.Minute, "the abandoned guest to return", func() bool { return e.Runaways() == 0 })
+}
+
+// A watched call that overruns calls Config.OnWatchedOverrun before its
+// caller is answered: a daemon can exit there, before anything it does on
+// the answer (a dead letter, an acknowledgement). When the hook returns, the
+// call is abandoned as without it.
+func TestWatchedOverrunHookBeforeAnswer(t *testing.T) {
+	noGC(t)
+	called := make(chan string, 1)
+	proceed := make(chan struct{})
+	e := newEngine(t, runtime.Config{CallTimeout: 50 * time.Millisecond, PoolSize: 1,
+		OnWatchedOverrun: func(module string) {
+			called <- module
+			<-proceed
+		}})
+	m := load(t, e, "spin", runtime.WithGuard(runtime.GuardWatched))
+	answered := make(chan error, 1)
+	go func() {
+		_, err := m.Map(context.Background(), index(t, spinInput(1000)), src)
+		answered <- err
+	}()
+	if got := <-called; got != "spin@1.0.0" {
+		t.Fatalf("hook called with %q, want spin@1.0.0", got)
+	}
+	select {
+	case err := <-answered:
+		t.Fatalf("the caller was answered (%v) before the hook returned", err)
+	default:
+	}
+	close(proceed)
+	wantTimeout(t, <-answered)
+	if n := e.Abandoned(); n != 1 {
+		t.Fatalf("abandoned calls = %d, want 1", n)
+	}
+	testkit.WaitFor(t, 2*time.Minute, "the abandoned guest to return", func() bool { return e.Runaways() == 0 })
+}
+
+// Under runtime.GuardedCall a watched module runs its guarded code: a call
+// that overruns is stopped at its deadline by the termination checks, never
+// abandoned, the hook is not called, and the module's other calls still run
+// unguarded.
+func TestGuardedCallOfWatchedModule(t *testing.T) {
+	noGC(t)
+	hooked := make(chan string, 4)
+	e := newEngine(t, runtime.Config{CallTimeout: 50 * time.Millisecond, PoolSize: 2,
+		OnWatchedOverrun: func(module string) { hooked <- module }})
+	m := load(t, e, "spin", runtime.WithGuard(runtime.GuardWatched))
+	ctx := runtime.GuardedCall(context.Background())
+	if !runtime.IsGuardedCall(ctx) || runtime.IsGuardedCall(context.Background()) {
+		t.Fatal("IsGuardedCall does not tell a GuardedCall context")
+	}
+	if res, err := m.Map(ctx, index(t, `{"a":1}`), src); err != nil || len(res.Events) != 0 {
+		t.Fatalf("short input, guarded: %v, %v", res, err)
+	}
+	for range 2 {
+		_, err := m.Map(ctx, index(t, spinInput(4000)), src)
+		wantTimeout(t, err)
+	}
+	if n := e.Abandoned(); n != 0 {
+		t.Fatalf("abandoned calls = %d, want 0: a guarded call is stopped, not abandoned", n)
+	}
+	if n := m.Overruns(); n != 0 {
+		t.Fatalf("overruns = %d, want 0", n)
+	}
+	select {
+	case mod := <-hooked:
+		t.Fatalf("OnWatchedOverrun called for %s by a guarded call", mod)
+	default:
+	}
+	if m.Guarded() {
+		t.Fatal("the module runs guarded by default after guarded calls' timeouts")
+	}
+	// The module's own calls still run watched: an overrun is abandoned.
+	_, err := m.Map(context.Background(), index(t, spinInput(2000)), src)
+	wantTimeout(t, err)
+	if n := e.Abandoned(); n != 1 {
+		t.Fatalf("abandoned calls after an unguarded overrun = %d, want 1", n)
+	}
+	if mod := <-hooked; mod != "spin@1.0.0" {
+		t.Fatalf("hook called with %q", mod)
+	}
+	if n := m.Instances(); n > 2 {
+		t.Fatalf("instances = %d, over the pool size of 2", n)
 	}
 	testkit.WaitFor(t, 2*time.Minute, "the abandoned guest to return", func() bool { return e.Runaways() == 0 })
 }

@@ -75,6 +75,10 @@ type Config struct {
 	LogLevel           zerolog.Level
 	LogFormat          string
 
+	// WatchdogTimeout is how long the watchdog process waits for a
+	// heartbeat before it kills the daemon (watchdog.go); 0: no watchdog.
+	WatchdogTimeout time.Duration
+
 	MappersPromote    catalog.PromoteMode
 	ReplicaName       string
 	ControlExchange   string

@@ -123,7 +123,8 @@ func (d *daemon) run(ctx context.Context) error {
 		d.closeOutbox()
 		return fmt.Errorf("control link: %w", err)
 	}
-	proc, err := loadMappers(ctx, d.cfg, d.base, d.reg, ob, link)
+	proc, err := loadMappers(ctx, d.cfg, d.base, d.reg, ob, link,
+		runawayExit(component(d.base, "runtime"), d.cfg.MapperCallTimeout, d.exit))
 	if err != nil {
 		d.closeOutbox()
 		return fmt.Errorf("load mappers: %w", err)
@@ -142,6 +143,18 @@ func (d *daemon) run(ctx context.Context) error {
 		live: newLivenessTracker(d.cfg.UnhealthyThreshold, nil),
 		log:  component(d.base, "probes"),
 	}
+	// The heartbeat, to the end of run: the watchdog process kills the
+	// daemon when it stops (watchdog.go), and it carries systemd's pings.
+	hbCtx, stopHeartbeat := context.WithCancel(context.Background())
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		heartbeat(hbCtx, component(d.base, "watchdog"), d.cfg.WatchdogTimeout, d.cfg.LogFormat, d.notify, d.probes.live.check)
+	}()
+	defer func() {
+		stopHeartbeat()
+		<-hbDone
+	}()
 	if err := d.listen(proc.controlHandler(ob, component(d.base, "catalog"))); err != nil {
 		d.closeMappers(ctx)
 		d.closeOutbox()
@@ -261,7 +274,8 @@ func (d *daemon) run(ctx context.Context) error {
 	}
 	d.log.Info().Str("http_addr", d.ln.Addr().String()).Msg("started")
 	// systemd (Type=notify): READY=1 once the broker session consumes (the
-	// outbox is open since step 1); WATCHDOG=1 while /livez would pass.
+	// outbox is open since step 1); WATCHDOG=1 while /livez would pass, sent
+	// by the heartbeat (started with the probes).
 	go d.notify.ready(sampleCtx, func() error {
 		if err := ob.Healthy(); err != nil {
 			return err
@@ -271,7 +285,6 @@ func (d *daemon) run(ctx context.Context) error {
 		}
 		return nil
 	})
-	go d.notify.pingWatchdog(sampleCtx, d.probes.live.check)
 
 	// Run until a signal or a part that failed for good.
 	var runErr error

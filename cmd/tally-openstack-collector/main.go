@@ -11,6 +11,7 @@
 //	tally-openstack-collector deadletter list      the running daemon's dead letters
 //	tally-openstack-collector publish TAG [FILE...] messages to the daemon's local channel
 //	tally-openstack-collector tap REGEX            the daemon's events, live
+//	tally-openstack-collector livez                the daemon's /livez, as an exit status
 //
 // Settings come from defaults, then the YAML file given with --config, then
 // TALLY_OSC_* variables, then flags (docs/settings.md).
@@ -52,6 +53,7 @@ Usage:
                                                             hand messages to the daemon's local channel, one per line
   tally-openstack-collector tap [--channel SOCKET] [--raw] REGEX
                                                             print the daemon's events live, one JSON line each
+  tally-openstack-collector livez                           exit 0 when the running daemon's /livez answers ok
 
 Every flag can also be set as TALLY_OSC_<NAME> (dashes as underscores) or in
 the --config file; flags win over the environment, which wins over the file.
@@ -97,6 +99,10 @@ func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 		return runPublish(args, environ, stdin, stdout, stderr)
 	case "tap":
 		return runTap(args, environ, stdout, stderr)
+	case "livez":
+		return runLivez(args, environ, stdout, stderr)
+	case watchdogCommand: // hidden: the daemon's watchdog process (watchdog.go)
+		return runWatchdog(args, stdin, stderr)
 	case "help":
 		fs := rootFlags()
 		fmt.Fprint(stdout, usageHead+fs.FlagUsages())

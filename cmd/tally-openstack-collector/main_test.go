@@ -27,13 +27,13 @@ func TestVersion(t *testing.T) {
 }
 
 func TestUsage(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"help"}, {"map", "--help"}, {"mapper", "test", "--help"}, {"deadletter", "--help"}} {
+	for _, args := range [][]string{{"--help"}, {"help"}, {"map", "--help"}, {"mapper", "test", "--help"}, {"deadletter", "--help"}, {"livez", "--help"}} {
 		code, out, _ := runCmd(t, "", nil, args...)
 		if code != 0 || !strings.Contains(out, "Usage") {
 			t.Errorf("%v: %d %q", args, code, out)
 		}
 	}
-	for _, args := range [][]string{{"frobnicate"}, {"--no-such-flag"}, {"mapper"}, {"mapper", "run"}, {"version", "extra"}, {"stray-arg-after", "x"}} {
+	for _, args := range [][]string{{"frobnicate"}, {"--no-such-flag"}, {"mapper"}, {"mapper", "run"}, {"version", "extra"}, {"stray-arg-after", "x"}, {"livez", "extra"}} {
 		if code, _, _ := runCmd(t, "", nil, args...); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)
 		}

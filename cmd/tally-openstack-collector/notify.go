@@ -17,6 +17,7 @@ type notifier struct {
 	log zerolog.Logger
 	// watchdog is WatchdogSec as systemd passed it (WATCHDOG_USEC); 0: off.
 	watchdog time.Duration
+	withheld bool // pings withheld since the last failed liveness check (heartbeat's goroutine)
 }
 
 func newNotifier(log zerolog.Logger) *notifier {
@@ -58,29 +59,17 @@ func (n *notifier) ready(ctx context.Context, check func() error) {
 // stopping sends STOPPING=1.
 func (n *notifier) stopping() { n.send(sddaemon.SdNotifyStopping) }
 
-// pingWatchdog sends WATCHDOG=1 every half watchdog interval while live
-// passes, until ctx is done. A failing liveness check withholds the ping, so
-// systemd restarts the service when it lasts longer than WatchdogSec (and
-// the liveness threshold).
-func (n *notifier) pingWatchdog(ctx context.Context, live func() error) {
-	if n.watchdog <= 0 {
-		return
-	}
-	t := time.NewTicker(n.watchdog / 2)
-	defer t.Stop()
-	withheld := false
-	for {
-		if err := live(); err == nil {
-			n.send(sddaemon.SdNotifyWatchdog)
-			withheld = false
-		} else if !withheld {
-			n.log.Error().Err(err).Msg("not live: systemd watchdog pings withheld")
-			withheld = true
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+// pingWatchdog sends WATCHDOG=1 when live passes; called every half
+// watchdog interval by the daemon's heartbeat (watchdog.go), which stops with
+// the Go runtime. A failing liveness check withholds the ping, so systemd
+// restarts the service when it lasts longer than WatchdogSec (and the
+// liveness threshold).
+func (n *notifier) pingWatchdog(live func() error) {
+	if err := live(); err == nil {
+		n.send(sddaemon.SdNotifyWatchdog)
+		n.withheld = false
+	} else if !n.withheld {
+		n.log.Error().Err(err).Msg("not live: systemd watchdog pings withheld")
+		n.withheld = true
 	}
 }

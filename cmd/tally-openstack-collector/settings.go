@@ -210,6 +210,15 @@ var settings = []setting{
 			c.UnhealthyThreshold = time.Duration(n) * time.Second
 			return err
 		}},
+	{key: "watchdog_timeout", def: "5s", modes: daemonOnly,
+		usage: "time without a heartbeat from the daemon's Go runtime after which its watchdog process kills it with SIGKILL, for its supervisor to restart it; 0: no watchdog process",
+		field: func(c *Config) any { return &c.WatchdogTimeout },
+		check: func(c *Config) error {
+			if c.WatchdogTimeout != 0 && c.WatchdogTimeout < time.Second {
+				return fmt.Errorf("%s is under 1s (0 turns the watchdog off)", c.WatchdogTimeout)
+			}
+			return nil
+		}},
 	{key: "http_addr", def: "127.0.0.1:9469", modes: daemonOnly,
 		usage: "listen address of /livez, /readyz and /metrics (open) and of the mapper and dead-letter routes (control token)",
 		field: func(c *Config) any { return &c.HTTPAddr },
@@ -308,7 +317,7 @@ var settings = []setting{
 		usage: "instances per module at most (0: one per CPU)",
 		field: func(c *Config) any { return &c.MapperPoolSize }},
 	{key: "mapper_builtin_guard", def: "watched", modes: mapperModes, oneOf: []string{"watched", "always"},
-		usage: "how built-in modules run: watched (no termination checks; an overrun is answered at its deadline and the module then runs guarded) or always (termination checks, as drop-in modules; two to four times the CPU)",
+		usage: "how built-in modules run: watched (no termination checks for a first AMQP delivery; an overrun ends the daemon, and the redelivery runs guarded) or always (termination checks, as drop-in modules; two to four times the CPU)",
 		parse: func(c *Config, raw string) error {
 			c.MapperBuiltinGuard = runtime.GuardWatched
 			if raw == "always" {

@@ -91,15 +91,15 @@ func openOutbox(cfg *Config, log zerolog.Logger, reg prometheus.Registerer) (out
 
 // builtinModuleOptions are the options of the built-in modules. By default
 // (MAPPER_BUILTIN_GUARD=watched) their code runs without termination checks,
-// watched (runtime.GuardWatched): it is the project's own, tested with its
-// fixtures like the host code, and termination checks would cost their Go
-// guests two to four times the mapping (docs/performance.md). A built-in call
-// that overruns its deadline is still answered at the deadline as a timeout
-// (the notification becomes a dead letter), the module runs guarded from then
-// on, and tally_collector_mapper_runaway_calls counts the abandoned calls still running
-// (docs/abi.md, "Runaway guests", says what one that never ends costs).
-// MAPPER_BUILTIN_GUARD=always runs them guarded like drop-in modules, which
-// always are.
+// watched (runtime.GuardWatched), for first AMQP deliveries: it is the
+// project's own, tested with its fixtures like the host code, and termination
+// checks would cost their Go guests two to four times the mapping
+// (docs/performance.md). Every other message runs guarded
+// (pipeline.Message.FirstDelivery). A watched call that overruns its deadline
+// ends the daemon (runawayExit), and the watchdog process ends it should it
+// freeze first (watchdog.go); docs/abi.md, "When a built-in module runs
+// away". MAPPER_BUILTIN_GUARD=always runs them guarded like drop-in modules,
+// which always are.
 func builtinModuleOptions(cfg *Config) []runtime.ModuleOption {
 	g := cfg.MapperBuiltinGuard
 	if g != runtime.GuardAlways {
@@ -115,13 +115,19 @@ func builtinModuleOptions(cfg *Config) []runtime.ModuleOption {
 // commands, which take the directory as it stands. link, when not nil,
 // shares the operator's promote and abort decisions with the other replicas
 // and hands theirs to the catalogue.
-func loadMappers(ctx context.Context, cfg *Config, base zerolog.Logger, reg prometheus.Registerer, state catalog.StateStore, link *controlLink) (*mapperSet, error) {
+//
+// onOverrun is called when a watched built-in call overruns its deadline,
+// before it is answered (runtime.Config.OnWatchedOverrun): the daemon exits
+// there (runawayExit); nil for the offline commands, which run every module
+// guarded.
+func loadMappers(ctx context.Context, cfg *Config, base zerolog.Logger, reg prometheus.Registerer, state catalog.StateStore, link *controlLink, onOverrun func(module string)) (*mapperSet, error) {
 	eng, err := runtime.NewEngine(ctx, runtime.Config{
-		CacheDir:    cfg.MapperCacheDir,
-		MemoryLimit: cfg.MapperMemoryLimit,
-		CallTimeout: cfg.MapperCallTimeout,
-		PoolSize:    cfg.MapperPoolSize,
-		Logger:      component(base, "runtime"),
+		CacheDir:         cfg.MapperCacheDir,
+		MemoryLimit:      cfg.MapperMemoryLimit,
+		CallTimeout:      cfg.MapperCallTimeout,
+		PoolSize:         cfg.MapperPoolSize,
+		Logger:           component(base, "runtime"),
+		OnWatchedOverrun: onOverrun,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start the mapper engine: %w", err)
@@ -129,11 +135,11 @@ func loadMappers(ctx context.Context, cfg *Config, base zerolog.Logger, reg prom
 	ms := &mapperSet{engine: eng, chains: map[string]pipeline.Mapper{}}
 	runaways := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "tally_collector_mapper_runaway_calls",
-		Help: "Mapper calls abandoned at their deadline whose guest still runs (built-in modules run without termination checks); each keeps a core until the process restarts.",
+		Help: "Mapper calls abandoned at their deadline whose guest still runs; 0 in the daemon, which exits instead of abandoning a call.",
 	}, func() float64 { return float64(eng.Runaways()) })
 	abandoned := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "tally_collector_mapper_abandoned_calls_total",
-		Help: "Mapper calls of built-in modules answered with a timeout at their deadline while their guest still ran; the module runs guarded afterwards.",
+		Help: "Mapper calls of built-in modules answered with a timeout at their deadline while their guest still ran; 0 in the daemon, which exits instead of abandoning a call.",
 	}, func() float64 { return float64(eng.Abandoned()) })
 	if err := imetrics.Register(reg, runaways, abandoned); err != nil { // nil reg: nowhere
 		_ = ms.Close(ctx)
@@ -378,9 +384,13 @@ func runDump(ctx context.Context, cfg *Config, base zerolog.Logger, w io.Writer)
 	return broker.Dump(ctx, brokerOptions(cfg, base, nil), w)
 }
 
-// offlineMappers loads the mappers for map and mapper test: no metrics.
+// offlineMappers loads the mappers for map and mapper test: no metrics, and
+// every module guarded, built-in ones included: a file mapped offline may be
+// the notification that made the daemon's mapper loop.
 func offlineMappers(ctx context.Context, cfg *Config, base zerolog.Logger) (*mapperSet, error) {
-	return loadMappers(ctx, cfg, base, nil, nil, nil)
+	off := *cfg
+	off.MapperBuiltinGuard = runtime.GuardAlways
+	return loadMappers(ctx, &off, base, nil, nil, nil, nil)
 }
 
 // controlHandler serves the catalogue's routes (/mappers, /deadletters) on the

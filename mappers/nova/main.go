@@ -130,6 +130,7 @@ func mapNova(m *sdk.Message, out *sdk.Output) {
 	if versioned {
 		m.GetMany(versionedPaths, v[:])
 	}
+	runaway(v[pHost])
 	et := v[pEventType]
 	if et.Kind() != sdk.String || len(et.Raw()) == 0 {
 		return // see openstack.EventType

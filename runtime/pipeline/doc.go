@@ -29,7 +29,10 @@
 //     type: Skipped "unclaimed", or "versioned" for a versioned nova
 //     notification (payload.nova_object.data), so that a format no module reads
 //     is told apart.
-//  5. The module maps the indexed message. A failure (trap, timeout, memory,
+//  5. The module maps the indexed message: with its guarded code
+//     (runtime.GuardedCall) unless Message.FirstDelivery says the broker
+//     will deliver it again should the process die on it (docs/abi.md, "When
+//     a built-in module runs away"). A failure (trap, timeout, memory,
 //     invalid output, ABI, guest error) is Failed with the runtime's reason and
 //     the error; the caller dead-letters the body. Events over
 //     Options.MaxEventBytes (64 KiB) are left out and counted: if nothing else

@@ -94,6 +94,15 @@ type Message struct {
 	Canonical bool
 	// DeriveID gives events without an event_id one derived from the body.
 	DeriveID bool
+	// FirstDelivery marks an AMQP delivery the broker has not delivered
+	// before (neither the redelivered flag nor an x-delivery-count above 0):
+	// should the process die while mapping it, the broker delivers it again,
+	// marked. Only such a message may run a built-in module watched, without
+	// termination checks; every other one (a redelivery, a replay, map,
+	// mapper test, plog, the local channel) runs guarded
+	// (runtime.GuardedCall), so that a message that makes a module loop ends
+	// as a timeout and a dead letter instead of stopping the process again.
+	FirstDelivery bool
 }
 
 // Result is what Process made of a message.
@@ -255,6 +264,9 @@ func (p *Pipeline) decode(s *scratch, body []byte) (*jsonindex.Index, bool) {
 }
 
 func (p *Pipeline) mapWith(ctx context.Context, msg Message, m Mapper, in *jsonindex.Index, eventType string) Result {
+	if !msg.FirstDelivery {
+		ctx = runtime.GuardedCall(ctx)
+	}
 	res, err := m.Map(ctx, in, runtime.Source{Exchange: msg.Exchange, RoutingKey: msg.RoutingKey})
 	if err != nil {
 		reason := "abi"

@@ -57,6 +57,12 @@
 // safe for concurrent use). Workers finish out of order; the FIFO does not
 // move until its head is mapped.
 //
+// A delivery the broker marks as delivered before (the redelivered flag, or
+// x-delivery-count above 0 on a quorum queue) is handed to the pipeline as
+// no first delivery (pipeline.Message.FirstDelivery), and a built-in module
+// maps it guarded: it may be the one a process died on (docs/abi.md, "When a
+// built-in module runs away").
+//
 // One committer goroutine writes batches, one at a time. Whenever it is idle
 // and the head of the FIFO is mapped, the session cuts the longest mapped
 // run from the head (at most BatchMax deliveries, default Prefetch/2) and

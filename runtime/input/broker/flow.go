@@ -25,6 +25,7 @@ type item struct {
 	exchange    string
 	routingKey  string
 	compression string
+	first       bool // firstDelivery: may run a built-in module watched
 
 	res    pipeline.Result
 	letter *outbox.DeadLetter
@@ -104,7 +105,7 @@ func (s *sess) worker() {
 
 func (s *sess) mapItem(ctx context.Context, it *item) {
 	res := s.c.proc.Process(ctx, pipeline.Message{Body: it.body, Exchange: it.exchange, RoutingKey: it.routingKey,
-		Compression: it.compression})
+		Compression: it.compression, FirstDelivery: it.first})
 	switch res.Outcome {
 	case pipeline.Skipped:
 		ev := s.log.Debug()
@@ -212,7 +213,7 @@ func (s *sess) take(d amqp.Delivery) {
 	s.c.m.consumed.Inc()
 	s.lastTake = time.Now()
 	it := &item{tag: d.DeliveryTag, body: d.Body, exchange: d.Exchange, routingKey: d.RoutingKey,
-		compression: compressionOf(d.Headers), taken: s.lastTake}
+		compression: compressionOf(d.Headers), first: firstDelivery(d), taken: s.lastTake}
 	s.pending = append(s.pending, it)
 	s.held++
 	s.maxTag = max(s.maxTag, d.DeliveryTag)
