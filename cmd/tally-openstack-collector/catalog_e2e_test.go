@@ -141,6 +141,15 @@ func TestEndToEndHotReloadMigrationAndReplay(t *testing.T) {
 	if left := c.cli(t, "deadletter", "list"); strings.Contains(left, "flaky.usage") {
 		t.Fatalf("dead letters left after a successful replay:\n%s", left)
 	}
+	// The ledger: the stream committed, the five dead-lettered, then
+	// replayed into events; every event answered 200 (the API keeps the
+	// bare events in its own dead-letter view: delivered, for the sender),
+	// none pending.
+	tot, table := c.checkLedger(t)
+	if tot.Consumed != n+5 || tot.Committed != n || tot.DeadTotal() != 5 || tot.Replayed != 5 || tot.Delivered != n+5 {
+		t.Fatalf("ledger totals %+v, want %d consumed, %d committed, 5 dead-lettered and replayed, %d delivered:\n%s",
+			tot, n+5, n, n+5, table)
+	}
 }
 
 // novaStack skips in -short mode, else starts what the daemon's end-to-end

@@ -447,7 +447,15 @@ func TestClusterQuorumQueue(t *testing.T) {
 	if code, _, err := cc.get("/readyz"); err != nil || code != 503 {
 		t.Errorf("/readyz of the mismatched collector: %d %v, want 503", code, err)
 	}
-	q, ok := e.v.queue(t, clusterQueueName)
+	// list_queues reads a quorum queue's count from statistics its members
+	// emit every few seconds, and a read between two may answer 0: wait for
+	// the count to settle, as the queue holds what nobody consumed.
+	var q clusterQueue
+	var ok bool
+	testkit.WaitFor(t, 30*time.Second, "the queue's count back at the backlog", func() bool {
+		q, ok = e.v.queue(t, clusterQueueName)
+		return ok && q.Messages == n
+	})
 	if limit, _ := q.argument("x-delivery-limit"); !ok || q.Type != "quorum" || q.Messages != n || limit != float64(-1) {
 		t.Fatalf("after the classic declare the queue is %+v (exists %v), want quorum, x-delivery-limit -1, %d messages", q, ok, n)
 	}
@@ -459,6 +467,7 @@ func TestClusterQuorumQueue(t *testing.T) {
 	qc.waitReady(t)
 	deliverAll(t, e.api, []*collector{qc}, n, 2*time.Minute, nil)
 	checkExactSet(t, e.api, e.prefix, n)
+	checkLedgerTotals(t, qc, n)
 }
 
 // smallTmpfs mounts a tmpfs of size (mount's size= syntax) on a directory of
@@ -862,6 +871,16 @@ func TestClusterFailover(t *testing.T) {
 	st, replayed := deliverAll(t, e.api, cs, n, 5*time.Minute, nil)
 	fault("all %d delivered", n)
 	checkExactSet(t, e.api, e.prefix, n)
+	// Each replica's ledger balances through the kills and the node losses,
+	// and together they committed every notification at least once.
+	var committed int64
+	for _, c := range cs {
+		tot, _ := c.checkLedger(t)
+		committed += tot.Committed
+	}
+	if committed < n {
+		t.Errorf("the replicas' ledgers count %d committed, want at least %d", committed, n)
+	}
 	testkit.WaitFor(t, time.Minute, "the queue empty, nothing unacknowledged", func() bool {
 		q, _ := e.v.queue(t, clusterQueueName)
 		return q.Messages == 0 && q.MessagesUnacknowledged == 0

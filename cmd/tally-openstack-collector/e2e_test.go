@@ -348,6 +348,7 @@ func TestEndToEndGracefulStop(t *testing.T) {
 	e.waitDelivered(t, n, 2*time.Minute)
 	e.checkExactSet(t, n)
 	e.checkQueueEmpty(t)
+	checkLedgerTotals(t, e.c, n)
 	if code, _ := e.c.p.stop(t, 30*time.Second); code != 0 {
 		t.Errorf("second stop: exit %d", code)
 	}
@@ -379,6 +380,7 @@ func TestEndToEndSecondSignal(t *testing.T) {
 	e.c.start(t)
 	e.waitDelivered(t, n, time.Minute)
 	e.checkExactSet(t, n)
+	checkLedgerTotals(t, e.c, n)
 	if code, _ := e.c.p.stop(t, 30*time.Second); code != 0 {
 		t.Errorf("stop: exit %d", code)
 	}
@@ -414,6 +416,7 @@ func TestEndToEndSenderMakesRoomForBacklog(t *testing.T) {
 	}
 	e.checkExactSet(t, n)
 	e.checkQueueEmpty(t)
+	checkLedgerTotals(t, e.c, n)
 	if code, _ := e.c.p.stop(t, 30*time.Second); code != 0 {
 		t.Errorf("stop: exit %d", code)
 	}

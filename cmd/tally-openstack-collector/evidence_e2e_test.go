@@ -56,6 +56,19 @@ func (c *collector) checkLedger(t *testing.T) (ledger.Counts, string) {
 	return tot, c.cli(t, "ledger")
 }
 
+// checkLedgerTotals is checkLedger for a test that published n
+// notifications, each mapped to one event, all delivered: every hour
+// balances, and at least n were consumed, committed and delivered (a
+// redelivery after a stop or a kill is consumed and delivered again, and
+// counted so).
+func checkLedgerTotals(t *testing.T, c *collector, n int64) {
+	t.Helper()
+	tot, _ := c.checkLedger(t)
+	if tot.Consumed < n || tot.Committed < n || tot.Events < n || tot.Delivered < n {
+		t.Fatalf("ledger totals %+v, want at least %d consumed, committed, events and delivered", tot, n)
+	}
+}
+
 // reconcile runs `reconcile` over [from, to) and returns its output and exit
 // code.
 func (c *collector) reconcile(t *testing.T, from, to time.Time) (string, int) {

@@ -106,6 +106,12 @@ func TestEndToEndDeadLetterBoundPauses(t *testing.T) {
 	if code, _, err := c.get("/readyz"); err != nil || code != 200 {
 		t.Fatalf("readyz after the purge: %d %v", code, err)
 	}
+	// The ledger counts each of the six once, when it was dead-lettered: a
+	// batch refused at the bound was not written, so it was not consumed
+	// either until it came back.
+	if tot, _ := c.checkLedger(t); tot.Consumed != 6 || tot.DeadTotal() != 6 {
+		t.Fatalf("ledger totals %+v, want 6 consumed and 6 dead-lettered", tot)
+	}
 	// A purge that selects nothing explicitly is a usage error.
 	cmd := c.cliCmd("deadletter", "purge")
 	if out, err := cmd.CombinedOutput(); err == nil || cmd.ProcessState.ExitCode() != 2 {
