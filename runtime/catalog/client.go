@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
+	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 )
 
 // Client calls the HTTP routes of NewHandler on a running daemon: what the

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/redact"
-	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
+	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
 

@@ -7,8 +7,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
+	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/channel/wire"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )

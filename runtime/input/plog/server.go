@@ -16,8 +16,8 @@ import (
 
 	"github.com/tally-billing/tally-openstack-collector/internal/backoff"
 	imetrics "github.com/tally-billing/tally-openstack-collector/internal/metrics"
-	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
+	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
 

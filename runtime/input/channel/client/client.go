@@ -105,8 +105,7 @@ type Options struct {
 	// QueueLimitBytes bounds the messages held until the daemon settles them
 	// (queued, and sent but not yet acknowledged), counted as their encoded
 	// frames; default 1 MiB (CHANNEL_QUEUE_LIMIT_BYTES).
-	QueueLimitBytes    int
-	DeliveryQueueBytes int
+	QueueLimitBytes int
 	// OnSettled, when set, is called once for every message the daemon
 	// settles, in the order the daemon's answers arrive, on a goroutine of
 	// its own: a slow OnSettled delays the next OnSettled only, never the
@@ -117,6 +116,7 @@ type Options struct {
 	// received and not yet handed over (to its callback, or to Next and
 	// Poll); past it a delivery is dropped for that subscription and
 	// counted (Stats.LocalDropped, Delivery.Missed). Default 1 MiB.
+	DeliveryQueueBytes int
 	// Logger receives connection events; nil: none.
 	Logger *slog.Logger
 }
