@@ -154,6 +154,7 @@ func TestUndeliverableDroppedIsSkippedInTheLedger(t *testing.T) {
 		op.MaxUndeliverable = 2
 		op.MaxUndeliverableBytes = 1 << 20
 	})
+	defer o.Close()
 	taken := time.Now()
 	counted := func(n int) *ledger.Delta {
 		d := &ledger.Delta{}

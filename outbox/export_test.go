@@ -9,3 +9,11 @@ func SetLedgerClock(now func() time.Time) (restore func()) {
 	ledgerNow = now
 	return func() { ledgerNow = prev }
 }
+
+// OpenOutboxes is the number of outboxes of this process holding the
+// tightened umask (open, not yet closed).
+func OpenOutboxes() int {
+	umask.Lock()
+	defer umask.Unlock()
+	return umask.users
+}

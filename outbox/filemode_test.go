@@ -18,6 +18,12 @@ import (
 // reclaim, and those left looser by an earlier run. The umask is restored at
 // Close.
 func TestFilesArePrivateWhateverTheUmask(t *testing.T) {
+	// The umask is the process's: an outbox an earlier test left open keeps
+	// it tightened past this test's own Open, and this test would read a
+	// leak as a wrong mode.
+	if n := outbox.OpenOutboxes(); n != 0 {
+		t.Fatalf("%d outboxes left open by earlier tests of the package: each must be closed", n)
+	}
 	old := syscall.Umask(0)
 	defer syscall.Umask(old)
 	ctx := context.Background()
