@@ -311,11 +311,12 @@ func (c *Client) Publish(m Message) (uint64, error) {
 		Type: m.Type, Tag: []byte(m.Tag), Data: m.Data,
 	}
 	size := len(m.Tag) + len(m.Data) + 48
-	if size > c.opts.QueueLimitBytes {
-		return 0, fmt.Errorf("%w: %d bytes, queue bound %d", ErrTooLarge, size, c.opts.QueueLimitBytes)
-	}
 
-	c.mu.Lock()
+	c.mu.Lock() // the bound too: SetQueueLimit changes it under c.mu
+	if limit := c.opts.QueueLimitBytes; size > limit {
+		c.mu.Unlock()
+		return 0, fmt.Errorf("%w: %d bytes, queue bound %d", ErrTooLarge, size, limit)
+	}
 	if c.closing {
 		c.mu.Unlock()
 		return 0, ErrClosed
