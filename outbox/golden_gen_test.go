@@ -61,3 +61,11 @@ func TestWriteGoldenStore(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func goldenRange(from, to int) [][]byte {
+	var evs [][]byte
+	for i := from; i <= to; i++ {
+		evs = append(evs, goldenEvent(i))
+	}
+	return evs
+}

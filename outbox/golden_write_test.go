@@ -39,11 +39,3 @@ func goldenDeadLetter(i int) outbox.DeadLetter {
 		At:         time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
 	}
 }
-
-func goldenRange(from, to int) [][]byte {
-	var evs [][]byte
-	for i := from; i <= to; i++ {
-		evs = append(evs, goldenEvent(i))
-	}
-	return evs
-}
