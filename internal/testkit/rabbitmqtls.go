@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -11,8 +12,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // RabbitMQ nodes with TLS listeners, owned by one test process: the
@@ -104,6 +108,13 @@ func RabbitMQTLS(tb testing.TB) *TLSBroker {
 	if tlsBroker.err != nil {
 		tb.Fatalf("RabbitMQ TLS nodes: %v", tlsBroker.err)
 	}
+	for _, n := range []*TLSNode{tlsBroker.b.Optional, tlsBroker.b.Required} {
+		select {
+		case <-n.exit:
+			tb.Fatalf("RabbitMQ TLS node %s has stopped; %s", n.Name, n.logTail())
+		default:
+		}
+	}
 	return tlsBroker.b
 }
 
@@ -117,6 +128,24 @@ func startTLSBroker(tb testing.TB) (*TLSBroker, error) {
 	b.Client = b.CA.Issue(tb, "client", "tally-collector", CertOptions{})
 	b.Optional = &TLSNode{Name: fmt.Sprintf("tally-tls-optional-%d@localhost", os.Getpid()), dir: filepath.Join(dir, "optional")}
 	b.Required = &TLSNode{Name: fmt.Sprintf("tally-tls-required-%d@localhost", os.Getpid()), dir: filepath.Join(dir, "required")}
+	// The ports are chosen and bound while this process holds the port
+	// lock: another test process choosing at the same moment gets others.
+	lock, err := flockPath(filepath.Join(os.TempDir(), "tally-osc-tls-ports.lock"), syscall.LOCK_EX)
+	if err != nil {
+		return nil, fmt.Errorf("TLS node port lock: %w", err)
+	}
+	defer unflock(lock)
+	ports, err := choosePorts(tlsPortLow, tlsPortHigh, 6)
+	if err != nil {
+		return nil, err
+	}
+	pair, err := tls.LoadX509KeyPair(b.Client.CertFile, b.Client.KeyFile)
+	if err != nil {
+		return nil, err
+	}
+	// The readiness check asks for RabbitMQ itself on each port, over TLS
+	// with this process's CA on the TLS one, not merely for a listener.
+	client := &tls.Config{RootCAs: b.CA.Pool(), Certificates: []tls.Certificate{pair}, ServerName: "localhost"}
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	for i, n := range []*TLSNode{b.Optional, b.Required} {
@@ -125,7 +154,7 @@ func startTLSBroker(tb testing.TB) (*TLSBroker, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = n.start(b.CA.CAFile, n == b.Required)
+			errs[i] = n.start(b.CA.CAFile, n == b.Required, [3]int(ports[3*i:3*i+3]), client)
 		}()
 	}
 	wg.Wait()
@@ -161,23 +190,9 @@ func (n *TLSNode) env() []string {
 	}
 }
 
-func (n *TLSNode) start(caFile string, required bool) error {
+func (n *TLSNode) start(caFile string, required bool, ports [3]int, client *tls.Config) error {
 	if err := os.MkdirAll(filepath.Join(n.dir, "log"), 0o755); err != nil {
 		return err
-	}
-	// Three distinct ports: all held until all are chosen.
-	var ports [3]int
-	var held []net.Listener
-	for i := range ports {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return err
-		}
-		held = append(held, ln)
-		ports[i] = ln.Addr().(*net.TCPAddr).Port
-	}
-	for _, ln := range held {
-		ln.Close()
 	}
 	tlsPort, plainPort, distPort := ports[0], ports[1], ports[2]
 	n.TLSAddr = fmt.Sprintf("127.0.0.1:%d", tlsPort)
@@ -227,9 +242,9 @@ log.file.level = info
 	go func() { _ = cmd.Wait(); close(n.exit) }()
 	deadline := time.Now().Add(tlsNodeStartTimeout)
 	for {
-		if c, err := net.DialTimeout("tcp", n.PlainAddr, time.Second); err == nil {
-			c.Close()
-			break
+		err := n.answers(client)
+		if err == nil {
+			return nil
 		}
 		select {
 		case <-n.exit:
@@ -237,22 +252,62 @@ log.file.level = info
 		default:
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("node %s not listening on %s after %v; %s", n.Name, n.PlainAddr, tlsNodeStartTimeout, n.logTail())
+			return fmt.Errorf("node %s not ready after %v: %w; %s", n.Name, tlsNodeStartTimeout, err, n.logTail())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	// The TLS listener opens with the plain one; wait for it as well.
-	for {
-		c, err := net.DialTimeout("tcp", n.TLSAddr, time.Second)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("node %s has no TLS listener on %s: %w; %s", n.Name, n.TLSAddr, err, n.logTail())
-		}
-		time.Sleep(200 * time.Millisecond)
+}
+
+// answers is nil when the node speaks AMQP on its plain port and AMQP over
+// TLS, with a certificate from this process's CA, on its TLS port.
+func (n *TLSNode) answers(client *tls.Config) error {
+	c, err := amqp.Dial("amqp://guest:guest@" + n.PlainAddr + "/")
+	if err != nil {
+		return fmt.Errorf("plain listener %s: %w", n.PlainAddr, err)
 	}
+	c.Close()
+	c, err = amqp.DialTLS(n.AMQPS(""), client)
+	if err != nil {
+		return fmt.Errorf("TLS listener %s: %w", n.TLSAddr, err)
+	}
+	c.Close()
+	return nil
+}
+
+// The TLS nodes' ports come from a band below the kernel's ephemeral ports
+// (32768-60999 by default): nothing that listens on port 0 or dials out, in
+// this process or another, is handed one of them while a node boots, which
+// takes seconds. The band is clear of the RabbitMQ 4 cluster's ports
+// (4380, 5682-5684, 25682-25684, 25700-25799) and of rabbitmqctl's
+// (25900-25999).
+const tlsPortLow, tlsPortHigh = 26000, 26999
+
+// choosePorts answers n distinct ports of [low, high] that are free now,
+// starting at an offset of this process's: each is bound until all are
+// found, then let go for the node to take.
+func choosePorts(low, high, n int) ([]int, error) {
+	span := high - low + 1
+	start := (os.Getpid() * 37) % span
+	var ports []int
+	var held []net.Listener
+	defer func() {
+		for _, ln := range held {
+			ln.Close()
+		}
+	}()
+	for i := 0; i < span && len(ports) < n; i++ {
+		p := low + (start+i)%span
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
+		held = append(held, ln)
+		ports = append(ports, p)
+	}
+	if len(ports) < n {
+		return nil, fmt.Errorf("only %d of %d ports free in %d-%d", len(ports), n, low, high)
+	}
+	return ports, nil
 }
 
 // logTail is the end of the node's console and log files, for a failure.
