@@ -13,11 +13,12 @@ import (
 	"time"
 
 	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
+	"github.com/tally-billing/tally-openstack-collector/runtime/input"
 )
 
 // timedOutbox measures the real outbox's Append.
 type timedOutbox struct {
-	Outbox
+	input.Outbox
 	discard               bool // measure the listener alone: accept and forget
 	n, events, total, max atomic.Int64
 }
@@ -52,7 +53,7 @@ func benchEndToEnd(b *testing.B, rate int, unboxed, discard bool) {
 		o.Listeners[0].Settings.BatchMax, _ = strconv.Atoi(v)
 	}
 	var timed *timedOutbox
-	h := newHarness(b, 0, o, func(box Outbox) Outbox {
+	h := newHarness(b, 0, o, func(box input.Outbox) input.Outbox {
 		timed = &timedOutbox{Outbox: box, discard: discard}
 		return timed
 	})

@@ -22,6 +22,7 @@ import (
 	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
+	"github.com/tally-billing/tally-openstack-collector/runtime/input"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
 
@@ -58,14 +59,14 @@ func (g *gate) Process(ctx context.Context, m pipeline.Message) pipeline.Result 
 func (g *gate) hold()    { g.mu.Lock(); g.held.Store(true) }
 func (g *gate) release() { g.held.Store(false); g.mu.Unlock() }
 
-func newHarness(t testing.TB, maxEvents int64, opts Options, wrap ...func(Outbox) Outbox) *harness {
+func newHarness(t testing.TB, maxEvents int64, opts Options, wrap ...func(input.Outbox) input.Outbox) *harness {
 	t.Helper()
 	return newLoggedHarness(t, maxEvents, opts, zerolog.Nop(), wrap...)
 }
 
 // newLoggedHarness is newHarness with the server logging to log. The logger
 // is given before the server starts: its listeners' goroutines read it.
-func newLoggedHarness(t testing.TB, maxEvents int64, opts Options, log zerolog.Logger, wrap ...func(Outbox) Outbox) *harness {
+func newLoggedHarness(t testing.TB, maxEvents int64, opts Options, log zerolog.Logger, wrap ...func(input.Outbox) input.Outbox) *harness {
 	t.Helper()
 	dir := t.TempDir()
 	if base := os.Getenv("TALLY_OSC_BENCH_DIR"); base != "" { // benchmarks: an outbox on tmpfs
