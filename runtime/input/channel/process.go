@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/backoff"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/channel/wire"
@@ -152,7 +153,8 @@ const maxBatchBytes = 512 << 10
 // maxBatchBytes of events, or BatchLinger after the first, whichever comes
 // first; a commit in flight lets the next batch grow. Only after a batch is
 // committed are its messages answered (and offered to the tap). A batch the
-// outbox refuses is tried again, spaced RetryMin doubling to RetryMax, until
+// outbox refuses is tried again, spaced RetryMin doubling to RetryMax
+// (internal/backoff, no jitter: one writer, nothing to spread), until
 // it is taken or the drain deadline passes; meanwhile nothing is read from
 // the workers, the budget stays spent, the connections are not read and
 // the clients' queues fill.
@@ -221,7 +223,7 @@ func (s *Server) commit(ctx context.Context, batch []*item, events [][]byte) {
 		tally = nil
 	}
 	n := len(events)
-	wait := s.opts.RetryMin
+	retry := backoff.New(backoff.Policy{Min: s.opts.RetryMin, Max: s.opts.RetryMax})
 	for {
 		err := s.write(ctx, &events, &letters, taken, &tally, &deadTally)
 		if err == nil {
@@ -242,12 +244,12 @@ func (s *Server) commit(ctx context.Context, batch []*item, events [][]byte) {
 		if !errors.Is(err, outbox.ErrFull) {
 			ev = s.log.Error()
 		}
+		wait := retry.Next()
 		ev.Err(err).Int("messages", len(batch)).Dur("retry_in", wait).Msg("outbox refused a channel batch; holding it")
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():
 		}
-		wait = min(2*wait, s.opts.RetryMax)
 	}
 	s.m.eventsCommitted.Add(float64(n))
 
