@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input"
@@ -135,10 +136,7 @@ func (h *harness) dial(i int) *Client {
 // events waits until the outbox holds n events and returns them.
 func (h *harness) events(n int) []map[string]any {
 	h.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for h.box.Depth() < int64(n) && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.WaitFor(h.t, 10*time.Second, fmt.Sprintf("%d events in the outbox", n), func() bool { return h.box.Depth() >= int64(n) })
 	_, _, evs, err := h.box.Peek(context.Background(), n+10)
 	if err != nil {
 		h.t.Fatal(err)
@@ -400,12 +398,9 @@ func TestUDPCommands(t *testing.T) {
 		t.Fatalf("ENVI: %q %v", env, err)
 	}
 	e.conn.Write([]byte("\x00\x00kill"))
-	deadline := time.Now().Add(5 * time.Second)
-	for stopped.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 5*time.Second, "KILL to call Stop", func() bool { return stopped.Load() != 0 })
 	if stopped.Load() != 1 {
-		t.Fatal("KILL did not call Stop")
+		t.Fatalf("KILL called Stop %d times", stopped.Load())
 	}
 }
 
@@ -691,10 +686,7 @@ func TestTCPFailedMappingDeadLettered(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.waitStat(0, "failed", func(s Snapshot) bool { return s.Failed == 1 })
-	deadline := time.Now().Add(10 * time.Second)
-	for h.box.DeadLetterCount() < 1 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 10*time.Second, "a dead letter", func() bool { return h.box.DeadLetterCount() >= 1 })
 	letters, err := h.box.ListDeadLetters(context.Background(), 0, 10)
 	if err != nil || len(letters) != 1 {
 		t.Fatalf("dead letters %d: %v", len(letters), err)
