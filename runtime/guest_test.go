@@ -93,16 +93,14 @@ func benchModule(b *testing.B, wasm []byte, name string, in []byte, guard runtim
 		}
 		b.ReportAllocs()
 		cpu0 := testkit.CPUTime()
-		n := 0
 		for b.Loop() {
 			if _, err := m.Map(ctx, &x, src); err != nil {
 				b.Fatal(err)
 			}
-			n++
 		}
 		// CPU time of the process per call: on a busy machine wall time per
 		// call says more about the neighbours than about the call.
-		b.ReportMetric(float64(testkit.CPUTime()-cpu0)/float64(n), "cpu-ns/op")
+		testkit.ReportCPU(b, cpu0)
 	})
 	b.Run("parallel", func(b *testing.B) {
 		b.ReportAllocs()

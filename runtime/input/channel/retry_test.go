@@ -47,25 +47,21 @@ func TestRefusedBatchRetried(t *testing.T) {
 	box := &refusingOutbox{refuse: refuse}
 	h.wrap = func(o input.Outbox) input.Outbox { box.Outbox = o; return box }
 	h.start()
-	var mu sync.Mutex
-	var settled []client.Settlement
-	c := h.client(client.Options{OnSettled: func(s client.Settlement) {
-		mu.Lock()
-		settled = append(settled, s)
-		mu.Unlock()
-	}})
-	if _, err := c.Publish(client.Message{Tag: "usage.license", Type: client.JSON, Data: usage("r-1")}); err != nil {
-		t.Fatal(err)
-	}
+	settled := make(chan client.Settlement, 2)
+	c := h.client(client.Options{OnSettled: func(s client.Settlement) { settled <- s }})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if _, err := c.PublishWait(ctx, client.Message{Tag: "usage.license", Type: client.JSON, Data: usage("r-1")}); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(settled) != 1 || settled[0].Status != wire.Committed {
-		t.Fatalf("settled %+v, want one Committed", settled)
+	if len(settled) != 1 {
+		t.Fatalf("%d settlements, want 1", len(settled))
+	}
+	if s := <-settled; s.Status != wire.Committed {
+		t.Fatalf("settled %v %s, want Committed", s.Status, s.Reason)
 	}
 	if got := h.counter("outbox_retries_total"); got != refuse {
 		t.Fatalf("outbox_retries_total %v, want %d", got, refuse)
