@@ -38,6 +38,7 @@ import (
 	"unsafe"
 
 	sdk "github.com/tally-billing/tally-openstack-collector/wasm-sdk"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonstr"
 	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/secret"
 )
 
@@ -330,37 +331,20 @@ func skipValue(b []byte, i int) int {
 }
 
 // unescaped returns the content of a JSON string as text: as it is when it
-// has no escape, else decoded (simple escapes; \u escapes are refused).
+// has no escape, else decoded; false when it holds a \u escape (refused).
 func unescaped(raw []byte) (string, bool) {
 	if !hasByte(raw, '\\') {
 		return str(raw), true
 	}
-	buf := make([]byte, 0, len(raw))
 	for i := 0; i < len(raw); i++ {
-		c := raw[i]
-		if c != '\\' || i+1 >= len(raw) {
-			buf = append(buf, c)
-			continue
-		}
-		i++
-		switch raw[i] {
-		case 'n':
-			buf = append(buf, '\n')
-		case 't':
-			buf = append(buf, '\t')
-		case 'r':
-			buf = append(buf, '\r')
-		case 'b':
-			buf = append(buf, '\b')
-		case 'f':
-			buf = append(buf, '\f')
-		case 'u':
-			return "", false
-		default:
-			buf = append(buf, raw[i])
+		if raw[i] == '\\' {
+			i++
+			if i < len(raw) && raw[i] == 'u' {
+				return "", false
+			}
 		}
 	}
-	return string(buf), true
+	return string(jsonstr.AppendUnescaped(make([]byte, 0, len(raw)), raw)), true
 }
 
 func hasByte(b []byte, c byte) bool {
