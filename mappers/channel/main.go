@@ -254,9 +254,7 @@ func writeMembers(a *sdk.Event, obj []byte) {
 			v := obj[vs:i]
 			switch c := v[0]; {
 			case c == '"':
-				if s, ok := unescaped(v[1 : len(v)-1]); ok {
-					a.StrValue(key, sdk.Text(s))
-				}
+				a.StrValue(key, sdk.Text(unescaped(v[1:len(v)-1])))
 			case c == 't':
 				a.Bool(key, true)
 			case c == 'f':
@@ -331,20 +329,13 @@ func skipValue(b []byte, i int) int {
 }
 
 // unescaped returns the content of a JSON string as text: as it is when it
-// has no escape, else decoded; false when it holds a \u escape (refused).
-func unescaped(raw []byte) (string, bool) {
+// has no escape, else decoded (\u escapes and surrogate pairs included, a
+// lone surrogate as U+FFFD, as encoding/json reads it).
+func unescaped(raw []byte) string {
 	if !hasByte(raw, '\\') {
-		return str(raw), true
+		return str(raw)
 	}
-	for i := 0; i < len(raw); i++ {
-		if raw[i] == '\\' {
-			i++
-			if i < len(raw) && raw[i] == 'u' {
-				return "", false
-			}
-		}
-	}
-	return string(jsonstr.AppendUnescaped(make([]byte, 0, len(raw)), raw)), true
+	return string(jsonstr.AppendUnescaped(make([]byte, 0, len(raw)), raw))
 }
 
 func hasByte(b []byte, c byte) bool {
@@ -361,11 +352,7 @@ func str(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 // mapText maps a STRING message of key=value pairs.
 func mapText(msg, tag, at sdk.Value, out *sdk.Output) {
-	s, ok := unescaped(msg.Raw())
-	if !ok {
-		s = msg.String() // \u escapes: the SDK decodes them
-	}
-	splitPairs(s)
+	splitPairs(unescaped(msg.Raw()))
 	var f [nFields]string
 	var have [nFields]bool
 	e := out.Event()
