@@ -36,6 +36,14 @@ type Outbox interface {
 	AppendDeadLettersCounted(ctx context.Context, letters []outbox.DeadLetter, tally *ledger.Delta) error
 }
 
+// PipelinedOutbox is an Outbox that can take the next batch while the
+// previous one syncs (*outbox.Outbox: BeginAppendCounted). The consumer
+// uses it when the Outbox given to New has it and Options.CommitPipeline
+// is above 1.
+type PipelinedOutbox interface {
+	BeginAppendCounted(ctx context.Context, events [][]byte, taken time.Time, tally *ledger.Delta) *outbox.Pending
+}
+
 // Tap is shown the deliveries the consumer settles. Active is called once
 // per batch from the session goroutine and must be cheap (an atomic load):
 // while it answers false the consumer keeps nothing for the tap. Committed
@@ -57,8 +65,9 @@ type Committed struct {
 }
 
 var (
-	_ Processor = (*pipeline.Pipeline)(nil)
-	_ Outbox    = (*outbox.Outbox)(nil)
+	_ Processor       = (*pipeline.Pipeline)(nil)
+	_ Outbox          = (*outbox.Outbox)(nil)
+	_ PipelinedOutbox = (*outbox.Outbox)(nil)
 )
 
 // Consumer consumes the collector's queue: it maps each delivery, commits the
@@ -71,6 +80,7 @@ type Consumer struct {
 	eps  []endpoint
 	proc Processor
 	box  Outbox
+	pipe PipelinedOutbox // box, when it has the pipelined append and CommitPipeline > 1
 	log  zerolog.Logger
 	m    *metrics
 
@@ -89,6 +99,13 @@ type Consumer struct {
 	// beforeAck runs right before each basic.ack with its delivery tag.
 	afterCommit func()
 	beforeAck   func(tag uint64)
+	// handedOff runs on the committer goroutine after each batch is handed
+	// to the outbox, with its number (from 1) and channels closed once it,
+	// and the batch before it, settled in the outbox.
+	handedOff func(n uint64, settled, prevSettled <-chan struct{})
+	// beforeHandOff runs on the committer goroutine before batch n is
+	// handed to the outbox.
+	beforeHandOff func(n uint64, prevSettled <-chan struct{})
 }
 
 type readyState struct{ err error }
@@ -116,6 +133,9 @@ func New(proc Processor, box Outbox, opts Options) (*Consumer, error) {
 		m:    m,
 
 		epoch: time.Now(),
+	}
+	if p, ok := box.(PipelinedOutbox); ok && opts.CommitPipeline > 1 {
+		c.pipe = p
 	}
 	c.setReady(ErrNotConsuming)
 	return c, nil
@@ -293,11 +313,13 @@ type sess struct {
 	jobs       chan *item
 	kick       chan struct{} // a worker finished an item (cap 1, never blocks)
 	commitReq  chan *batch
-	commitDone chan error
-	pending    []*item // taken, not yet handed to the committer, in tag order
-	inflight   *batch  // being committed; nil while the committer is idle
-	maxTag     uint64  // highest delivery tag taken and not yet settled
-	held       int     // deliveries taken and not yet settled
+	commitWait chan commitWait   // committer to settler: batches handed to the outbox, in order
+	commitDone chan commitResult // settler to session: each batch durable or failed, in order
+	pending    []*item           // taken, not yet handed to the committer, in tag order
+	inflight   []*batch          // handed to the committer and not settled, in tag order (at most CommitPipeline)
+	unsettled  int               // batches handed to the committer whose result has not come back (requeued ones too)
+	maxTag     uint64            // highest delivery tag taken and not yet settled
+	held       int               // deliveries taken and not yet settled
 	wg         sync.WaitGroup
 
 	// The commit linger (see Options.CommitLinger).
