@@ -6,7 +6,8 @@
 //
 // Append returns nil only after its events are synced to disk in one
 // transaction; the consumer acknowledges deliveries after that and not
-// before. Events leave the outbox only through Delete of an explicit range
+// before. BeginAppendCounted is the same append without the wait (see
+// "Pipelined appends"): its Pending reports the durability. Events leave the outbox only through Delete of an explicit range
 // the sender had delivered. Between the two an event exists here and
 // nowhere else, so nothing else deletes, truncates or rewrites events.
 //
@@ -103,7 +104,8 @@
 //     after the outbox drained to empty.
 //   - Events with lower sequences are committed before events with higher
 //     ones: appends are serialised, so the drain cursor never passes a
-//     sequence that could still appear.
+//     sequence that could still appear. Readers see only what is durable
+//     with everything before it (below).
 //   - Every segment whose events all lie before the cursor is deleted in the
 //     transaction that moves the cursor past it; at most one live segment
 //     holds delivered events (the first, partly delivered).
@@ -119,6 +121,69 @@
 //     free. Badger writes its memory tables and tables through memory maps,
 //     where a full disk would surface as a fatal SIGBUS instead of an error;
 //     the reserve keeps the store from ever reaching that point.
+//
+// # Pipelined appends
+//
+// An append is two stages: sequenced and handed to Badger's writer
+// (Txn.CommitWith), then durable once Badger answers that its write is
+// synced. BeginAppendCounted returns after the first, so that the caller
+// sequences the next append while the store syncs this one; Append and
+// AppendCounted are BeginAppendCounted followed by the wait. A large append
+// may be several transactions (units); the append is durable with its last.
+//
+//   - Units are handed over in sequence order (appendMu), and Badger writes
+//     its requests in the order they were handed over, but answers them on
+//     goroutines of their own, in any order. The outbox completes units
+//     strictly in sequence order: a unit is durable, and its Pending
+//     settles nil, only when Badger answered nil for it and for every unit
+//     before it. A caller that acknowledges on that answer therefore never
+//     acknowledges before its own append, nor an earlier one, is durable.
+//   - When a unit fails, it and every unit after it that has not completed
+//     fail too, even those Badger wrote: their Pending settle with the
+//     failure's ErrRefused, and their callers requeue them. The outbox is
+//     then broken until a repair: the next append (or Close) waits until
+//     nothing is in flight and, in one synced transaction, deletes every
+//     key the failed units wrote (segments, ledger deltas) and sets
+//     mlast_event back to the last durable sequence. So the store holds no
+//     hole between its cursor and its last sequence, and the withdrawn
+//     sequences are assigned again: no reader saw them and the witness never
+//     named them.
+//   - Readers: Peek (and so Delete, which removes only what Peek returned)
+//     reads no segment past the last durable sequence, kept in memory and
+//     moved at each completion; a unit in flight, or written after a failed
+//     one, is neither seen nor deleted. (Badger's own reads wait for writes
+//     in flight, and would show a unit written after a failed one.)
+//   - At sequencing: the in-memory next sequence (lastSeq), the ledger
+//     delta's id, and the events in flight, which count against MaxEvents
+//     (the bound admits depth + in flight + the new batch). Written in the
+//     unit's transaction: its segments, its ledger delta, mlast_event.
+//   - At durability, in sequence order: depth and bytes, the last durable
+//     sequence, the witness (COMMITTED), the fold's count of deltas, and
+//     health (a durable append makes Healthy answer nil again). At a
+//     failure, in sequence order: the refused counter (once per failure)
+//     and the health error.
+//   - Dead letters are not pipelined: AppendDeadLetters commits and syncs
+//     before it returns, under their own sequence. A caller that writes a
+//     batch's events pipelined and its dead letters after them acknowledges
+//     the batch when both are durable; if the events then fail, the dead
+//     letters stay and come again with the redelivery (as events committed
+//     before failed dead letters always did).
+//   - Badger makes a new write transaction wait until every commit handed
+//     over before it has settled. A background goroutine therefore keeps
+//     one transaction made ahead (renewed every second while unused): made
+//     while a unit was being prepared, it waits only for the units before
+//     that one, so the next unit is handed over while its predecessor
+//     syncs. Units never read in their transaction and conflict detection
+//     is off, so its earlier read timestamp changes nothing written.
+//   - The reclaim (DropPrefix) and Close take the write lock exclusively;
+//     every unit holds its shared side from its hand-over until Badger
+//     answers, so neither runs under a write in flight.
+//   - A crash while broken, before the repair, can leave a unit on disk
+//     after a missing one; Open then reports the missing sequences as damage
+//     (ErrCorrupt, ACCEPT-DAMAGE). No acknowledged event is among them: their
+//     appends were answered with an error. The ledger may count such a
+//     unit's events twice if a fold ran before the repair, as for any
+//     commit that reached the disk and answered an error.
 //
 // # Files and damage
 //
@@ -169,7 +234,8 @@
 // # Concurrency
 //
 // Every method is safe for concurrent use. Append calls are serialised
-// among themselves; AppendDeadLetters and DeleteDeadLetters among
+// among themselves as far as their hand-over to the store (their syncs
+// overlap); AppendDeadLetters and DeleteDeadLetters among
 // themselves; Peek and Delete among themselves (one drain cursor: run one
 // sender per outbox). Appends and the drain proceed in parallel. One
 // process per directory: Open answers ErrLocked when the directory lock is

@@ -17,3 +17,11 @@ func OpenOutboxes() int {
 	defer umask.Unlock()
 	return umask.users
 }
+
+// SetCommitAnswer makes f see, and possibly replace, the store's answer for
+// each transaction of an append (its sequences first..last; last < first
+// for counts alone), on the store's callback goroutine. Set it before the
+// first append.
+func SetCommitAnswer(o *Outbox, f func(first, last uint64, err error) error) {
+	o.commitAnswer = f
+}

@@ -148,10 +148,7 @@ func countEvents(d *ledger.Delta, r *ledger.Reader, hour int64, events [][]byte)
 // transaction that commits the last of them. With no events, tally alone
 // is committed (a batch of notifications that were all skipped).
 func (o *Outbox) AppendCounted(ctx context.Context, events [][]byte, taken time.Time, tally *ledger.Delta) error {
-	if len(events) == 0 {
-		return o.commitTally(ctx, tally)
-	}
-	return o.appendEvents(ctx, events, taken, tally)
+	return o.BeginAppendCounted(ctx, events, taken, tally).Err()
 }
 
 // commitTally commits tally on its own, in one synced transaction.

@@ -102,9 +102,23 @@ type Outbox struct {
 	// appendMu serialises event appends so sequences become visible in
 	// order (the drain cursor never skips a later-committed lower key).
 	appendMu sync.Mutex
-	lastSeq  uint64 // guarded by appendMu
+	lastSeq  uint64 // guarded by appendMu: the highest sequence handed to the store (durable or not)
 	scratch  []byte // guarded by appendMu: the raw events of the segment being encoded
-	segBuf   []byte // guarded by appendMu: the encoded segments of the append in progress
+
+	// The commit pipeline (pipeline.go): appends handed to Badger and not
+	// yet settled, completed strictly in the order they were sequenced.
+	pipeMu    sync.Mutex
+	inflight  []*unit          // guarded by pipeMu: in sequence order
+	broken    error            // guarded by pipeMu: the first failure not yet repaired
+	failed    []*unit          // guarded by pipeMu: the units from the first failure on, for the repair
+	idle      chan struct{}    // guarded by pipeMu: closed when inflight empties; nil while it is empty
+	durable   atomic.Uint64    // the highest sequence durable with every one before it: what readers may see
+	pendingEv atomic.Int64     // events handed to the store and not yet settled (the bound counts them)
+	segPool   sync.Pool        // *[]byte: buffers of encoded segments, returned when their append settles
+	spareTxn  chan *badger.Txn // write transactions made ahead by txnMaker
+	// commitAnswer, in tests only, sees Badger's answer for the unit of
+	// sequences first..last and may replace it (set before any append).
+	commitAnswer func(first, last uint64, err error) error
 
 	deadMu   sync.Mutex
 	lastDead uint64 // guarded by deadMu
@@ -293,6 +307,7 @@ func Open(opts Options) (*Outbox, error) {
 		log:       opts.Logger,
 		dropLog:   opts.Logger.Sample(&zerolog.BurstSampler{Burst: 20, Period: time.Second}),
 		reclaimCh: make(chan struct{}, 1),
+		spareTxn:  make(chan *badger.Txn),
 		foldCh:    make(chan struct{}, 1),
 		done:      make(chan struct{}),
 	}
@@ -328,12 +343,14 @@ func Open(opts Options) (*Outbox, error) {
 		return fail(fmt.Errorf("outbox: %s: %w", witnessFile, err))
 	}
 	o.wit = wit
+	o.durable.Store(o.lastSeq)
 	if err := o.foldLedger(); err != nil {
 		o.log.Warn().Err(err).Msg("folding the ledger failed; its deltas stay and are read as they are")
 	}
-	o.wg.Add(2)
+	o.wg.Add(3)
 	go o.reclaimLoop()
 	go o.foldLoop()
+	go o.txnMaker()
 	if o.depth.Load() == 0 {
 		if o.DiskBytes() >= opts.ReclaimAfterBytes+opts.MemTableBytes {
 			o.deletedBytes.Store(opts.ReclaimAfterBytes)
@@ -586,135 +603,6 @@ func (o *Outbox) register(r prometheus.Registerer) error {
 	return nil
 }
 
-// Append commits events in one synced transaction, in order, after every
-// event already appended. It returns nil only once the events are on disk.
-// ErrFull: the bound is reached and nothing was written. ErrRefused: the
-// write could not be made durable (wrapping the cause). Safe for concurrent
-// use; concurrent appends are serialised.
-//
-// The bound admits a batch while depth+len(events) <= MaxEvents, and any
-// batch into an empty outbox, so a batch larger than the bound cannot
-// block the caller forever.
-func (o *Outbox) Append(ctx context.Context, events [][]byte) error {
-	if len(events) == 0 {
-		return nil
-	}
-	return o.appendEvents(ctx, events, time.Time{}, nil)
-}
-
-// appendEvents is Append and AppendCounted: the events of each part are
-// counted in the ledger in the transaction that commits the part, and tally
-// in the last.
-func (o *Outbox) appendEvents(ctx context.Context, events [][]byte, taken time.Time, tally *ledger.Delta) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if o.closed.Load() {
-		return ErrClosed
-	}
-	o.appendMu.Lock()
-	defer o.appendMu.Unlock()
-	if d := o.depth.Load(); d > 0 && d+int64(len(events)) > o.opts.MaxEvents {
-		o.refusedFull.Inc()
-		return fmt.Errorf("%w: %d events buffered, bound %d", ErrFull, d, o.opts.MaxEvents)
-	}
-	if err := o.checkSpace(); err != nil {
-		o.refusedIO.Inc()
-		o.setHealth(err)
-		return err
-	}
-	o.writeMu.RLock()
-	defer o.writeMu.RUnlock()
-	if o.closed.Load() {
-		return ErrClosed
-	}
-	if taken.IsZero() {
-		taken = time.Now()
-	}
-	now := taken.UnixNano()
-	hour := ledger.HourOf(taken)
-	o.segBuf = o.segBuf[:0]
-	seq := o.lastSeq // the last sequence written, committed or not
-	committed := o.lastSeq
-	var size, committedSize int64
-	txn := o.db.NewTransaction(true)
-	defer func() { txn.Discard() }()
-	partFrom := 0 // index in events of the first event of the part being written
-	commit := func(final bool) error {
-		d := &ledger.Delta{}
-		part := events[partFrom : partFrom+int(seq-committed)]
-		countEvents(d, &o.appReader, hour, part)
-		if final {
-			d.Add(tally)
-		}
-		if err := o.putDelta(txn, d); err != nil {
-			return err
-		}
-		if err := txn.Set(metaLastSeq, u64(seq)); err != nil {
-			return err
-		}
-		if err := txn.Commit(); err != nil {
-			return err
-		}
-		o.deltaCommitted()
-		partFrom += len(part)
-		o.lastSeq = seq
-		o.witnessed(seq, 0)
-		o.depth.Add(int64(seq - committed))
-		o.bytes.Add(size - committedSize)
-		committed, committedSize = seq, size
-		return nil
-	}
-	maxCount, maxBytes := o.db.MaxBatchCount(), o.db.MaxBatchSize()
-	var pending, txnBytes int64
-	for rest := events; len(rest) > 0; {
-		// Cut the next segment.
-		n, raw := 0, 0
-		for n < len(rest) && n < segmentMaxEvents && (n == 0 || raw+len(rest[n]) <= segmentMaxBytes) {
-			raw += len(rest[n])
-			n++
-		}
-		// Segments are encoded one after the other into o.segBuf; the
-		// transaction holds slices of it until it commits (a growth leaves
-		// the earlier ones in the old array).
-		start := len(o.segBuf)
-		o.segBuf, o.scratch = appendSegment(o.segBuf, now, rest[:n], o.scratch)
-		val := o.segBuf[start:len(o.segBuf):len(o.segBuf)]
-		k := seqKey(prefixEvent, seq+1)
-		// Split before Badger's transaction limits (leaving room for the
-		// sequence key commit adds), not only when Set refuses: each part is
-		// durable on its own; a caller that sees an error later resends the
-		// whole batch, which the Reporting API counts as duplicates.
-		entry := int64(len(k) + len(val) + txnEntryOverhead)
-		if pending > 0 && (pending+2 >= int64(maxCount) || txnBytes+entry+txnEntryOverhead*2 >= maxBytes) {
-			if err := commit(false); err != nil {
-				return o.refuse(err)
-			}
-			txn = o.db.NewTransaction(true)
-			pending, txnBytes = 0, 0
-		}
-		if err := txn.Set(k, val); err != nil {
-			return o.refuse(err)
-		}
-		pending++
-		txnBytes += entry
-		seq += uint64(n)
-		size += int64(raw)
-		rest = rest[n:]
-	}
-	if err := commit(true); err != nil {
-		return o.refuse(err)
-	}
-	if cap(o.scratch) > 4*segmentMaxBytes {
-		o.scratch = nil
-	}
-	if cap(o.segBuf) > 4*segmentMaxBytes {
-		o.segBuf = nil
-	}
-	o.setHealth(nil)
-	return nil
-}
-
 // witnessed records committed sequences in the witness file.
 func (o *Outbox) witnessed(seq, dead uint64) {
 	if err := o.wit.committed(seq, dead); err != nil {
@@ -886,12 +774,18 @@ func (o *Outbox) peek(max int) (first, last uint64, events [][]byte, bad *damage
 		return 0, 0, nil, nil, ErrClosed
 	}
 	head := o.head.Load()
+	// Only what is durable, with everything before it, is read: a segment
+	// still in flight, or written after a commit that failed, is not.
+	durable := o.durable.Load()
 	err = o.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefixEvent}})
 		defer it.Close()
 		for it.Seek(seqKey(prefixEvent, o.headSeg.Load())); it.Valid() && len(events) < max; it.Next() {
 			item := it.Item()
 			segFirst := binary.BigEndian.Uint64(item.Key()[1:])
+			if segFirst > durable {
+				break
+			}
 			err := item.Value(func(v []byte) error {
 				seg, err := parseSegment(segFirst, v, o.lens)
 				o.lens = seg.lens
@@ -1195,6 +1089,13 @@ func (o *Outbox) Close() error {
 	}
 	close(o.done)
 	o.wg.Wait()
+	// Appends in flight settle; what followed a failed one is withdrawn, so
+	// that the store is left without a hole.
+	o.appendMu.Lock()
+	if err := o.repair(context.Background(), true); err != nil {
+		o.log.Error().Err(err).Msg("outbox: the appends behind a failed commit could not be withdrawn; the next start reports the missing sequences")
+	}
+	o.appendMu.Unlock()
 	o.readMu.Lock() // lock order everywhere: readMu or appendMu, then writeMu
 	defer o.readMu.Unlock()
 	o.writeMu.Lock()

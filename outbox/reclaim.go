@@ -55,6 +55,10 @@ func (o *Outbox) dropEvents(deleted int64) {
 	}
 	o.writeMu.Lock()
 	defer o.writeMu.Unlock()
+	// The exclusive lock waited for every append in flight to settle.
+	if o.depth.Load() != 0 || o.closed.Load() {
+		return
+	}
 	start := time.Now()
 	before := o.DiskBytes()
 	txn := o.db.NewTransaction(true)

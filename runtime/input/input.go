@@ -38,7 +38,17 @@ type Outbox interface {
 	AppendDeadLettersCounted(ctx context.Context, letters []outbox.DeadLetter, tally *ledger.Delta) error
 }
 
+// PipelinedOutbox is an Outbox that takes the next batch while the
+// previous one syncs (*outbox.Outbox: BeginAppendCounted). The returned
+// Pending settles in the order the appends were begun; an input may
+// acknowledge a batch only once its Pending reports it durable. The broker
+// input uses it when its Outbox has it and its CommitPipeline is above 1.
+type PipelinedOutbox interface {
+	BeginAppendCounted(ctx context.Context, events [][]byte, taken time.Time, tally *ledger.Delta) *outbox.Pending
+}
+
 var (
-	_ Processor = (*pipeline.Pipeline)(nil)
-	_ Outbox    = (*outbox.Outbox)(nil)
+	_ Processor       = (*pipeline.Pipeline)(nil)
+	_ Outbox          = (*outbox.Outbox)(nil)
+	_ PipelinedOutbox = (*outbox.Outbox)(nil)
 )

@@ -46,6 +46,7 @@ type Consumer struct {
 	eps  []endpoint
 	proc input.Processor
 	box  input.Outbox
+	pipe input.PipelinedOutbox // box, when it has the pipelined append and CommitPipeline > 1
 	log  zerolog.Logger
 	m    *metrics
 
@@ -64,6 +65,13 @@ type Consumer struct {
 	// beforeAck runs right before each basic.ack with its delivery tag.
 	afterCommit func()
 	beforeAck   func(tag uint64)
+	// handedOff runs on the committer goroutine after each batch is handed
+	// to the outbox, with its number (from 1) and channels closed once it,
+	// and the batch before it, settled in the outbox.
+	handedOff func(n uint64, settled, prevSettled <-chan struct{})
+	// beforeHandOff runs on the committer goroutine before batch n is
+	// handed to the outbox.
+	beforeHandOff func(n uint64, prevSettled <-chan struct{})
 }
 
 type readyState struct{ err error }
@@ -91,6 +99,9 @@ func New(proc input.Processor, box input.Outbox, opts Options) (*Consumer, error
 		m:    m,
 
 		epoch: time.Now(),
+	}
+	if p, ok := box.(input.PipelinedOutbox); ok && opts.CommitPipeline > 1 {
+		c.pipe = p
 	}
 	c.setReady(ErrNotConsuming)
 	return c, nil
@@ -268,11 +279,13 @@ type sess struct {
 	jobs       chan *item
 	kick       chan struct{} // a worker finished an item (cap 1, never blocks)
 	commitReq  chan *batch
-	commitDone chan error
-	pending    []*item // taken, not yet handed to the committer, in tag order
-	inflight   *batch  // being committed; nil while the committer is idle
-	maxTag     uint64  // highest delivery tag taken and not yet settled
-	held       int     // deliveries taken and not yet settled
+	commitWait chan commitWait   // committer to settler: batches handed to the outbox, in order
+	commitDone chan commitResult // settler to session: each batch durable or failed, in order
+	pending    []*item           // taken, not yet handed to the committer, in tag order
+	inflight   []*batch          // handed to the committer and not settled, in tag order (at most CommitPipeline)
+	unsettled  int               // batches handed to the committer whose result has not come back (requeued ones too)
+	maxTag     uint64            // highest delivery tag taken and not yet settled
+	held       int               // deliveries taken and not yet settled
 	wg         sync.WaitGroup
 
 	// The commit linger (see Options.CommitLinger).

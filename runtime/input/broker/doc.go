@@ -63,16 +63,22 @@
 // maps it guarded: it may be the one a process died on (docs/abi.md, "When a
 // built-in module runs away").
 //
-// One committer goroutine writes batches, one at a time. Whenever it is idle
-// and the head of the FIFO is mapped, the session cuts the longest mapped
-// run from the head (at most BatchMax deliveries, default Prefetch/2) and
-// hands it over (group commit). A run shorter than BatchMax waits while
+// One committer goroutine hands batches to the outbox, in order. Whenever
+// fewer than CommitPipeline batches (default 2) are committing and the head
+// of the FIFO is mapped, the session cuts the longest mapped run from the
+// head (at most BatchMax deliveries, default Prefetch/2) and hands it over
+// (group commit). With the outbox's pipelined append (input.PipelinedOutbox) the
+// committer sequences a batch and hands it to the store while the batch
+// before it syncs; a settler goroutine waits for each batch's durability in
+// the same order and reports it to the session, which acknowledges each
+// batch as it becomes durable. With CommitPipeline 1, or an Outbox without
+// the pipelined append, each batch is written before the next. A run shorter than BatchMax waits while
 // deliveries keep arriving and the prefetch window has room: up to
 // CommitLinger (2 ms) after the last one, at most 4 × CommitLinger after
 // the oldest one held, never while stopping; fewer, larger commits cost
 // fewer syncs and acknowledgements. The batch's events go to the
-// outbox in one synced Append, its dead letters (notifications whose mapper
-// failed) in one AppendDeadLetters, and when both returned nil the session
+// outbox in one synced append, its dead letters (notifications whose mapper
+// failed) in one AppendDeadLetters, and when both are durable the session
 // acknowledges the batch with one basic.ack multiple=true for its highest
 // delivery tag. Meanwhile the deliveries behind it are being received and
 // mapped, so at the default prefetch of 100 about two commits' worth of
@@ -84,11 +90,16 @@
 // acknowledgement.
 //
 // Invariants:
-//   - nothing is acknowledged before its commit returned nil: batches are
-//     cut from the head of the FIFO and committed one at a time, so when a
-//     batch is acknowledged up to its highest tag, every delivery with a
-//     lower tag is in that batch or in an earlier one that was committed
-//     and acknowledged, or was requeued;
+//   - nothing is acknowledged before its commit is durable: batches are
+//     cut from the head of the FIFO, handed to the outbox in that order,
+//     and settle in that order (the outbox reports an append durable only
+//     after every append before it), so when a batch is acknowledged up to
+//     its highest tag, every delivery with a lower tag is in that batch or
+//     in an earlier one that was durable and acknowledged, or was requeued;
+//   - a failed batch requeues everything held, the batches committing
+//     behind it included (the outbox fails them too, even if they reached
+//     the disk, and withdraws them); their results, when they come, are
+//     dropped, and no batch is handed over until they have come;
 //   - events reach the outbox in delivery order;
 //   - every delivery tag held belongs to the session's one consuming
 //     channel, and only the session goroutine acknowledges, rejects or

@@ -64,26 +64,54 @@ func (s *sess) consume() error {
 	return nil
 }
 
-// startFlow starts the mapping workers and the committer of the session.
+// commitWait is a batch handed to the outbox: wait answers once it is
+// durable or failed.
+type commitWait struct {
+	b    *batch
+	wait func() error
+}
+
+// commitResult is a batch settled, in the order the batches were cut.
+type commitResult struct {
+	b   *batch
+	err error
+}
+
+// startFlow starts the mapping workers, the committer and the settler of
+// the session.
 func (s *sess) startFlow() {
+	depth := s.commitDepth()
 	s.jobs = make(chan *item, s.c.opts.Prefetch)
 	s.kick = make(chan struct{}, 1)
-	s.commitReq = make(chan *batch, 1)
-	s.commitDone = make(chan error, 1)
+	s.commitReq = make(chan *batch, depth)
+	s.commitWait = make(chan commitWait, depth)
+	s.commitDone = make(chan commitResult, depth)
 	for range s.c.opts.Workers {
 		s.wg.Add(1)
 		go s.worker()
 	}
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go s.committer()
+	go s.settler()
 }
 
-// stopFlow ends the workers and the committer and waits for them: a commit
-// in flight finishes (bounded by CommitTimeout) before the session returns,
-// so two sessions never commit at once.
+// commitDepth is how many batches may be committing at once.
+func (s *sess) commitDepth() int {
+	if s.c.pipe == nil {
+		return 1
+	}
+	return s.c.opts.CommitPipeline
+}
+
+// stopFlow ends the workers, the committer and the settler and waits for
+// them: the commits in flight finish (each bounded by CommitTimeout) before
+// the session returns, so two sessions never commit at once. Their results
+// are dropped: what they committed and did not acknowledge is redelivered.
 func (s *sess) stopFlow() {
 	close(s.jobs)
 	close(s.commitReq)
+	for range s.commitDone {
+	}
 	s.wg.Wait()
 }
 
@@ -130,12 +158,37 @@ func (s *sess) mapItem(ctx context.Context, it *item) {
 	it.res = res
 }
 
-// committer writes the batches it is handed, one at a time, in the order
-// they come, and answers each on commitDone.
+// committer hands the batches to the outbox in the order they come: with
+// the pipelined append it goes on to the next batch while the previous one
+// syncs; otherwise each is written before the next. The settler waits for
+// each in the same order.
 func (s *sess) committer() {
 	defer s.wg.Done()
+	defer close(s.commitWait)
+	var n uint64
+	prev := closedChan
 	for b := range s.commitReq {
-		s.commitDone <- s.write(b)
+		n++
+		if s.c.beforeHandOff != nil {
+			s.c.beforeHandOff(n, prev)
+		}
+		wait, settled := s.begin(b)
+		if s.c.handedOff != nil {
+			s.c.handedOff(n, settled, prev)
+		}
+		prev = settled
+		s.commitWait <- commitWait{b: b, wait: wait}
+	}
+}
+
+// settler answers each batch on commitDone once it is durable or failed,
+// in the order the batches were handed to the outbox (which settles its
+// appends in that order too).
+func (s *sess) settler() {
+	defer s.wg.Done()
+	defer close(s.commitDone)
+	for w := range s.commitWait {
+		s.commitDone <- commitResult{b: w.b, err: w.wait()}
 	}
 }
 
@@ -183,8 +236,8 @@ func (s *sess) loop(ctx context.Context) error {
 			// mapping progressed; dispatch below
 		case <-s.lingerC:
 			s.lingerC = nil // a short batch waited long enough; dispatch below
-		case err := <-s.commitDone:
-			if err := s.committed(err); err != nil {
+		case r := <-s.commitDone:
+			if err := s.committed(r); err != nil {
 				return err
 			}
 		case <-s.probeC:
@@ -327,31 +380,39 @@ func (s *sess) linger(oldest time.Time) bool {
 	return true
 }
 
-// dispatch is the group commit: whenever the committer is idle and the head
-// of pending holds BatchMax mapped deliveries, or every delivery held is
-// mapped (nothing else has arrived), that run is committed while the
-// deliveries behind it go on being received and mapped. It is called after
+// dispatch is the group commit: whenever fewer than CommitPipeline batches
+// are committing and the head of pending holds BatchMax mapped deliveries,
+// or every delivery held is mapped (nothing else has arrived), that run is
+// committed while the deliveries behind it go on being received and mapped
+// (and, pipelined, while the batch before it syncs). It is called after
 // takeWaiting, so "nothing else has arrived" holds at that moment. A run
 // of skipped deliveries only commits their count in the ledger.
 func (s *sess) dispatch() error {
-	if s.inflight != nil {
-		return nil
+	for s.unsettled < s.commitDepth() {
+		b := s.nextBatch(s.c.opts.BatchMax)
+		if b == nil {
+			return nil
+		}
+		s.inflight = append(s.inflight, b)
+		s.unsettled++
+		s.commitReq <- b // never blocks: at most commitDepth batches are unsettled
 	}
-	b := s.nextBatch(s.c.opts.BatchMax)
-	if b == nil {
-		return nil
-	}
-	s.inflight = b
-	s.commitReq <- b
 	return nil
 }
 
-// committed settles the batch in flight once its commit answered: an
-// acknowledgement up to its last tag, or, on a failed commit, a requeue of
-// everything held.
-func (s *sess) committed(err error) error {
-	b := s.inflight
-	s.inflight = nil
+// committed settles the oldest batch in flight once its commit answered:
+// an acknowledgement up to its last tag, or, on a failed commit, a requeue
+// of everything held (the batches in flight behind it included: the outbox
+// fails them too). A result for a batch no longer in flight (requeued with
+// an earlier failure) is dropped.
+func (s *sess) committed(r commitResult) error {
+	s.unsettled--
+	if len(s.inflight) == 0 || s.inflight[0] != r.b {
+		return nil
+	}
+	b, err := r.b, r.err
+	s.inflight[0] = nil
+	s.inflight = s.inflight[1:]
 	if err == nil {
 		if s.c.afterCommit != nil {
 			s.c.afterCommit()
@@ -372,9 +433,9 @@ func (s *sess) committed(err error) error {
 }
 
 // ack acknowledges every delivery up to b.lastTag with one multiple ack on the
-// channel that delivered them. Batches are cut from the head of pending and
-// committed one at a time in order, so every delivery up to b.lastTag is in b
-// or in a batch already committed and acknowledged (or requeued).
+// channel that delivered them. Batches are cut from the head of pending in
+// order and settle in that order, so every delivery up to b.lastTag is in b
+// or in a batch already durable and acknowledged (or requeued).
 func (s *sess) ack(b *batch) error {
 	if s.c.beforeAck != nil {
 		s.c.beforeAck(b.lastTag)
@@ -394,14 +455,31 @@ func (s *sess) ack(b *batch) error {
 	return nil
 }
 
-func (s *sess) write(b *batch) error {
+// closedChan is a settled channel.
+var closedChan = func() <-chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// begin hands b to the outbox and returns the wait for its durability, and
+// a channel closed once the outbox settled it. With the pipelined append
+// the events' transaction is handed over and synced while begin returns;
+// the dead letters (rare) are written before it returns. The batch is
+// durable when both are.
+func (s *sess) begin(b *batch) (wait func() error, settled <-chan struct{}) {
 	// Not cancelled by the end of the session: a commit that started is
 	// allowed to finish, and its deliveries are acknowledged only if the
 	// session still can.
 	ctx, cancel := context.WithTimeout(context.Background(), s.c.opts.CommitTimeout)
-	defer cancel()
 	start := time.Now()
-	defer func() { s.c.m.commitSeconds.Observe(time.Since(start).Seconds()) }()
+	done := func(err error) (func() error, <-chan struct{}) {
+		return func() error {
+			defer cancel()
+			s.c.m.commitSeconds.Observe(time.Since(start).Seconds())
+			return err
+		}, closedChan
+	}
 	// Events first: at the bound nothing is written and everything held is
 	// requeued. Dead letters do not count against the bound. Each part
 	// carries its deliveries' counts in the ledger; the skipped ones go with
@@ -411,17 +489,43 @@ func (s *sess) write(b *batch) error {
 		deadTally.Add(tally)
 		tally = nil
 	}
+	var p *outbox.Pending
 	if len(b.events) > 0 || len(b.letters) == 0 {
-		if err := s.c.box.AppendCounted(ctx, b.events, b.taken, tally); err != nil {
-			return err
+		if s.c.pipe != nil {
+			p = s.c.pipe.BeginAppendCounted(ctx, b.events, b.taken, tally)
+		} else if err := s.c.box.AppendCounted(ctx, b.events, b.taken, tally); err != nil {
+			return done(err)
 		}
 	}
 	if len(b.letters) > 0 {
+		if p != nil {
+			select {
+			case <-p.Done(): // refused at once (the bound): no dead letters either
+				if err := p.Err(); err != nil {
+					return done(err)
+				}
+			default:
+			}
+		}
 		if err := s.c.box.AppendDeadLettersCounted(ctx, b.letters, deadTally); err != nil {
-			return err
+			return done(err)
 		}
 	}
-	return nil
+	if p == nil {
+		return done(nil)
+	}
+	return func() error {
+		defer cancel()
+		var err error
+		select {
+		case <-p.Done():
+			err = p.Err()
+		case <-ctx.Done():
+			err = fmt.Errorf("outbox commit not settled after %s: %w", s.c.opts.CommitTimeout, ctx.Err())
+		}
+		s.c.m.commitSeconds.Observe(time.Since(start).Seconds())
+		return err
+	}, p.Done()
 }
 
 // nackHeld returns every delivery held (up to maxTag, n of them) to the queue
@@ -430,6 +534,7 @@ func (s *sess) write(b *batch) error {
 func (s *sess) nackHeld(n int) error {
 	tag := s.maxTag
 	s.pending = nil
+	s.inflight = nil // their results, when they come, are dropped
 	s.held = 0
 	s.maxTag = 0
 	if tag == 0 {
@@ -498,13 +603,13 @@ func (s *sess) shutdown() {
 		}
 		select {
 		case <-s.kick:
-		case err := <-s.commitDone:
-			if err != nil {
-				s.log.Warn().Err(err).Int("deliveries", s.held).Msg("commit failed while stopping; requeued")
+		case r := <-s.commitDone:
+			if r.err != nil && len(s.inflight) > 0 && s.inflight[0] == r.b {
+				s.log.Warn().Err(r.err).Int("deliveries", s.held).Msg("commit failed while stopping; requeued")
 				_ = s.nackHeld(s.held)
 				return
 			}
-			if err := s.committed(nil); err != nil {
+			if err := s.committed(r); err != nil {
 				return
 			}
 		case <-s.connClosed:
@@ -514,7 +619,7 @@ func (s *sess) shutdown() {
 		case b := <-s.blocked:
 			s.noteBlocked(b)
 		case <-deadline.C:
-			if s.inflight != nil {
+			if len(s.inflight) > 0 {
 				// The commit may still land; the deliveries are requeued and
 				// come back as duplicates at worst.
 				s.log.Warn().Int("deliveries", s.held).Msg("stop budget spent with a commit in flight; requeued")

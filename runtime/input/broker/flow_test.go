@@ -22,7 +22,8 @@ import (
 
 // recordingOutbox is the real outbox with a slower Append (a sleep before it
 // delegates, standing in for a slow disk) that records what each call
-// committed, once it returned nil.
+// committed, once it returned nil; a pipelined append is recorded when it is
+// handed over, and counts as committed once its Pending settled nil.
 type recordingOutbox struct {
 	*outbox.Outbox
 	delay time.Duration
@@ -30,12 +31,43 @@ type recordingOutbox struct {
 	appending atomic.Int32 // Append and AppendDeadLetters calls in progress
 
 	mu        sync.Mutex
-	committed map[string]bool // event_ids and dead letters' message_ids
-	order     []string        // event_ids in the order they were committed
+	committed map[string]bool            // event_ids and dead letters' message_ids
+	handed    map[string]*outbox.Pending // event_ids of pipelined appends
+	order     []string                   // event_ids in the order they were committed (or handed over)
 	commits   int
 }
 
-var _ input.Outbox = (*recordingOutbox)(nil)
+var (
+	_ input.Outbox          = (*recordingOutbox)(nil)
+	_ input.PipelinedOutbox = (*recordingOutbox)(nil)
+)
+
+func (r *recordingOutbox) BeginAppendCounted(ctx context.Context, events [][]byte, taken time.Time, tally *ledger.Delta) *outbox.Pending {
+	r.appending.Add(1)
+	time.Sleep(r.delay)
+	p := r.Outbox.BeginAppendCounted(ctx, events, taken, tally)
+	go func() {
+		<-p.Done()
+		r.appending.Add(-1)
+	}()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.handed == nil {
+		r.handed = map[string]*outbox.Pending{}
+	}
+	if len(events) > 0 {
+		r.commits++
+	}
+	for _, e := range events {
+		var ev struct {
+			EventID string `json:"event_id"`
+		}
+		_ = json.Unmarshal(e, &ev)
+		r.handed[ev.EventID] = p
+		r.order = append(r.order, ev.EventID)
+	}
+	return p
+}
 
 func (r *recordingOutbox) AppendCounted(ctx context.Context, events [][]byte, taken time.Time, tally *ledger.Delta) error {
 	r.appending.Add(1)
@@ -83,6 +115,14 @@ func (r *recordingOutbox) AppendDeadLettersCounted(ctx context.Context, letters 
 func (r *recordingOutbox) isCommitted(id string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if p := r.handed[id]; p != nil {
+		select {
+		case <-p.Done():
+			return p.Err() == nil
+		default:
+			return false
+		}
+	}
 	return r.committed[id]
 }
 

@@ -33,6 +33,9 @@ const (
 // commit in flight while the next deliveries are mapped) and kills itself
 // with SIGKILL right after its third commit, before acknowledging it.
 func childMain() int {
+	if at := os.Getenv(childKillAtEnv); at != "" {
+		return pipelineKillChild(at)
+	}
 	v := vhostByName(os.Getenv(childVhostEnv))
 	ob, err := openChildOutbox(os.Getenv(childDirEnv))
 	if err != nil {

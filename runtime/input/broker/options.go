@@ -28,15 +28,18 @@ const (
 	DefaultPrefetch      = 100
 	DefaultCommitTimeout = 2 * time.Minute
 	DefaultCommitLinger  = 2 * time.Millisecond
-	DefaultReconnectMin  = 1 * time.Second
-	DefaultReconnectMax  = 30 * time.Second
-	DefaultProbeMin      = 1 * time.Second
-	DefaultProbeMax      = 60 * time.Second
-	DefaultRefusedRetry  = 1 * time.Second
-	DefaultPauseMin      = 1 * time.Second
-	DefaultPauseMax      = 10 * time.Second
-	DefaultHeartbeat     = 10 * time.Second
-	DefaultDialTimeout   = 10 * time.Second
+	// DefaultCommitPipeline: the next batch is handed to the outbox while
+	// the previous one syncs.
+	DefaultCommitPipeline = 2
+	DefaultReconnectMin   = 1 * time.Second
+	DefaultReconnectMax   = 30 * time.Second
+	DefaultProbeMin       = 1 * time.Second
+	DefaultProbeMax       = 60 * time.Second
+	DefaultRefusedRetry   = 1 * time.Second
+	DefaultPauseMin       = 1 * time.Second
+	DefaultPauseMax       = 10 * time.Second
+	DefaultHeartbeat      = 10 * time.Second
+	DefaultDialTimeout    = 10 * time.Second
 )
 
 // Options configure a Consumer (New) and the dump (Dump). The package reads no
@@ -78,6 +81,13 @@ type Options struct {
 	// larger commits cost fewer syncs and fewer acknowledgements, which the
 	// broker handles more cheaply.
 	CommitLinger time.Duration
+	// CommitPipeline is how many batches may be committing at once: with 2
+	// (the default) the next batch is handed to the outbox while the
+	// previous one syncs, and each is acknowledged, in order, once it is
+	// durable. 1 commits one batch at a time. Above 1 it needs an outbox
+	// with the pipelined append (input.PipelinedOutbox); without one, batches are
+	// committed one at a time.
+	CommitPipeline int
 	// CommitTimeout bounds one outbox append; on expiry the batch is requeued.
 	// It stays far below RabbitMQ's consumer_timeout (30 min by default).
 	CommitTimeout time.Duration
@@ -134,6 +144,9 @@ func (o *Options) setDefaults() {
 		if *d <= 0 {
 			*d = v
 		}
+	}
+	if o.CommitPipeline <= 0 {
+		o.CommitPipeline = DefaultCommitPipeline
 	}
 	def(&o.CommitTimeout, DefaultCommitTimeout)
 	if o.CommitLinger == 0 {
