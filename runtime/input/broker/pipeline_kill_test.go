@@ -112,14 +112,12 @@ func pipelineKillChild(at string) int {
 	c.beforeAck = func(uint64) {
 		k := acked.Load() + 1 // the batch being acknowledged
 		if at == killDurableThenHanded && k >= minBatch-1 {
-			for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Microsecond) {
-				mu.Lock()
-				h := handed
-				mu.Unlock()
-				if h > k {
-					break
-				}
-			}
+			// Batch k is durable and held unacknowledged until the kill,
+			// which comes as batch k+1 is handed over (handedOff). Holding
+			// it, rather than waiting for the hand-over and then going on,
+			// keeps its ack from reaching the broker between the kill
+			// decision and the signal.
+			time.Sleep(10 * time.Second)
 		}
 		acked.Add(1)
 	}
