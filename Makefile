@@ -73,6 +73,7 @@ prepare:
 
 # The packages with concurrency of their own, tested under the race detector.
 RACE_PKGS := ./runtime/input/broker ./runtime/input/plog ./runtime/catalog ./runtime/pipeline ./outbox ./sender \
+	./cmd/tally-openstack-collector/internal/daemon \
 	$(if $(wildcard runtime/input/channel/*.go),./runtime/input/channel)
 
 test-go: $(TEST_WASM)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tally-billing/tally-openstack-collector/cmd/tally-openstack-collector/internal/daemon"
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
@@ -292,16 +293,16 @@ func runawayScenario(t *testing.T, bin string, freeze bool) {
 				t.Errorf("%s ended with %s, want SIGKILL by its watchdog: it froze before its deadline", s.name, how)
 			}
 			switch how {
-			case fmt.Sprintf("exit %d", exitRunaway):
+			case fmt.Sprintf("exit %d", daemon.ExitRunaway):
 				if !strings.Contains(s.past[k].out.String(), "exiting at once without acknowledging") {
-					t.Errorf("%s exited with %d without saying why", s.name, exitRunaway)
+					t.Errorf("%s exited with %d without saying why", s.name, daemon.ExitRunaway)
 				}
 			case "signal killed":
 				if !strings.Contains(s.past[k].out.String(), "no heartbeat from the daemon") {
 					t.Errorf("%s was killed without its watchdog saying why", s.name)
 				}
 			default:
-				t.Errorf("%s ended with %s, want exit %d or SIGKILL by its watchdog", s.name, how, exitRunaway)
+				t.Errorf("%s ended with %s, want exit %d or SIGKILL by its watchdog", s.name, how, daemon.ExitRunaway)
 			}
 		}
 	}

@@ -184,31 +184,9 @@ func TestHTTPControlTokenGuardsEveryRoute(t *testing.T) {
 	_ = c.cli(t, "deadletter", "list") // fails the test unless it exits 0
 }
 
-// TestHTTPTokenAndFileAreExclusive: both settings at once is a
-// configuration error, named at start.
-func TestHTTPTokenAndFileAreExclusive(t *testing.T) {
-	fs := parse(t, nil)
-	_, err := loadConfig(fs, []string{"TALLY_OSC_REPORTING_URL=https://h", "TALLY_OSC_REPORTING_TOKEN=t",
-		"TALLY_OSC_CONTROL_TOKEN=a", "TALLY_OSC_CONTROL_TOKEN_FILE=/etc/x"}, modeDaemon)
-	if err == nil || !strings.Contains(err.Error(), "control_token_file") {
-		t.Fatalf("both control token settings: %v", err)
-	}
-}
-
 // cliCmd is a control command of the binary with the collector's settings.
 func (c *collector) cliCmd(args ...string) *exec.Cmd {
 	cmd := exec.Command(c.bin, args...)
 	cmd.Env = c.env
 	return cmd
-}
-
-func TestIsLoopbackAddr(t *testing.T) {
-	for addr, want := range map[string]bool{
-		"127.0.0.1:9469": true, "[::1]:9469": true, "localhost:9469": true, "127.0.0.2:1": true,
-		"0.0.0.0:9469": false, ":9469": false, "10.0.0.1:9469": false, "[::]:9469": false, "garbage": false,
-	} {
-		if got := isLoopbackAddr(addr); got != want {
-			t.Errorf("isLoopbackAddr(%q) = %v", addr, got)
-		}
-	}
 }

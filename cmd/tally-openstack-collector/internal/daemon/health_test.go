@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"bytes"
@@ -99,7 +99,7 @@ func newProbeServer(t *testing.T, threshold time.Duration, clk *fakeClock) (*htt
 		live:   newLivenessTracker(threshold, clk.now),
 		log:    zerolog.New(&syncWriter{w: &logs}),
 	}
-	reg, err := newRegistry(buildInfo{Version: "v9.9.9", Commit: "abc"})
+	reg, err := newRegistry(BuildInfo{Version: "v9.9.9", Commit: "abc"})
 	if err != nil {
 		t.Fatal(err)
 	}

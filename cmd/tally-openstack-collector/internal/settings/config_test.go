@@ -1,4 +1,4 @@
-package main
+package settings
 
 import (
 	"errors"
@@ -22,9 +22,14 @@ var daemonEnv = []string{
 	"TALLY_OSC_REPORTING_TOKEN=s3cret-token",
 }
 
+// repo is the repository's root, seen from this package.
+const repo = "../../../.."
+
+// parse parses args as the command's flags of the settings.
 func parse(t *testing.T, args []string) *pflag.FlagSet {
 	t.Helper()
-	fs := rootFlags()
+	fs := pflag.NewFlagSet("tally-openstack-collector", pflag.ContinueOnError)
+	AddFlags(fs, nil)
 	if err := fs.Parse(args); err != nil {
 		t.Fatalf("parse %v: %v", args, err)
 	}
@@ -41,7 +46,7 @@ func writeFile(t *testing.T, name, body string) string {
 }
 
 func TestDefaults(t *testing.T) {
-	c, err := loadConfig(parse(t, nil), daemonEnv, modeDaemon)
+	c, err := Load(parse(t, nil), daemonEnv, ModeDaemon)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +104,7 @@ http_addr: 127.0.0.1:1
 		"TALLY_OSC_BATCH_MAX=8",
 		"TALLY_OSC_HTTP_ADDR=127.0.0.1:2",
 	}, daemonEnv...)
-	c, err := loadConfig(parse(t, []string{"--config", file, "--http-addr", "127.0.0.1:3"}), env, modeDaemon)
+	c, err := Load(parse(t, []string{"--config", file, "--http-addr", "127.0.0.1:3"}), env, ModeDaemon)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +127,7 @@ http_addr: 127.0.0.1:1
 
 func TestConfigFromEnvironmentVariable(t *testing.T) {
 	file := writeFile(t, "c.yaml", "prefetch: 33\n")
-	c, err := loadConfig(parse(t, nil), append([]string{"TALLY_OSC_CONFIG=" + file}, daemonEnv...), modeDaemon)
+	c, err := Load(parse(t, nil), append([]string{"TALLY_OSC_CONFIG=" + file}, daemonEnv...), ModeDaemon)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +139,7 @@ func TestConfigFromEnvironmentVariable(t *testing.T) {
 // TestUnsetFlagDoesNotOverride: a flag left at its default must not hide the
 // environment.
 func TestUnsetFlagDoesNotOverride(t *testing.T) {
-	c, err := loadConfig(parse(t, []string{"--queue", "q"}), append([]string{"TALLY_OSC_PREFETCH=5", "TALLY_OSC_REQUIRE_EXCHANGES=true"}, daemonEnv...), modeDaemon)
+	c, err := Load(parse(t, []string{"--queue", "q"}), append([]string{"TALLY_OSC_PREFETCH=5", "TALLY_OSC_REQUIRE_EXCHANGES=true"}, daemonEnv...), ModeDaemon)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,97 +154,97 @@ func TestValidation(t *testing.T) {
 	notDir := writeFile(t, "file.wasm", "")
 	cases := []struct {
 		name  string
-		mode  mode
+		mode  Mode
 		env   []string
 		args  []string
 		wants []string // every one must appear; none = valid
 	}{
-		{name: "minimal daemon", mode: modeDaemon, env: daemonEnv},
-		{name: "reporting url required", mode: modeDaemon, env: []string{"TALLY_OSC_REPORTING_TOKEN=x"},
+		{name: "minimal daemon", mode: ModeDaemon, env: daemonEnv},
+		{name: "reporting url required", mode: ModeDaemon, env: []string{"TALLY_OSC_REPORTING_TOKEN=x"},
 			wants: []string{"TALLY_OSC_REPORTING_URL: required"}},
-		{name: "http needs insecure", mode: modeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=http://api:8080", "TALLY_OSC_REPORTING_TOKEN=x"},
+		{name: "http needs insecure", mode: ModeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=http://api:8080", "TALLY_OSC_REPORTING_TOKEN=x"},
 			wants: []string{"must be https"}},
-		{name: "http with insecure", mode: modeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=http://api:8080", "TALLY_OSC_REPORTING_TOKEN=x", "TALLY_OSC_REPORTING_INSECURE=true"}},
-		{name: "relative url", mode: modeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=/api", "TALLY_OSC_REPORTING_TOKEN=x"},
+		{name: "http with insecure", mode: ModeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=http://api:8080", "TALLY_OSC_REPORTING_TOKEN=x", "TALLY_OSC_REPORTING_INSECURE=true"}},
+		{name: "relative url", mode: ModeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=/api", "TALLY_OSC_REPORTING_TOKEN=x"},
 			wants: []string{"absolute with a host"}},
-		{name: "url without host", mode: modeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=https:///x", "TALLY_OSC_REPORTING_TOKEN=x"},
+		{name: "url without host", mode: ModeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=https:///x", "TALLY_OSC_REPORTING_TOKEN=x"},
 			wants: []string{"absolute with a host"}},
-		{name: "url scheme", mode: modeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=ftp://h", "TALLY_OSC_REPORTING_TOKEN=x"},
+		{name: "url scheme", mode: ModeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=ftp://h", "TALLY_OSC_REPORTING_TOKEN=x"},
 			wants: []string{`scheme "ftp"`}},
-		{name: "url with credentials", mode: modeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=https://u:p@h", "TALLY_OSC_REPORTING_TOKEN=x"},
+		{name: "url with credentials", mode: ModeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=https://u:p@h", "TALLY_OSC_REPORTING_TOKEN=x"},
 			wants: []string{"must not carry credentials"}},
-		{name: "token missing", mode: modeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=https://h"},
+		{name: "token missing", mode: ModeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=https://h"},
 			wants: []string{"one is required"}},
-		{name: "token and file", mode: modeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=https://h", "TALLY_OSC_REPORTING_TOKEN=x", "TALLY_OSC_REPORTING_TOKEN_FILE=" + tokenFile},
+		{name: "token and file", mode: ModeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=https://h", "TALLY_OSC_REPORTING_TOKEN=x", "TALLY_OSC_REPORTING_TOKEN_FILE=" + tokenFile},
 			wants: []string{"both set"}},
-		{name: "token file", mode: modeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=https://h", "TALLY_OSC_REPORTING_TOKEN_FILE=" + tokenFile}},
-		{name: "token file missing", mode: modeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=https://h", "TALLY_OSC_REPORTING_TOKEN_FILE=/nonexistent/token"},
+		{name: "token file", mode: ModeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=https://h", "TALLY_OSC_REPORTING_TOKEN_FILE=" + tokenFile}},
+		{name: "token file missing", mode: ModeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=https://h", "TALLY_OSC_REPORTING_TOKEN_FILE=/nonexistent/token"},
 			wants: []string{"TALLY_OSC_REPORTING_TOKEN_FILE: no such file"}},
-		{name: "token file empty", mode: modeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=https://h", "TALLY_OSC_REPORTING_TOKEN_FILE=" + emptyFile},
+		{name: "token file empty", mode: ModeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=https://h", "TALLY_OSC_REPORTING_TOKEN_FILE=" + emptyFile},
 			wants: []string{"is empty"}},
-		{name: "numbers", mode: modeDaemon, env: append([]string{"TALLY_OSC_PREFETCH=0", "TALLY_OSC_BUFFER_MAX_EVENTS=-1", "TALLY_OSC_BATCH_MAX=many", "TALLY_OSC_UNHEALTHY_THRESHOLD_S=0"}, daemonEnv...),
+		{name: "numbers", mode: ModeDaemon, env: append([]string{"TALLY_OSC_PREFETCH=0", "TALLY_OSC_BUFFER_MAX_EVENTS=-1", "TALLY_OSC_BATCH_MAX=many", "TALLY_OSC_UNHEALTHY_THRESHOLD_S=0"}, daemonEnv...),
 			wants: []string{"TALLY_OSC_PREFETCH: must be between 1 and 65535", "TALLY_OSC_BUFFER_MAX_EVENTS: must be at least 1", `TALLY_OSC_BATCH_MAX: "many" is not a whole number`, "TALLY_OSC_UNHEALTHY_THRESHOLD_S: must be at least 1"}},
-		{name: "prefetch too large", mode: modeDaemon, env: append([]string{"TALLY_OSC_PREFETCH=70000"}, daemonEnv...),
+		{name: "prefetch too large", mode: ModeDaemon, env: append([]string{"TALLY_OSC_PREFETCH=70000"}, daemonEnv...),
 			wants: []string{"between 1 and 65535"}},
-		{name: "bool", mode: modeDaemon, env: append([]string{"TALLY_OSC_REQUIRE_EXCHANGES=yes"}, daemonEnv...),
+		{name: "bool", mode: ModeDaemon, env: append([]string{"TALLY_OSC_REQUIRE_EXCHANGES=yes"}, daemonEnv...),
 			wants: []string{`TALLY_OSC_REQUIRE_EXCHANGES: "yes" is not true or false`}},
-		{name: "queue type", mode: modeDaemon, env: append([]string{"TALLY_OSC_QUEUE_TYPE=stream"}, daemonEnv...),
+		{name: "queue type", mode: ModeDaemon, env: append([]string{"TALLY_OSC_QUEUE_TYPE=stream"}, daemonEnv...),
 			wants: []string{`"stream" is not one of quorum, classic`}},
-		{name: "queue type case", mode: modeDaemon, env: append([]string{"TALLY_OSC_QUEUE_TYPE=Classic"}, daemonEnv...)},
-		{name: "empty exchanges", mode: modeDaemon, env: append([]string{"TALLY_OSC_EXCHANGES= , "}, daemonEnv...),
+		{name: "queue type case", mode: ModeDaemon, env: append([]string{"TALLY_OSC_QUEUE_TYPE=Classic"}, daemonEnv...)},
+		{name: "empty exchanges", mode: ModeDaemon, env: append([]string{"TALLY_OSC_EXCHANGES= , "}, daemonEnv...),
 			wants: []string{"TALLY_OSC_EXCHANGES: at least one"}},
-		{name: "wildcard topic", mode: modeDaemon, env: append([]string{"TALLY_OSC_TOPICS=notifications,#"}, daemonEnv...),
+		{name: "wildcard topic", mode: ModeDaemon, env: append([]string{"TALLY_OSC_TOPICS=notifications,#"}, daemonEnv...),
 			wants: []string{"wildcards are not allowed"}},
-		{name: "transport scheme", mode: modeDaemon, env: append([]string{"TALLY_OSC_TRANSPORT_URL=http://u:hunter2@h/"}, daemonEnv...),
+		{name: "transport scheme", mode: ModeDaemon, env: append([]string{"TALLY_OSC_TRANSPORT_URL=http://u:hunter2@h/"}, daemonEnv...),
 			wants: []string{`scheme "http" is not amqp`}},
-		{name: "transport multi host needs rabbit", mode: modeDaemon, env: append([]string{"TALLY_OSC_TRANSPORT_URL=amqp://u:p@h1:5672,u:p@h2:5672/"}, daemonEnv...),
+		{name: "transport multi host needs rabbit", mode: ModeDaemon, env: append([]string{"TALLY_OSC_TRANSPORT_URL=amqp://u:p@h1:5672,u:p@h2:5672/"}, daemonEnv...),
 			wants: []string{"several hosts need the rabbit:// form"}},
-		{name: "transport rabbit multi host", mode: modeDaemon, env: append([]string{"TALLY_OSC_TRANSPORT_URL=rabbit://u:p@h1:5672,u:p@h2:5672/vhost"}, daemonEnv...)},
-		{name: "transport bad port", mode: modeDaemon, env: append([]string{"TALLY_OSC_TRANSPORT_URL=amqp://u:p@h:99999/"}, daemonEnv...),
+		{name: "transport rabbit multi host", mode: ModeDaemon, env: append([]string{"TALLY_OSC_TRANSPORT_URL=rabbit://u:p@h1:5672,u:p@h2:5672/vhost"}, daemonEnv...)},
+		{name: "transport bad port", mode: ModeDaemon, env: append([]string{"TALLY_OSC_TRANSPORT_URL=amqp://u:p@h:99999/"}, daemonEnv...),
 			wants: []string{"the port is not a number"}},
-		{name: "transport empty host", mode: modeDaemon, env: append([]string{"TALLY_OSC_TRANSPORT_URL=amqps://u:p@/"}, daemonEnv...),
+		{name: "transport empty host", mode: ModeDaemon, env: append([]string{"TALLY_OSC_TRANSPORT_URL=amqps://u:p@/"}, daemonEnv...),
 			wants: []string{"no host name"}},
-		{name: "plog listeners", mode: modeDaemon, env: append([]string{"TALLY_OSC_PLOG_LISTENERS=udp://127.0.0.1:23456,tcp://127.0.0.1:23457"}, daemonEnv...)},
-		{name: "plog listener scheme", mode: modeDaemon, env: append([]string{"TALLY_OSC_PLOG_LISTENERS=http://127.0.0.1:1,udp://nohost"}, daemonEnv...),
+		{name: "plog listeners", mode: ModeDaemon, env: append([]string{"TALLY_OSC_PLOG_LISTENERS=udp://127.0.0.1:23456,tcp://127.0.0.1:23457"}, daemonEnv...)},
+		{name: "plog listener scheme", mode: ModeDaemon, env: append([]string{"TALLY_OSC_PLOG_LISTENERS=http://127.0.0.1:1,udp://nohost"}, daemonEnv...),
 			wants: []string{"scheme must be udp or tcp", "want udp://host:port"}},
-		{name: "channel", mode: modeDaemon, env: append([]string{"TALLY_OSC_CHANNEL_SOCKET=/run/tally/channel.sock", "TALLY_OSC_CHANNEL_SOCKET_MODE=0666", "TALLY_OSC_CHANNEL_QUEUE_LIMIT_BYTES=65536"}, daemonEnv...)},
-		{name: "channel problems", mode: modeDaemon, env: append([]string{"TALLY_OSC_CHANNEL_SOCKET=channel.sock", "TALLY_OSC_CHANNEL_SOCKET_MODE=0888", "TALLY_OSC_CHANNEL_QUEUE_LIMIT_BYTES=100"}, daemonEnv...),
+		{name: "channel", mode: ModeDaemon, env: append([]string{"TALLY_OSC_CHANNEL_SOCKET=/run/tally/channel.sock", "TALLY_OSC_CHANNEL_SOCKET_MODE=0666", "TALLY_OSC_CHANNEL_QUEUE_LIMIT_BYTES=65536"}, daemonEnv...)},
+		{name: "channel problems", mode: ModeDaemon, env: append([]string{"TALLY_OSC_CHANNEL_SOCKET=channel.sock", "TALLY_OSC_CHANNEL_SOCKET_MODE=0888", "TALLY_OSC_CHANNEL_QUEUE_LIMIT_BYTES=100"}, daemonEnv...),
 			wants: []string{`TALLY_OSC_CHANNEL_SOCKET: "channel.sock" is not an absolute path`, `TALLY_OSC_CHANNEL_SOCKET_MODE: "0888" is not an octal file mode`, "TALLY_OSC_CHANNEL_QUEUE_LIMIT_BYTES: must be between 4096 and 1073741824"}},
-		{name: "channel mode locks the daemon out", mode: modeDaemon, env: append([]string{"TALLY_OSC_CHANNEL_SOCKET_MODE=0066"}, daemonEnv...),
+		{name: "channel mode locks the daemon out", mode: ModeDaemon, env: append([]string{"TALLY_OSC_CHANNEL_SOCKET_MODE=0066"}, daemonEnv...),
 			wants: []string{"does not let the daemon's own user read and write"}},
-		{name: "channel client needs only the channel settings", mode: modeChannel, env: []string{"TALLY_OSC_CHANNEL_SOCKET=/run/x.sock", "TALLY_OSC_PREFETCH=0"}},
-		{name: "channel client checks its settings", mode: modeChannel, env: []string{"TALLY_OSC_CHANNEL_QUEUE_LIMIT_BYTES=big"},
+		{name: "channel client needs only the channel settings", mode: ModeChannel, env: []string{"TALLY_OSC_CHANNEL_SOCKET=/run/x.sock", "TALLY_OSC_PREFETCH=0"}},
+		{name: "channel client checks its settings", mode: ModeChannel, env: []string{"TALLY_OSC_CHANNEL_QUEUE_LIMIT_BYTES=big"},
 			wants: []string{`TALLY_OSC_CHANNEL_QUEUE_LIMIT_BYTES: "big" is not a whole number`}},
-		{name: "http addr", mode: modeDaemon, env: append([]string{"TALLY_OSC_HTTP_ADDR=9469"}, daemonEnv...),
+		{name: "http addr", mode: ModeDaemon, env: append([]string{"TALLY_OSC_HTTP_ADDR=9469"}, daemonEnv...),
 			wants: []string{"TALLY_OSC_HTTP_ADDR"}},
-		{name: "mappers dir missing", mode: modeDaemon, env: append([]string{"TALLY_OSC_MAPPERS_DIR=/nonexistent/mappers"}, daemonEnv...),
+		{name: "mappers dir missing", mode: ModeDaemon, env: append([]string{"TALLY_OSC_MAPPERS_DIR=/nonexistent/mappers"}, daemonEnv...),
 			wants: []string{"TALLY_OSC_MAPPERS_DIR: no such file"}},
-		{name: "mappers dir is a file", mode: modeDaemon, env: append([]string{"TALLY_OSC_MAPPERS_DIR=" + notDir}, daemonEnv...),
+		{name: "mappers dir is a file", mode: ModeDaemon, env: append([]string{"TALLY_OSC_MAPPERS_DIR=" + notDir}, daemonEnv...),
 			wants: []string{"is not a directory"}},
-		{name: "log level", mode: modeDaemon, env: append([]string{"TALLY_OSC_LOG_LEVEL=loud", "TALLY_OSC_LOG_FORMAT=xml"}, daemonEnv...),
+		{name: "log level", mode: ModeDaemon, env: append([]string{"TALLY_OSC_LOG_LEVEL=loud", "TALLY_OSC_LOG_FORMAT=xml"}, daemonEnv...),
 			wants: []string{"TALLY_OSC_LOG_LEVEL", "TALLY_OSC_LOG_FORMAT"}},
-		{name: "durations", mode: modeDaemon, env: append([]string{"TALLY_OSC_MAPPER_CALL_TIMEOUT=soon", "TALLY_OSC_STOP_TIMEOUT=-1s"}, daemonEnv...),
+		{name: "durations", mode: ModeDaemon, env: append([]string{"TALLY_OSC_MAPPER_CALL_TIMEOUT=soon", "TALLY_OSC_STOP_TIMEOUT=-1s"}, daemonEnv...),
 			wants: []string{"TALLY_OSC_MAPPER_CALL_TIMEOUT: \"soon\" is not a duration", "TALLY_OSC_STOP_TIMEOUT: must be positive"}},
-		{name: "flush within stop", mode: modeDaemon, env: append([]string{"TALLY_OSC_STOP_TIMEOUT=5s", "TALLY_OSC_FLUSH_TIMEOUT=5s"}, daemonEnv...),
+		{name: "flush within stop", mode: ModeDaemon, env: append([]string{"TALLY_OSC_STOP_TIMEOUT=5s", "TALLY_OSC_FLUSH_TIMEOUT=5s"}, daemonEnv...),
 			wants: []string{"must be shorter than"}},
-		{name: "memory limit", mode: modeDaemon, env: append([]string{"TALLY_OSC_MAPPER_MEMORY_LIMIT_MIB=0"}, daemonEnv...),
+		{name: "memory limit", mode: ModeDaemon, env: append([]string{"TALLY_OSC_MAPPER_MEMORY_LIMIT_MIB=0"}, daemonEnv...),
 			wants: []string{"TALLY_OSC_MAPPER_MEMORY_LIMIT_MIB"}},
-		{name: "flag value checked too", mode: modeDaemon, env: daemonEnv, args: []string{"--prefetch", "none"},
+		{name: "flag value checked too", mode: ModeDaemon, env: daemonEnv, args: []string{"--prefetch", "none"},
 			wants: []string{`TALLY_OSC_PREFETCH: "none"`}},
 
 		// The dump needs only the AMQP settings.
-		{name: "dump without reporting url", mode: modeDump},
-		{name: "dump ignores daemon settings", mode: modeDump, env: []string{"TALLY_OSC_BATCH_MAX=x", "TALLY_OSC_REPORTING_URL=http://x"}},
-		{name: "dump checks amqp", mode: modeDump, env: []string{"TALLY_OSC_PREFETCH=x", "TALLY_OSC_TRANSPORT_URL=nope"},
+		{name: "dump without reporting url", mode: ModeDump},
+		{name: "dump ignores daemon settings", mode: ModeDump, env: []string{"TALLY_OSC_BATCH_MAX=x", "TALLY_OSC_REPORTING_URL=http://x"}},
+		{name: "dump checks amqp", mode: ModeDump, env: []string{"TALLY_OSC_PREFETCH=x", "TALLY_OSC_TRANSPORT_URL=nope"},
 			wants: []string{"TALLY_OSC_PREFETCH", "TALLY_OSC_TRANSPORT_URL: not a URL"}},
 		// The offline tools need only the mapper settings.
-		{name: "offline needs nothing", mode: modeOffline, env: []string{"TALLY_OSC_TRANSPORT_URL=nope", "TALLY_OSC_PREFETCH=x"}},
-		{name: "offline checks mapper settings", mode: modeOffline, env: []string{"TALLY_OSC_MAPPER_CALL_TIMEOUT=x"},
+		{name: "offline needs nothing", mode: ModeOffline, env: []string{"TALLY_OSC_TRANSPORT_URL=nope", "TALLY_OSC_PREFETCH=x"}},
+		{name: "offline checks mapper settings", mode: ModeOffline, env: []string{"TALLY_OSC_MAPPER_CALL_TIMEOUT=x"},
 			wants: []string{"TALLY_OSC_MAPPER_CALL_TIMEOUT"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := loadConfig(parse(t, tc.args), tc.env, tc.mode)
+			_, err := Load(parse(t, tc.args), tc.env, tc.mode)
 			if len(tc.wants) == 0 {
 				if err != nil {
 					t.Fatalf("want valid, got %v", err)
@@ -269,7 +274,7 @@ func TestValidation(t *testing.T) {
 // TestEveryProblemAtOnce: one message lists them all.
 func TestEveryProblemAtOnce(t *testing.T) {
 	env := []string{"TALLY_OSC_PREFETCH=0", "TALLY_OSC_QUEUE_TYPE=x", "TALLY_OSC_HTTP_ADDR=bad", "TALLY_OSC_LOG_LEVEL=x"}
-	_, err := loadConfig(parse(t, nil), env, modeDaemon)
+	_, err := Load(parse(t, nil), env, ModeDaemon)
 	var ce *ConfigError
 	if !errors.As(err, &ce) {
 		t.Fatalf("got %v", err)
@@ -287,16 +292,16 @@ prefech: 11
 exchanges:
   nested: map
 `)
-	_, err := loadConfig(parse(t, []string{"--config", file}), daemonEnv, modeDaemon)
+	_, err := Load(parse(t, []string{"--config", file}), daemonEnv, ModeDaemon)
 	if err == nil || !strings.Contains(err.Error(), `unknown setting "prefech"`) || !strings.Contains(err.Error(), "exchanges must be a value") {
 		t.Fatalf("got %v", err)
 	}
-	_, err = loadConfig(parse(t, []string{"--config", "/nonexistent.yaml"}), daemonEnv, modeDaemon)
+	_, err = Load(parse(t, []string{"--config", "/nonexistent.yaml"}), daemonEnv, ModeDaemon)
 	if err == nil || !strings.Contains(err.Error(), "/nonexistent.yaml") {
 		t.Fatalf("a missing file: %v", err)
 	}
 	bad := writeFile(t, "bad.yaml", "prefetch: [\n")
-	if _, err := loadConfig(parse(t, []string{"--config", bad}), daemonEnv, modeDaemon); err == nil {
+	if _, err := Load(parse(t, []string{"--config", bad}), daemonEnv, ModeDaemon); err == nil {
 		t.Fatal("a broken YAML file was accepted")
 	}
 }
@@ -314,7 +319,7 @@ plog:
       defrag_max_age: 5s
       allow_envi: true
 `)
-	c, err := loadConfig(parse(t, []string{"--config", file}), daemonEnv, modeDaemon)
+	c, err := Load(parse(t, []string{"--config", file}), daemonEnv, ModeDaemon)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +339,7 @@ plog:
 	}
 
 	// The environment's list picks the active listeners; details stay from the file.
-	c, err = loadConfig(parse(t, []string{"--config", file}), append([]string{"TALLY_OSC_PLOG_LISTENERS=udp://127.0.0.1:23456"}, daemonEnv...), modeDaemon)
+	c, err = Load(parse(t, []string{"--config", file}), append([]string{"TALLY_OSC_PLOG_LISTENERS=udp://127.0.0.1:23456"}, daemonEnv...), ModeDaemon)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +349,7 @@ plog:
 
 	// Listeners from the file alone.
 	file2 := writeFile(t, "c2.yaml", "plog:\n  listeners:\n    - address: tcp://127.0.0.1:1\n")
-	c, err = loadConfig(parse(t, []string{"--config", file2}), daemonEnv, modeDaemon)
+	c, err = Load(parse(t, []string{"--config", file2}), daemonEnv, ModeDaemon)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,7 +372,7 @@ plog:
     - address: tcp://127.0.0.1:2
     - mappers: [x]
 `)
-	_, err := loadConfig(parse(t, []string{"--config", file}), daemonEnv, modeDaemon)
+	_, err := Load(parse(t, []string{"--config", file}), daemonEnv, ModeDaemon)
 	if err == nil {
 		t.Fatal("accepted")
 	}
@@ -387,7 +392,7 @@ func TestSecretsRedacted(t *testing.T) {
 		"TALLY_OSC_REPORTING_TOKEN=tok-very-secret",
 		"TALLY_OSC_TRANSPORT_URL=rabbit://alice:pw-one@h1:5672,bob:pw/two@h2:5672/vhost",
 	}
-	c, err := loadConfig(parse(t, nil), env, modeDaemon)
+	c, err := Load(parse(t, nil), env, ModeDaemon)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -412,12 +417,12 @@ func TestSecretsRedacted(t *testing.T) {
 
 // TestSettingsDocumented: docs/settings.md names every setting with its default.
 func TestSettingsDocumented(t *testing.T) {
-	b, err := os.ReadFile("../../docs/settings.md")
+	b, err := os.ReadFile(repo + "/docs/settings.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	doc := string(b)
-	for _, s := range settings {
+	for _, s := range table {
 		if !strings.Contains(doc, "`"+s.env()+"`") {
 			t.Errorf("docs/settings.md lacks %s", s.env())
 		}
@@ -431,7 +436,7 @@ func TestSettingsDocumented(t *testing.T) {
 // has a way into Config, so a new setting is a row and a field, nothing more.
 func TestSettingsTableComplete(t *testing.T) {
 	seen := map[string]bool{}
-	for _, s := range settings {
+	for _, s := range table {
 		if seen[s.key] {
 			t.Errorf("%s listed twice", s.key)
 		}
@@ -460,7 +465,7 @@ func TestReplicaSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := loadConfig(parse(t, nil), daemonEnv, modeDaemon)
+	c, err := Load(parse(t, nil), daemonEnv, ModeDaemon)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -472,19 +477,16 @@ func TestReplicaSettings(t *testing.T) {
 	}
 
 	env := append(append([]string(nil), daemonEnv...), "TALLY_OSC_REPLICA_NAME=tally-collector-1", "TALLY_OSC_CONTROL_EXCHANGE=")
-	c, err = loadConfig(parse(t, nil), env, modeDaemon)
+	c, err = Load(parse(t, nil), env, ModeDaemon)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.ReplicaName != "tally-collector-1" || c.ControlExchange != "" {
 		t.Errorf("replica %q, exchange %q", c.ReplicaName, c.ControlExchange)
 	}
-	if l, err := newControl(c, zerolog.Nop(), nil, nil); l != nil || err != nil {
-		t.Errorf("an empty CONTROL_EXCHANGE should leave the link off: %v %v", l, err)
-	}
 
 	for _, bad := range []string{"TALLY_OSC_REPLICA_NAME=pod 1", "TALLY_OSC_CONTROL_EXCHANGE=amq.fanout", "TALLY_OSC_CONTROL_EXCHANGE=a/b"} {
-		_, err := loadConfig(parse(t, nil), append(append([]string(nil), daemonEnv...), bad), modeDaemon)
+		_, err := Load(parse(t, nil), append(append([]string(nil), daemonEnv...), bad), ModeDaemon)
 		var ce *ConfigError
 		if !errors.As(err, &ce) || !strings.Contains(err.Error(), strings.SplitN(strings.TrimPrefix(bad, "TALLY_OSC_"), "=", 2)[0]) {
 			t.Errorf("%s: %v", bad, err)
@@ -495,19 +497,15 @@ func TestReplicaSettings(t *testing.T) {
 // MAPPER_BUILTIN_GUARD: watched by default, always on request, nothing else.
 func TestMapperBuiltinGuard(t *testing.T) {
 	for raw, want := range map[string]runtime.Guard{"watched": runtime.GuardWatched, "always": runtime.GuardAlways} {
-		c, err := loadConfig(parse(t, nil), append(daemonEnv[:len(daemonEnv):len(daemonEnv)], "TALLY_OSC_MAPPER_BUILTIN_GUARD="+raw), modeDaemon)
+		c, err := Load(parse(t, nil), append(daemonEnv[:len(daemonEnv):len(daemonEnv)], "TALLY_OSC_MAPPER_BUILTIN_GUARD="+raw), ModeDaemon)
 		if err != nil {
 			t.Fatalf("%s: %v", raw, err)
 		}
 		if c.MapperBuiltinGuard != want {
 			t.Errorf("%s: guard %v, want %v", raw, c.MapperBuiltinGuard, want)
 		}
-		opts := builtinModuleOptions(c)
-		if len(opts) != 1 {
-			t.Fatalf("%s: %d module options", raw, len(opts))
-		}
 	}
-	if _, err := loadConfig(parse(t, nil), append(daemonEnv[:len(daemonEnv):len(daemonEnv)], "TALLY_OSC_MAPPER_BUILTIN_GUARD=never"), modeDaemon); err == nil {
+	if _, err := Load(parse(t, nil), append(daemonEnv[:len(daemonEnv):len(daemonEnv)], "TALLY_OSC_MAPPER_BUILTIN_GUARD=never"), ModeDaemon); err == nil {
 		t.Fatal("MAPPER_BUILTIN_GUARD=never was accepted")
 	}
 }
@@ -519,14 +517,14 @@ func TestMapperBuiltinGuard(t *testing.T) {
 // cannot linger in the docs.
 func TestDocumentedVariablesExist(t *testing.T) {
 	known := map[string]bool{}
-	for _, s := range settings {
+	for _, s := range table {
 		known[s.env()] = true
 	}
 	// What the code and the scripts name: Go sources, the Makefile and its
 	// parts, the CI scripts, the example scripts.
 	var code strings.Builder
 	var docs []string
-	err := filepath.WalkDir("../..", func(p string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(repo, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -580,7 +578,7 @@ func TestDocumentedVariablesExist(t *testing.T) {
 // tests), and every row names a directory that exists. A path with a
 // `<placeholder>` component stands for every directory at that place.
 func TestArchitectureListsEveryPackage(t *testing.T) {
-	b, err := os.ReadFile("../../docs/architecture.md")
+	b, err := os.ReadFile(repo + "/docs/architecture.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -607,7 +605,7 @@ func TestArchitectureListsEveryPackage(t *testing.T) {
 		return len(ps) == len(ds) || strings.HasPrefix(ps[len(ps)-1], "<")
 	}
 	used := map[string]bool{}
-	err = filepath.WalkDir("../..", func(p string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(repo, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -621,7 +619,7 @@ func TestArchitectureListsEveryPackage(t *testing.T) {
 		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
 			return nil
 		}
-		dir, _ := filepath.Rel("../..", filepath.Dir(p))
+		dir, _ := filepath.Rel(repo, filepath.Dir(p))
 		dir = filepath.ToSlash(dir)
 		if used[dir] {
 			return nil
@@ -643,5 +641,27 @@ func TestArchitectureListsEveryPackage(t *testing.T) {
 		if !used[r] {
 			t.Errorf("docs/architecture.md's package table lists %s/, which holds no Go package", r)
 		}
+	}
+}
+
+func TestIsLoopbackAddr(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:9469": true, "[::1]:9469": true, "localhost:9469": true, "127.0.0.2:1": true,
+		"0.0.0.0:9469": false, ":9469": false, "10.0.0.1:9469": false, "[::]:9469": false, "garbage": false,
+	} {
+		if got := IsLoopbackAddr(addr); got != want {
+			t.Errorf("IsLoopbackAddr(%q) = %v", addr, got)
+		}
+	}
+}
+
+// TestHTTPTokenAndFileAreExclusive: both settings at once is a
+// configuration error, named at start.
+func TestHTTPTokenAndFileAreExclusive(t *testing.T) {
+	fs := parse(t, nil)
+	_, err := Load(fs, []string{"TALLY_OSC_REPORTING_URL=https://h", "TALLY_OSC_REPORTING_TOKEN=t",
+		"TALLY_OSC_CONTROL_TOKEN=a", "TALLY_OSC_CONTROL_TOKEN_FILE=/etc/x"}, ModeDaemon)
+	if err == nil || !strings.Contains(err.Error(), "control_token_file") {
+		t.Fatalf("both control token settings: %v", err)
 	}
 }

@@ -1,4 +1,11 @@
-package main
+// Package settings reads the collector's configuration: the table of every
+// setting (its default, flag, environment variable, decoding and checks), the
+// order of the sources (defaults, the --config file, TALLY_OSC_* variables,
+// flags), the rules between settings, and the effective settings with secrets
+// redacted (docs/settings.md). It sits under the command because only the
+// command reads configuration: the daemon turns a Config into the options of
+// each package.
+package settings
 
 import (
 	"errors"
@@ -25,8 +32,8 @@ import (
 // redacted replaces a secret wherever settings are shown.
 const redacted = redact.Marker
 
-// Config is the validated, typed configuration. Only cmd reads it; packages get
-// options structs built from it.
+// Config is the validated, typed configuration. Only the command reads it;
+// the daemon builds each package's options from it.
 type Config struct {
 	TransportURL     string
 	Exchanges        []string
@@ -76,7 +83,7 @@ type Config struct {
 	LogFormat          string
 
 	// WatchdogTimeout is how long the watchdog process waits for a
-	// heartbeat before it kills the daemon (watchdog.go); 0: no watchdog.
+	// heartbeat before it kills the daemon (the daemon's watchdog); 0: no watchdog.
 	WatchdogTimeout time.Duration
 
 	MappersPromote    catalog.PromoteMode
@@ -112,28 +119,36 @@ func (e *ConfigError) Error() string {
 	return "invalid settings:\n  - " + strings.Join(e.Problems, "\n  - ")
 }
 
-// addSettingFlags declares one flag per setting on fs, plus --config.
-func addSettingFlags(fs *pflag.FlagSet) {
+// AddFlags declares one flag per setting on fs, plus --config. The usage
+// lists the flags of the settings show accepts (by key) and hides the others;
+// a nil show lists them all.
+func AddFlags(fs *pflag.FlagSet, show func(key string) bool) {
 	fs.String("config", "", "YAML config file (keys as in docs/settings.md); environment and flags override it")
-	for _, s := range settings {
+	for _, s := range table {
 		usage := s.usage + " (" + s.env() + ")"
 		if s.isBool() {
 			fs.Bool(s.flag(), s.def == "true", usage)
-			continue
+		} else {
+			fs.String(s.flag(), s.def, usage)
 		}
-		fs.String(s.flag(), s.def, usage)
+		if show != nil && !show(s.key) {
+			_ = fs.MarkHidden(s.flag())
+		}
 	}
 }
 
-// loadConfig reads the settings in order: defaults, the YAML file (--config),
+// FlagName is the flag of the setting key: its dashes for underscores.
+func FlagName(key string) string { return setting{key: key}.flag() }
+
+// Load reads the settings in order: defaults, the YAML file (--config),
 // the TALLY_OSC_* variables of environ, then the flags set on fs. It returns
 // every problem at once in a *ConfigError.
-func loadConfig(fs *pflag.FlagSet, environ []string, m mode) (*Config, error) {
+func Load(fs *pflag.FlagSet, environ []string, m Mode) (*Config, error) {
 	var problems []string
 	k := koanf.New(".")
 
-	defaults := make(map[string]any, len(settings))
-	for _, s := range settings {
+	defaults := make(map[string]any, len(table))
+	for _, s := range table {
 		defaults[s.key] = s.def
 	}
 	if err := k.Load(confmap.Provider(defaults, "."), nil); err != nil {
@@ -145,7 +160,7 @@ func loadConfig(fs *pflag.FlagSet, environ []string, m mode) (*Config, error) {
 		path, _ = fs.GetString("config")
 	}
 	if path == "" {
-		path = lookupEnv(environ, envPrefix+"CONFIG")
+		path = LookupEnv(environ, EnvPrefix+"CONFIG")
 	}
 	var plogSection map[string]any
 	if path != "" {
@@ -179,7 +194,7 @@ func loadConfig(fs *pflag.FlagSet, environ []string, m mode) (*Config, error) {
 	}
 
 	envMap := map[string]any{}
-	for _, s := range settings {
+	for _, s := range table {
 		if v, ok := lookupEnvOK(environ, s.env()); ok {
 			envMap[s.key] = v
 		}
@@ -202,13 +217,13 @@ func loadConfig(fs *pflag.FlagSet, environ []string, m mode) (*Config, error) {
 	}
 
 	c := &Config{values: map[string]string{}}
-	for _, s := range settings {
+	for _, s := range table {
 		c.values[s.key] = k.String(s.key)
 	}
 	problems = append(problems, c.decode(m)...)
 	listeners, plogDefaults, plogProblems := decodePlog(c.PlogListeners, plogSection)
 	c.Plog, c.PlogDefaults = listeners, plogDefaults
-	if inMode(m, modeDaemon) {
+	if inMode(m, ModeDaemon) {
 		problems = append(problems, plogProblems...)
 	}
 	problems = append(problems, c.validate(m)...)
@@ -243,16 +258,16 @@ func lookupEnvOK(environ []string, name string) (string, bool) {
 	return "", false
 }
 
-func lookupEnv(environ []string, name string) string {
+func LookupEnv(environ []string, name string) string {
 	v, _ := lookupEnvOK(environ, name)
 	return v
 }
 
 // decode turns every setting's text into its typed field and checks each value
 // on its own. A problem counts only in the modes that use the setting.
-func (c *Config) decode(m mode) []string {
+func (c *Config) decode(m Mode) []string {
 	var problems []string
-	for _, s := range settings {
+	for _, s := range table {
 		if !inMode(m, s.modes...) {
 			// Decoded all the same, so the offline tools see defaults; errors
 			// of a setting the mode does not use are not its problem.
@@ -279,8 +294,8 @@ func (c *Config) decode(m mode) []string {
 // Effective returns every setting as KEY=value lines in table order, secrets
 // and broker passwords replaced, for the start-up log and --print-config.
 func (c *Config) Effective() []string {
-	out := make([]string, 0, len(settings))
-	for _, s := range settings {
+	out := make([]string, 0, len(table))
+	for _, s := range table {
 		out = append(out, s.env()+"="+c.shown(s))
 	}
 	return out
@@ -288,8 +303,8 @@ func (c *Config) Effective() []string {
 
 // EffectiveMap is Effective as a map, for a structured log line.
 func (c *Config) EffectiveMap() map[string]string {
-	out := make(map[string]string, len(settings))
-	for _, s := range settings {
+	out := make(map[string]string, len(table))
+	for _, s := range table {
 		out[s.key] = c.shown(s)
 	}
 	return out

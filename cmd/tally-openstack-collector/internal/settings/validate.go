@@ -1,4 +1,4 @@
-package main
+package settings
 
 import (
 	"errors"
@@ -17,53 +17,53 @@ import (
 
 // validate checks the rules between settings for mode m; each value alone was
 // checked by its row of the settings table.
-func (c *Config) validate(m mode) []string {
+func (c *Config) validate(m Mode) []string {
 	var p []string
 	add := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
-	if m == modeDaemon || m == modeDump {
+	if m == ModeDaemon || m == ModeDump {
 		// The URL alone was checked by its row; here its TLS files.
 		if checkTransportURL(c.TransportURL) == nil {
 			if err := broker.CheckTLS(c.TransportURL, c.TransportTLS); err != nil {
-				add("%sTRANSPORT_CA_FILE, _CERT_FILE, _KEY_FILE, _SERVER_NAME: %v", envPrefix, tlsProblem(err))
+				add("%sTRANSPORT_CA_FILE, _CERT_FILE, _KEY_FILE, _SERVER_NAME: %v", EnvPrefix, tlsProblem(err))
 			}
 		}
 	}
-	if m != modeDaemon {
+	if m != ModeDaemon {
 		return p
 	}
 	switch {
 	case c.ReportingURL == "":
-		add("%sREPORTING_URL: required (the base URL of the Reporting API)", envPrefix)
+		add("%sREPORTING_URL: required (the base URL of the Reporting API)", EnvPrefix)
 	default:
 		if err := checkReportingURL(c.ReportingURL, c.ReportingInsecure); err != nil {
-			add("%sREPORTING_URL: %v", envPrefix, err)
+			add("%sREPORTING_URL: %v", EnvPrefix, err)
 		} else if err := sender.CheckTLS(c.ReportingURL, c.ReportingTLS); err != nil {
-			add("%sREPORTING_CA_FILE, _CERT_FILE, _KEY_FILE: %v", envPrefix, tlsProblem(err))
+			add("%sREPORTING_CA_FILE, _CERT_FILE, _KEY_FILE: %v", EnvPrefix, tlsProblem(err))
 		}
 	}
 	switch {
 	case c.ReportingToken != "" && c.ReportingTokenFile != "":
-		add("%sREPORTING_TOKEN and %sREPORTING_TOKEN_FILE are both set: set one", envPrefix, envPrefix)
+		add("%sREPORTING_TOKEN and %sREPORTING_TOKEN_FILE are both set: set one", EnvPrefix, EnvPrefix)
 	case c.ReportingToken == "" && c.ReportingTokenFile == "":
-		add("%sREPORTING_TOKEN or %sREPORTING_TOKEN_FILE: one is required", envPrefix, envPrefix)
+		add("%sREPORTING_TOKEN or %sREPORTING_TOKEN_FILE: one is required", EnvPrefix, EnvPrefix)
 	case c.ReportingTokenFile != "":
 		if _, _, err := tokenfile.Read(c.ReportingTokenFile); err != nil {
-			add("%sREPORTING_TOKEN_FILE: %v", envPrefix, pathErr(err))
+			add("%sREPORTING_TOKEN_FILE: %v", EnvPrefix, pathErr(err))
 		}
 	}
 	switch {
 	case c.ControlToken != "" && c.ControlTokenFile != "":
-		add("%sCONTROL_TOKEN and %sCONTROL_TOKEN_FILE (control_token_file) are both set: set one", envPrefix, envPrefix)
+		add("%sCONTROL_TOKEN and %sCONTROL_TOKEN_FILE (control_token_file) are both set: set one", EnvPrefix, EnvPrefix)
 	case c.ControlTokenFile != "":
 		if _, _, err := tokenfile.Read(c.ControlTokenFile); err != nil {
-			add("%sCONTROL_TOKEN_FILE: %v", envPrefix, pathErr(err))
+			add("%sCONTROL_TOKEN_FILE: %v", EnvPrefix, pathErr(err))
 		}
 	}
-	if c.DebugPprof && !isLoopbackAddr(c.DebugPprofAddr) {
-		add("%sDEBUG_PPROF_ADDR (%s) must be a loopback address: the profiler shows the command line, the heap and the goroutines", envPrefix, c.DebugPprofAddr)
+	if c.DebugPprof && !IsLoopbackAddr(c.DebugPprofAddr) {
+		add("%sDEBUG_PPROF_ADDR (%s) must be a loopback address: the profiler shows the command line, the heap and the goroutines", EnvPrefix, c.DebugPprofAddr)
 	}
 	if c.FlushTimeout > 0 && c.StopTimeout > 0 && c.FlushTimeout >= c.StopTimeout {
-		add("%sFLUSH_TIMEOUT (%s) must be shorter than %sSTOP_TIMEOUT (%s)", envPrefix, c.FlushTimeout, envPrefix, c.StopTimeout)
+		add("%sFLUSH_TIMEOUT (%s) must be shorter than %sSTOP_TIMEOUT (%s)", EnvPrefix, c.FlushTimeout, EnvPrefix, c.StopTimeout)
 	}
 	return p
 }
@@ -100,7 +100,7 @@ func checkReportingURL(raw string, insecure bool) error {
 	case "https":
 	case "http":
 		if !insecure {
-			return fmt.Errorf("must be https (the token travels with every request); set %sREPORTING_INSECURE=true to allow http on a trusted link", envPrefix)
+			return fmt.Errorf("must be https (the token travels with every request); set %sREPORTING_INSECURE=true to allow http on a trusted link", EnvPrefix)
 		}
 	default:
 		return fmt.Errorf("scheme %q is not https", u.Scheme)
@@ -130,4 +130,25 @@ func checkListenAddr(raw string) error {
 		return errors.New("no path allowed")
 	}
 	return nil
+}
+
+// IsLoopbackAddr reports whether a listen address (host:port) is on a
+// loopback interface only: the control routes are open there without a token,
+// and the profiler listens nowhere else.
+//
+//	IsLoopbackAddr("127.0.0.1:9469") // true
+//	IsLoopbackAddr("[::1]:9469")     // true
+//	IsLoopbackAddr("localhost:9469") // true
+//	IsLoopbackAddr("0.0.0.0:9469")   // false
+//	IsLoopbackAddr(":9469")          // false
+func IsLoopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -1,4 +1,4 @@
-package main
+package settings
 
 import (
 	"errors"
@@ -18,40 +18,40 @@ import (
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/broker"
 )
 
-// envPrefix is the prefix of every environment variable the collector reads.
-const envPrefix = "TALLY_OSC_"
+// EnvPrefix is the prefix of every environment variable the collector reads.
+const EnvPrefix = "TALLY_OSC_"
 
-// mode says what the process is about to do; it decides which settings must be
+// Mode says what the process is about to do; it decides which settings must be
 // valid. The daemon needs all of them, the dump only the AMQP ones, the
 // offline tools (map, mapper test) only the mapper ones, the channel's
 // clients (publish, tap) only the channel ones.
-type mode int
+type Mode int
 
 const (
-	modeDaemon mode = iota
-	modeDump
-	modeOffline
-	modeChannel
+	ModeDaemon Mode = iota
+	ModeDump
+	ModeOffline
+	ModeChannel
 )
 
-func (m mode) String() string {
+func (m Mode) String() string {
 	switch m {
-	case modeDaemon:
+	case ModeDaemon:
 		return "daemon"
-	case modeDump:
+	case ModeDump:
 		return "dump"
-	case modeChannel:
+	case ModeChannel:
 		return "channel client"
 	}
 	return "offline"
 }
 
 var (
-	allModes     = []mode{modeDaemon, modeDump, modeOffline, modeChannel}
-	channelModes = []mode{modeDaemon, modeChannel}
-	amqpModes    = []mode{modeDaemon, modeDump}
-	daemonOnly   = []mode{modeDaemon}
-	mapperModes  = []mode{modeDaemon, modeOffline}
+	allModes     = []Mode{ModeDaemon, ModeDump, ModeOffline, ModeChannel}
+	channelModes = []Mode{ModeDaemon, ModeChannel}
+	amqpModes    = []Mode{ModeDaemon, ModeDump}
+	daemonOnly   = []Mode{ModeDaemon}
+	mapperModes  = []Mode{ModeDaemon, ModeOffline}
 )
 
 // setting describes one key: its name in the config file (lower case), in the
@@ -65,7 +65,7 @@ type setting struct {
 	def    string
 	usage  string
 	secret bool // never shown: the value is replaced by the redaction marker
-	modes  []mode
+	modes  []Mode
 
 	// field points at the Config field the text decodes into: *string,
 	// *[]string, *bool, *int, *int64 or *time.Duration. Its type decides the
@@ -83,7 +83,7 @@ type setting struct {
 	check func(c *Config) error
 }
 
-func (s setting) env() string  { return envPrefix + strings.ToUpper(s.key) }
+func (s setting) env() string  { return EnvPrefix + strings.ToUpper(s.key) }
 func (s setting) flag() string { return strings.ReplaceAll(s.key, "_", "-") }
 
 // isBool tells whether the setting is a switch (a flag without a value).
@@ -95,9 +95,9 @@ func (s setting) isBool() bool {
 	return ok
 }
 
-// settings is every key the collector reads. The first block is the contract
+// table is every key the collector reads. The first block is the contract
 // (CONTRACT §2); the rest tunes the packages.
-var settings = []setting{
+var table = []setting{
 	{key: "transport_url", def: "amqp://guest:guest@127.0.0.1:5672/", modes: amqpModes,
 		usage: "broker URL: amqp://, amqps:// or rabbit://user:pass@h1:5672,user:pass@h2:5672/vhost (hosts tried in order); the password is never shown",
 		field: func(c *Config) any { return &c.TransportURL },
@@ -379,7 +379,7 @@ var settings = []setting{
 }
 
 func settingByKey(key string) (setting, bool) {
-	for _, s := range settings {
+	for _, s := range table {
 		if s.key == key {
 			return s, true
 		}
@@ -484,6 +484,12 @@ func checkNames(names []string, what string) error {
 	return nil
 }
 
-func inMode(m mode, ms ...mode) bool {
+// Uses reports whether mode m reads the setting key (an unknown key: false).
+func (m Mode) Uses(key string) bool {
+	s, ok := settingByKey(key)
+	return ok && inMode(m, s.modes...)
+}
+
+func inMode(m Mode, ms ...Mode) bool {
 	return slices.Contains(ms, m)
 }

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"runtime"
@@ -11,7 +11,7 @@ import (
 
 // newRegistry is the registry every package registers its metrics on, with the
 // Go and process collectors and the metrics no package owns.
-func newRegistry(b buildInfo) (*prometheus.Registry, error) {
+func newRegistry(b BuildInfo) (*prometheus.Registry, error) {
 	reg := prometheus.NewRegistry()
 	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "tally_collector_build_info",

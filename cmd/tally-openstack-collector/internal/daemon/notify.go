@@ -1,4 +1,4 @@
-package main
+package daemon
 
 // The systemd notification protocol (Type=notify): READY=1, STOPPING=1 and
 // WATCHDOG=1 on the socket named by NOTIFY_SOCKET. Without that variable

@@ -1,11 +1,10 @@
-package main
+package daemon
 
 // The one check in front of every HTTP route but the probes and the metrics.
 
 import (
 	"crypto/sha256"
 	"crypto/subtle"
-	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -110,24 +109,4 @@ func (a *controlAuth) refuse(w http.ResponseWriter, r *http.Request, reason stri
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
 	_, _ = w.Write([]byte(`{"error":"` + msg + `"}` + "\n"))
-}
-
-// isLoopbackAddr reports whether a listen address (host:port) is on a
-// loopback interface only.
-//
-//	isLoopbackAddr("127.0.0.1:9469") // true
-//	isLoopbackAddr("[::1]:9469")     // true
-//	isLoopbackAddr("localhost:9469") // true
-//	isLoopbackAddr("0.0.0.0:9469")   // false
-//	isLoopbackAddr(":9469")          // false
-func isLoopbackAddr(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

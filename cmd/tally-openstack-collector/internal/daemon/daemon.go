@@ -1,4 +1,10 @@
-package main
+// Package daemon is the collector's daemon: it builds every part from the
+// settings (wire.go), starts them in order, serves the probes, the metrics
+// and the control routes, feeds the watchdog process and systemd, and stops
+// the parts in reverse on a signal or a failure, through one shutdown path.
+// The command parses the command line and the settings and calls Run; a test
+// calls Run in its own process and stops it with a value on Options.Signals.
+package daemon
 
 import (
 	"context"
@@ -8,15 +14,16 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"os/signal"
 	"sort"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/tally-billing/tally-openstack-collector/cmd/tally-openstack-collector/internal/settings"
+	"github.com/tally-billing/tally-openstack-collector/runtime/input/channel"
 )
 
 // What the daemon needs of each part. The parts are built in wire.go; these
@@ -59,16 +66,39 @@ type parts struct {
 	sender   senderPart
 }
 
+// BuildInfo names the running build.
+type BuildInfo struct {
+	Version string
+	Commit  string
+}
+
+// Options are what a daemon takes beside its settings.
+type Options struct {
+	// Build names the running build: tally_collector_build_info, the
+	// start-up log, the version plog's clients are told.
+	Build BuildInfo
+	// Signals starts the graceful stop with its first value (SIGTERM or
+	// SIGINT for the process); a second value ends the process at once
+	// through Exit. Closing it starts the graceful stop too, and, after
+	// Run returned, ends the goroutine that waits for the second signal.
+	Signals <-chan os.Signal
+	// Exit ends the process: on a second signal (status 1), and when a
+	// watched built-in mapper call overruns its deadline (ExitRunaway).
+	// nil: os.Exit.
+	Exit func(code int)
+}
+
 // daemon owns the lifecycle: start in order (outbox, mappers, HTTP, broker and
 // sender and plog listeners), stop in reverse on the first signal, exit at once
-// on the second.
+// on the second. Every way out of run, a part that failed to start included,
+// goes through shutdown, which releases what was started and nothing else.
 type daemon struct {
-	cfg     *Config
+	cfg     *settings.Config
 	base    zerolog.Logger
 	log     zerolog.Logger
 	reg     *prometheus.Registry
 	metrics *daemonMetrics
-	build   buildInfo
+	build   BuildInfo
 
 	// signals delivers SIGTERM/SIGINT; exit ends the process on the second one.
 	signals <-chan os.Signal
@@ -81,13 +111,33 @@ type daemon struct {
 	ln       net.Listener
 	srv      *http.Server
 	pprofSrv *http.Server
+
+	// What shutdown stops; each is set once its part runs.
+	stopHeartbeat  func()             // the heartbeat and the watchdog process
+	stopBackground context.CancelFunc // samplers, the drop-in watch, the control link
+	background     sync.WaitGroup
+	channel        *channel.Server // bound; closed by shutdown unless it ran as an input
+	stopInputs     context.CancelFunc
+	inputs         sync.WaitGroup
+	stopSender     context.CancelFunc
+	senderDone     chan struct{}
+	failed         chan failure // a part that stopped for good
 }
 
-func runDaemon(cfg *Config, base zerolog.Logger, b buildInfo) error {
-	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sig)
-	reg, err := newRegistry(b)
+// failure is a part that stopped for good while the daemon ran.
+type failure struct {
+	name string
+	err  error
+}
+
+// Run runs the daemon with the settings cfg until the first value on
+// opts.Signals or a part that fails for good, then stops it within
+// STOP_TIMEOUT: the inputs first (what they took in is committed and
+// acknowledged), then the sender's flush, then the rest. base is the logger
+// every part tags with its component. A part that fails to start stops the
+// daemon the same way, and Run returns why.
+func Run(cfg *settings.Config, base zerolog.Logger, opts Options) error {
+	reg, err := newRegistry(opts.Build)
 	if err != nil {
 		return err
 	}
@@ -95,9 +145,13 @@ func runDaemon(cfg *Config, base zerolog.Logger, b buildInfo) error {
 	if err != nil {
 		return err
 	}
+	exit := opts.Exit
+	if exit == nil {
+		exit = os.Exit
+	}
 	d := &daemon{
 		cfg: cfg, base: base, log: component(base, "main"), reg: reg,
-		metrics: m, build: b, signals: sig, exit: os.Exit,
+		metrics: m, build: opts.Build, signals: opts.Signals, exit: exit,
 		notify: newNotifier(component(base, "main")),
 	}
 	return d.run(context.Background())
@@ -106,7 +160,15 @@ func runDaemon(cfg *Config, base zerolog.Logger, b buildInfo) error {
 func (d *daemon) run(ctx context.Context) error {
 	d.log.Info().Str("version", d.build.Version).Str("commit", d.build.Commit).
 		Interface("settings", d.cfg.EffectiveMap()).Msg("starting")
+	if err := d.start(ctx); err != nil {
+		return d.shutdown(err)
+	}
+	return d.shutdown(d.wait())
+}
 
+// start starts the parts in order; what it started before an error is
+// released by shutdown.
+func (d *daemon) start(ctx context.Context) error {
 	// 1. The outbox: nothing may be consumed without it.
 	ob, err := openOutbox(d.cfg, component(d.base, "outbox"), d.reg)
 	if err != nil {
@@ -120,13 +182,11 @@ func (d *daemon) run(ctx context.Context) error {
 	// and abort decisions with the other replicas (nil when turned off).
 	link, err := newControl(d.cfg, d.base, d.reg, ob)
 	if err != nil {
-		d.closeOutbox()
 		return fmt.Errorf("control link: %w", err)
 	}
 	proc, err := loadMappers(ctx, d.cfg, d.base, d.reg, ob, link,
 		runawayExit(component(d.base, "runtime"), d.cfg.MapperCallTimeout, d.exit))
 	if err != nil {
-		d.closeOutbox()
 		return fmt.Errorf("load mappers: %w", err)
 	}
 	d.p.mappers = proc
@@ -143,35 +203,31 @@ func (d *daemon) run(ctx context.Context) error {
 		live: newLivenessTracker(d.cfg.UnhealthyThreshold, nil),
 		log:  component(d.base, "probes"),
 	}
-	// The heartbeat, to the end of run: the watchdog process kills the
-	// daemon when it stops (watchdog.go), and it carries systemd's pings.
+	// The heartbeat, to the end of the shutdown: the watchdog process kills
+	// the daemon when it stops (watchdog.go), and it carries systemd's pings.
 	hbCtx, stopHeartbeat := context.WithCancel(context.Background())
 	hbDone := make(chan struct{})
 	go func() {
 		defer close(hbDone)
 		heartbeat(hbCtx, component(d.base, "watchdog"), d.cfg.WatchdogTimeout, d.cfg.LogFormat, d.notify, d.probes.live.check)
 	}()
-	defer func() {
+	d.stopHeartbeat = func() {
 		stopHeartbeat()
 		<-hbDone
-	}()
+	}
 	if err := d.listen(proc.controlHandler(ob, component(d.base, "catalog"))); err != nil {
-		d.closeMappers(ctx)
-		d.closeOutbox()
 		return err
 	}
-	sampleCtx, stopSampling := context.WithCancel(ctx)
-	defer stopSampling()
-	go d.probes.sample(sampleCtx, time.Second)
-	go d.sampleReady(sampleCtx)
+	bgCtx, stopBackground := context.WithCancel(ctx)
+	d.stopBackground = stopBackground
+	d.goBackground(func() { d.probes.sample(bgCtx, time.Second) })
+	d.goBackground(func() { d.sampleReady(bgCtx) })
 	// Hot reload of the drop-in directory, for the daemon's whole life.
-	reloadDone := make(chan struct{})
-	go func() {
-		defer close(reloadDone)
-		if err := proc.Run(sampleCtx); err != nil {
+	d.goBackground(func() {
+		if err := proc.Run(bgCtx); err != nil {
 			d.log.Error().Err(err).Msg("mapper directory watch stopped; restart to pick up drop-in changes")
 		}
-	}()
+	})
 
 	// 4. The local channel (its socket bound now, so a path in use stops
 	// start-up), the broker consumer, the sender and the plog listeners. The
@@ -180,124 +236,117 @@ func (d *daemon) run(ctx context.Context) error {
 	// drains a backlog. The broker package tags its logger itself.
 	ch, err := newChannel(d.cfg, component(d.base, "channel"), d.reg, ob, proc)
 	if err != nil {
-		d.shutdownHTTP()
-		d.closeMappers(ctx)
-		d.closeOutbox()
 		return fmt.Errorf("channel: %w", err)
 	}
+	d.channel = ch
 	cons, err := newConsumer(d.cfg, d.base, d.reg, ob, proc, ch)
 	if err != nil {
-		if ch != nil {
-			_ = ch.Close(ctx)
-		}
-		d.shutdownHTTP()
-		d.closeMappers(ctx)
-		d.closeOutbox()
 		return fmt.Errorf("broker: %w", err)
 	}
 	d.p.consumer = cons
 	if r, ok := cons.(readyPart); ok {
 		d.probes.setReady("broker", r.Ready)
 	}
-	closeChannel := func() {
-		if ch != nil {
-			_ = ch.Close(ctx)
-		}
-	}
 	snd, err := newSender(d.cfg, component(d.base, "sender"), d.reg, ob, cons)
 	if err != nil {
-		closeChannel()
-		d.shutdownHTTP()
-		d.closeMappers(ctx)
-		d.closeOutbox()
 		return fmt.Errorf("sender: %w", err)
 	}
 	d.p.sender = snd
 	d.probes.setReady("sender", snd.Ready)
-	inputs, err := newPlogInputs(d.cfg, component(d.base, "plog"), d.reg, ob, proc)
+	inputs, err := newPlogInputs(d.cfg, component(d.base, "plog"), d.reg, ob, proc, d.build.Version)
 	if err != nil {
-		closeChannel()
-		d.shutdownHTTP()
-		d.closeMappers(ctx)
-		d.closeOutbox()
 		return fmt.Errorf("plog: %w", err)
 	}
 	d.p.inputs = inputs
 
 	// The control link, for the daemon's whole life: decisions taken on
 	// other replicas while this one was down are applied now.
-	controlDone := make(chan struct{})
-	go func() {
-		defer close(controlDone)
-		if link != nil {
-			_ = link.Run(sampleCtx) // returns nil when sampleCtx ends
-		}
-	}()
+	if link != nil {
+		d.goBackground(func() { _ = link.Run(bgCtx) }) // returns nil when bgCtx ends
+	}
 
+	// 5. Run: the sender, then every input.
+	d.failed = make(chan failure, 3+len(inputs))
 	sendCtx, stopSender := context.WithCancel(ctx)
-	defer stopSender()
-	inCtx, stopInputs := context.WithCancel(ctx)
-	defer stopInputs()
-
-	type result struct {
-		name string
-		err  error
-	}
-	done := make(chan result, 3+len(inputs))
-	var senderDone = make(chan struct{})
+	d.stopSender, d.senderDone = stopSender, make(chan struct{})
 	go func() {
-		defer close(senderDone)
+		defer close(d.senderDone)
 		if err := snd.Run(sendCtx); err != nil && !errors.Is(err, context.Canceled) {
-			done <- result{"sender", err}
+			d.failed <- failure{"sender", err}
 		}
 	}()
-	var inWG sync.WaitGroup
-	start := func(name string, in inputPart) {
-		inWG.Add(1)
-		go func() {
-			defer inWG.Done()
-			err := in.Run(inCtx)
-			if inCtx.Err() == nil {
-				if err == nil {
-					err = errors.New("stopped unexpectedly")
-				}
-				done <- result{name, err}
-			}
-		}()
-	}
-	start("broker", cons)
+	inCtx, stopInputs := context.WithCancel(ctx)
+	d.stopInputs = stopInputs
+	d.runInput(inCtx, "broker", cons)
 	for i, in := range inputs {
-		start(fmt.Sprintf("plog[%d] %s", i, d.cfg.Plog[i].Address), in)
+		d.runInput(inCtx, fmt.Sprintf("plog[%d] %s", i, d.cfg.Plog[i].Address), in)
 	}
 	if ch != nil {
-		start("channel "+d.cfg.ChannelSocket, ch)
+		d.channel = nil // stopped with the inputs from now on
+		d.runInput(inCtx, "channel "+d.cfg.ChannelSocket, ch)
 	}
 	d.log.Info().Str("http_addr", d.ln.Addr().String()).Msg("started")
 	// systemd (Type=notify): READY=1 once the broker session consumes (the
 	// outbox is open since step 1); WATCHDOG=1 while /livez would pass, sent
 	// by the heartbeat (started with the probes).
-	go d.notify.ready(sampleCtx, func() error {
-		if err := ob.Healthy(); err != nil {
-			return err
-		}
-		if r, ok := cons.(readyPart); ok {
-			return r.Ready()
-		}
-		return nil
+	d.goBackground(func() {
+		d.notify.ready(bgCtx, func() error {
+			if err := ob.Healthy(); err != nil {
+				return err
+			}
+			if r, ok := cons.(readyPart); ok {
+				return r.Ready()
+			}
+			return nil
+		})
 	})
+	return nil
+}
 
-	// Run until a signal or a part that failed for good.
+// goBackground runs f until the background context ends; shutdown waits for it.
+func (d *daemon) goBackground(f func()) {
+	d.background.Add(1)
+	go func() {
+		defer d.background.Done()
+		f()
+	}()
+}
+
+// runInput runs an input until ctx ends; an input that returns before is a
+// failure.
+func (d *daemon) runInput(ctx context.Context, name string, in inputPart) {
+	d.inputs.Add(1)
+	go func() {
+		defer d.inputs.Done()
+		err := in.Run(ctx)
+		if ctx.Err() == nil {
+			if err == nil {
+				err = errors.New("stopped unexpectedly")
+			}
+			d.failed <- failure{name, err}
+		}
+	}()
+}
+
+// wait runs until a signal or a part that failed for good, and answers the
+// failure (nil after a signal). From then on the daemon is not ready, and a
+// second signal ends the process at once.
+func (d *daemon) wait() error {
 	var runErr error
 	select {
-	case s := <-d.signals:
+	case s, ok := <-d.signals:
 		// Not ready from the first signal on: a load balancer or Kubernetes
 		// stops sending before the inputs are even cancelled.
 		d.stopping.Store(true)
 		d.notify.stopping()
-		d.log.Info().Str("signal", s.String()).Dur("budget", d.cfg.StopTimeout).
+		name := "none (the signal channel was closed)"
+		if ok {
+			name = s.String()
+		}
+		d.log.Info().Str("signal", name).Dur("budget", d.cfg.StopTimeout).
 			Msg("stopping: no new deliveries; finishing in-flight ones, then flushing the outbox (a second signal exits at once)")
-	case r := <-done:
-		runErr = fmt.Errorf("%s: %w", r.name, r.err)
+	case f := <-d.failed:
+		runErr = fmt.Errorf("%s: %w", f.name, f.err)
 		d.log.Error().Err(runErr).Msg("stopping after a failure")
 		d.stopping.Store(true)
 		d.notify.stopping()
@@ -309,41 +358,57 @@ func (d *daemon) run(ctx context.Context) error {
 			d.exit(1)
 		}
 	}()
+	return runErr
+}
 
-	deadline := time.Now().Add(d.cfg.StopTimeout)
-	stopCtx, cancelStop := context.WithDeadline(context.Background(), deadline)
+// shutdown is the one way out of run: it stops, in reverse order of the
+// start, whatever runs, within STOP_TIMEOUT, and answers runErr, or the
+// first error of the stop itself.
+func (d *daemon) shutdown(runErr error) error {
+	stopCtx, cancelStop := context.WithTimeout(context.Background(), d.cfg.StopTimeout)
 	defer cancelStop()
 
 	// Stop the inputs: basic.cancel, in-flight deliveries committed then acked.
-	stopInputs()
-	inputsBudget := d.cfg.StopTimeout - d.cfg.FlushTimeout
-	if !waitGroupFor(&inWG, inputsBudget) {
-		d.log.Error().Dur("waited", inputsBudget).Msg("inputs did not stop in time; unacknowledged deliveries return to the queue")
-		if runErr == nil {
-			runErr = errors.New("inputs did not stop within the stop budget")
+	if d.stopInputs != nil {
+		d.stopInputs()
+		inputsBudget := d.cfg.StopTimeout - d.cfg.FlushTimeout
+		if !waitGroupFor(&d.inputs, inputsBudget) {
+			d.log.Error().Dur("waited", inputsBudget).Msg("inputs did not stop in time; unacknowledged deliveries return to the queue")
+			if runErr == nil {
+				runErr = errors.New("inputs did not stop within the stop budget")
+			}
+		} else {
+			d.log.Info().Msg("inputs stopped; every delivery taken was committed and acknowledged")
 		}
-	} else {
-		d.log.Info().Msg("inputs stopped; every delivery taken was committed and acknowledged")
+	}
+	if d.channel != nil { // bound, never run
+		_ = d.channel.Close(stopCtx)
 	}
 
 	// Let the sender flush what the outbox holds, for a bounded time.
-	stopSender()
-	<-senderDone
-	flushCtx, cancelFlush := context.WithTimeout(stopCtx, d.cfg.FlushTimeout)
-	if err := snd.Flush(flushCtx); err != nil {
-		d.log.Warn().Err(err).Int64("left_in_outbox", ob.Depth()).Msg("flush incomplete; the rest is sent after the next start")
-	} else {
-		d.log.Info().Int64("left_in_outbox", ob.Depth()).Msg("flushed")
+	if d.stopSender != nil {
+		d.stopSender()
+		<-d.senderDone
+		flushCtx, cancelFlush := context.WithTimeout(stopCtx, d.cfg.FlushTimeout)
+		if err := d.p.sender.Flush(flushCtx); err != nil {
+			d.log.Warn().Err(err).Int64("left_in_outbox", d.p.outbox.Depth()).Msg("flush incomplete; the rest is sent after the next start")
+		} else {
+			d.log.Info().Int64("left_in_outbox", d.p.outbox.Depth()).Msg("flushed")
+		}
+		cancelFlush()
 	}
-	cancelFlush()
 
-	stopSampling()
-	<-reloadDone
-	<-controlDone
+	if d.stopBackground != nil {
+		d.stopBackground()
+		d.background.Wait()
+	}
 	d.shutdownHTTP()
 	d.closeMappers(stopCtx)
 	if err := d.closeOutbox(); err != nil && runErr == nil {
 		runErr = err
+	}
+	if d.stopHeartbeat != nil {
+		d.stopHeartbeat()
 	}
 	if runErr == nil {
 		d.log.Info().Msg("stopped")
@@ -384,7 +449,7 @@ func (d *daemon) listen(control http.Handler) error {
 	if err != nil {
 		return fmt.Errorf("control token: %w", err)
 	}
-	loopback := isLoopbackAddr(d.cfg.HTTPAddr)
+	loopback := settings.IsLoopbackAddr(d.cfg.HTTPAddr)
 	guard, err := newControlAuth(tok, loopback, component(d.base, "http"), d.reg)
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 // This file builds the parts of the daemon from the configuration: the one
 // place where each package's options are filled from Config.
@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/tally-billing/tally-openstack-collector/cmd/tally-openstack-collector/internal/settings"
 	imetrics "github.com/tally-billing/tally-openstack-collector/internal/metrics"
 	"github.com/tally-billing/tally-openstack-collector/internal/tokenfile"
 	"github.com/tally-billing/tally-openstack-collector/mappers"
@@ -44,37 +45,37 @@ var (
 	_ inputPart          = (*plog.Server)(nil)
 	_ inputPart          = (*channel.Server)(nil)
 	_ broker.Tap         = busTap{}
-	_ closerPart         = (*mapperSet)(nil)
+	_ closerPart         = (*Mappers)(nil)
 )
 
 // The broker consumer is the sender's Intake (newSender).
 var _ sender.Intake = (*broker.Consumer)(nil)
 
-// mapperSet is the engine, the catalogue of modules (built-in, then the
+// Mappers is the engine, the catalogue of modules (built-in, then the
 // drop-in directory, hot-reloaded), the pipeline routing over it, and the
 // modules named by plog listener chains.
-type mapperSet struct {
-	engine   *runtime.Engine
-	catalog  *catalog.Catalog
-	pipeline *pipeline.Pipeline
+type Mappers struct {
+	Engine   *runtime.Engine
+	Catalog  *catalog.Catalog
+	Pipeline *pipeline.Pipeline
 	chains   map[string]pipeline.Mapper // plog chains' modules, by manifest name
 }
 
 // Close frees the catalogue (each module waits for its in-flight calls), then
 // the engine.
-func (m *mapperSet) Close(ctx context.Context) error {
+func (m *Mappers) Close(ctx context.Context) error {
 	var errs []error
-	if m.catalog != nil {
-		errs = append(errs, m.catalog.Close(ctx))
+	if m.Catalog != nil {
+		errs = append(errs, m.Catalog.Close(ctx))
 	}
-	errs = append(errs, m.engine.Close(ctx))
+	errs = append(errs, m.Engine.Close(ctx))
 	return errors.Join(errs...)
 }
 
 // Run follows the drop-in directory until ctx is done.
-func (m *mapperSet) Run(ctx context.Context) error { return m.catalog.Run(ctx) }
+func (m *Mappers) Run(ctx context.Context) error { return m.Catalog.Run(ctx) }
 
-func openOutbox(cfg *Config, log zerolog.Logger, reg prometheus.Registerer) (outboxHandle, error) {
+func openOutbox(cfg *settings.Config, log zerolog.Logger, reg prometheus.Registerer) (outboxHandle, error) {
 	return outbox.Open(outbox.Options{
 		Dir:                cfg.BufferPath,
 		MaxEvents:          cfg.BufferMaxEvents,
@@ -100,7 +101,7 @@ func openOutbox(cfg *Config, log zerolog.Logger, reg prometheus.Registerer) (out
 // freeze first (watchdog.go); docs/abi.md, "When a built-in module runs
 // away". MAPPER_BUILTIN_GUARD=always runs them guarded like drop-in modules,
 // which always are.
-func builtinModuleOptions(cfg *Config) []runtime.ModuleOption {
+func builtinModuleOptions(cfg *settings.Config) []runtime.ModuleOption {
 	g := cfg.MapperBuiltinGuard
 	if g != runtime.GuardAlways {
 		g = runtime.GuardWatched
@@ -120,7 +121,7 @@ func builtinModuleOptions(cfg *Config) []runtime.ModuleOption {
 // before it is answered (runtime.Config.OnWatchedOverrun): the daemon exits
 // there (runawayExit); nil for the offline commands, which run every module
 // guarded.
-func loadMappers(ctx context.Context, cfg *Config, base zerolog.Logger, reg prometheus.Registerer, state catalog.StateStore, link *controlLink, onOverrun func(module string)) (*mapperSet, error) {
+func loadMappers(ctx context.Context, cfg *settings.Config, base zerolog.Logger, reg prometheus.Registerer, state catalog.StateStore, link *controlLink, onOverrun func(module string)) (*Mappers, error) {
 	eng, err := runtime.NewEngine(ctx, runtime.Config{
 		CacheDir:         cfg.MapperCacheDir,
 		MemoryLimit:      cfg.MapperMemoryLimit,
@@ -132,7 +133,7 @@ func loadMappers(ctx context.Context, cfg *Config, base zerolog.Logger, reg prom
 	if err != nil {
 		return nil, fmt.Errorf("start the mapper engine: %w", err)
 	}
-	ms := &mapperSet{engine: eng, chains: map[string]pipeline.Mapper{}}
+	ms := &Mappers{Engine: eng, chains: map[string]pipeline.Mapper{}}
 	runaways := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "tally_collector_mapper_runaway_calls",
 		Help: "Mapper calls abandoned at their deadline whose guest still runs; 0 in the daemon, which exits instead of abandoning a call.",
@@ -171,11 +172,11 @@ func loadMappers(ctx context.Context, cfg *Config, base zerolog.Logger, reg prom
 		_ = ms.Close(ctx)
 		return nil, err
 	}
-	ms.catalog = cat
+	ms.Catalog = cat
 	if link != nil {
 		link.cat.Store(cat)
 	}
-	ms.pipeline, err = pipeline.New(pipeline.Options{
+	ms.Pipeline, err = pipeline.New(pipeline.Options{
 		Router:     cat,
 		Logger:     component(base, "pipeline"),
 		Registerer: reg,
@@ -206,7 +207,7 @@ func loadMappers(ctx context.Context, cfg *Config, base zerolog.Logger, reg prom
 // newSender builds the sender. When in reports backlogs (the broker
 // consumer) it becomes the sender's Intake: the sender holds back while the
 // consumer drains a backlog.
-func newSender(cfg *Config, log zerolog.Logger, reg prometheus.Registerer, ob outboxHandle, in inputPart) (senderPart, error) {
+func newSender(cfg *settings.Config, log zerolog.Logger, reg prometheus.Registerer, ob outboxHandle, in inputPart) (senderPart, error) {
 	opts := sender.Options{
 		URL:            cfg.ReportingURL,
 		Token:          cfg.ReportingToken,
@@ -224,7 +225,7 @@ func newSender(cfg *Config, log zerolog.Logger, reg prometheus.Registerer, ob ou
 	return sender.New(ob, opts)
 }
 
-func brokerOptions(cfg *Config, log zerolog.Logger, reg prometheus.Registerer) broker.Options {
+func brokerOptions(cfg *settings.Config, log zerolog.Logger, reg prometheus.Registerer) broker.Options {
 	return broker.Options{
 		TransportURL:     cfg.TransportURL,
 		TLS:              cfg.TransportTLS,
@@ -269,7 +270,7 @@ func (l *controlLink) apply(ctx context.Context, d broker.Decision) error {
 // newControl builds the control link of this replica (CONTROL_EXCHANGE,
 // REPLICA_NAME); nil when CONTROL_EXCHANGE is empty. Decisions the broker
 // has not confirmed are kept in the outbox.
-func newControl(cfg *Config, base zerolog.Logger, reg prometheus.Registerer, ob outboxHandle) (*controlLink, error) {
+func newControl(cfg *settings.Config, base zerolog.Logger, reg prometheus.Registerer, ob outboxHandle) (*controlLink, error) {
 	if cfg.ControlExchange == "" {
 		return nil, nil
 	}
@@ -295,18 +296,18 @@ func newControl(cfg *Config, base zerolog.Logger, reg prometheus.Registerer, ob 
 // newConsumer builds the AMQP consumer. The broker package tags its logger
 // with its component itself, so it gets the base logger. With the local
 // channel on, what the consumer commits is offered to the channel's tap.
-func newConsumer(cfg *Config, base zerolog.Logger, reg prometheus.Registerer, ob outboxHandle, ms *mapperSet, ch *channel.Server) (inputPart, error) {
+func newConsumer(cfg *settings.Config, base zerolog.Logger, reg prometheus.Registerer, ob outboxHandle, ms *Mappers, ch *channel.Server) (inputPart, error) {
 	opts := brokerOptions(cfg, base, reg)
 	if ch != nil {
 		opts.Tap = busTap{hub: ch.Tap(), uid: uint32(os.Getuid()), gid: uint32(os.Getgid())}
 	}
-	return broker.New(ms.pipeline, ob, opts)
+	return broker.New(ms.Pipeline, ob, opts)
 }
 
 // newChannel builds the local message channel when CHANNEL_SOCKET is set
 // (nil otherwise). Raw notifications on its tap are rendered by the dump's
 // redaction, so the tap shows them as --dump does.
-func newChannel(cfg *Config, log zerolog.Logger, reg prometheus.Registerer, ob outboxHandle, ms *mapperSet) (*channel.Server, error) {
+func newChannel(cfg *settings.Config, log zerolog.Logger, reg prometheus.Registerer, ob outboxHandle, ms *Mappers) (*channel.Server, error) {
 	if cfg.ChannelSocket == "" {
 		return nil, nil
 	}
@@ -315,7 +316,7 @@ func newChannel(cfg *Config, log zerolog.Logger, reg prometheus.Registerer, ob o
 		SocketMode:           cfg.ChannelSocketMode,
 		IdleTimeout:          cfg.ChannelIdleTimeout,
 		MaxConnectionsPerUID: cfg.ChannelMaxConnsPerUID,
-		Processor:            ms.pipeline,
+		Processor:            ms.Pipeline,
 		Outbox:               ob,
 		Hub: channel.HubOptions{
 			SubscriberQueueBytes: cfg.ChannelQueueLimitBytes,
@@ -347,7 +348,9 @@ func (t busTap) Committed(items []broker.Committed) {
 	t.hub.Offer(recs)
 }
 
-func newPlogInputs(cfg *Config, log zerolog.Logger, reg prometheus.Registerer, ob outboxHandle, ms *mapperSet) ([]inputPart, error) {
+// newPlogInputs builds the plog listeners of PLOG_LISTENERS (none when it is
+// empty); version is what they answer a client that asks.
+func newPlogInputs(cfg *settings.Config, log zerolog.Logger, reg prometheus.Registerer, ob outboxHandle, ms *Mappers, version string) ([]inputPart, error) {
 	if len(cfg.Plog) == 0 {
 		return nil, nil
 	}
@@ -366,11 +369,11 @@ func newPlogInputs(cfg *Config, log zerolog.Logger, reg prometheus.Registerer, o
 	srv, err := plog.New(plog.Options{
 		Listeners: listeners,
 		Defaults:  cfg.PlogDefaults,
-		Processor: ms.pipeline,
+		Processor: ms.Pipeline,
 		Outbox:    ob,
 		// A permitted KILL command stops the daemon the way SIGTERM does.
 		Stop:       func() { _ = syscall.Kill(os.Getpid(), syscall.SIGTERM) },
-		Version:    readBuildInfo().Version,
+		Version:    version,
 		Logger:     log,
 		Registerer: reg,
 	})
@@ -380,14 +383,14 @@ func newPlogInputs(cfg *Config, log zerolog.Logger, reg prometheus.Registerer, o
 	return []inputPart{srv}, nil
 }
 
-func runDump(ctx context.Context, cfg *Config, base zerolog.Logger, w io.Writer) error {
+func Dump(ctx context.Context, cfg *settings.Config, base zerolog.Logger, w io.Writer) error {
 	return broker.Dump(ctx, brokerOptions(cfg, base, nil), w)
 }
 
-// offlineMappers loads the mappers for map and mapper test: no metrics, and
+// OfflineMappers loads the mappers for map and mapper test: no metrics, and
 // every module guarded, built-in ones included: a file mapped offline may be
 // the notification that made the daemon's mapper loop.
-func offlineMappers(ctx context.Context, cfg *Config, base zerolog.Logger) (*mapperSet, error) {
+func OfflineMappers(ctx context.Context, cfg *settings.Config, base zerolog.Logger) (*Mappers, error) {
 	off := *cfg
 	off.MapperBuiltinGuard = runtime.GuardAlways
 	return loadMappers(ctx, &off, base, nil, nil, nil, nil)
@@ -395,17 +398,17 @@ func offlineMappers(ctx context.Context, cfg *Config, base zerolog.Logger) (*map
 
 // controlHandler serves the catalogue's routes (/mappers, /deadletters) on the
 // daemon's HTTP server, behind the daemon's controlAuth (newMux).
-func (m *mapperSet) controlHandler(ob outboxHandle, log zerolog.Logger) http.Handler {
-	return catalog.NewHandler(m.catalog, catalog.HandlerOptions{
+func (m *Mappers) controlHandler(ob outboxHandle, log zerolog.Logger) http.Handler {
+	return catalog.NewHandler(m.Catalog, catalog.HandlerOptions{
 		Outbox:   ob,
-		Pipeline: m.pipeline,
+		Pipeline: m.Pipeline,
 		Logger:   log,
 	})
 }
 
 // controlToken is the token of CONTROL_TOKEN or CONTROL_TOKEN_FILE; nil when
 // neither is set.
-func controlToken(cfg *Config, log zerolog.Logger) (*tokenfile.Source, error) {
+func controlToken(cfg *settings.Config, log zerolog.Logger) (*tokenfile.Source, error) {
 	switch {
 	case cfg.ControlTokenFile != "":
 		return tokenfile.Open(cfg.ControlTokenFile, log)

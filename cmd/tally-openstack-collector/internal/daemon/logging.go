@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"io"
@@ -9,10 +9,10 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// newLogger returns the base logger: JSON lines, or the console format when
+// NewLogger returns the base logger: JSON lines, or the console format when
 // format is "console", or "auto" and w is a terminal. It carries no component:
 // every user adds its own with component(), so each line has exactly one.
-func newLogger(w io.Writer, format string, level zerolog.Level) zerolog.Logger {
+func NewLogger(w io.Writer, format string, level zerolog.Level) zerolog.Logger {
 	if format == "console" || (format == "auto" && isTerminal(w)) {
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
 	}

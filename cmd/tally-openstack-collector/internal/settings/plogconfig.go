@@ -1,4 +1,4 @@
-package main
+package settings
 
 import (
 	"fmt"
@@ -120,7 +120,7 @@ func decodePlog(active []string, section map[string]any) ([]PlogListener, plog.S
 	}
 	for _, addr := range order {
 		if !seen[addr] {
-			problems = append(problems, fmt.Sprintf("plog.listeners: %s is not in %sPLOG_LISTENERS", addr, envPrefix))
+			problems = append(problems, fmt.Sprintf("plog.listeners: %s is not in %sPLOG_LISTENERS", addr, EnvPrefix))
 		}
 	}
 	return out, defaults, problems

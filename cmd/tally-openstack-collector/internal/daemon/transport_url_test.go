@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"strings"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/tally-billing/tally-openstack-collector/cmd/tally-openstack-collector/internal/settings"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/broker"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
@@ -45,7 +46,7 @@ func TestTransportURLValidationAgreesWithTheBroker(t *testing.T) {
 		{"http://user:Zq-Wk@h/", "Zq-Wk"},
 	} {
 		env := []string{"TALLY_OSC_TRANSPORT_URL=" + c.url}
-		cfg, cfgErr := loadConfig(parse(t, nil), env, modeDump)
+		cfg, cfgErr := settings.Load(nil, env, settings.ModeDump)
 		var brokerErr error
 		if cfgErr == nil {
 			_, brokerErr = broker.New(p, ob, brokerOptions(cfg, zerolog.Nop(), nil))

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 // The daemon's watchdog: a second process that kills the daemon when the
 // daemon's Go runtime stops (docs/abi.md, "Runaway guests").
@@ -9,7 +9,7 @@ package main
 // goroutine, waits for it for ever: the probes, the sender and the timer that
 // would notice the deadline all stop with it. Nothing inside the process can
 // be relied on then. So the daemon re-executes its own binary in a hidden mode
-// (watchdogCommand) and feeds it a heartbeat over a pipe from a goroutine;
+// (WatchdogCommand) and feeds it a heartbeat over a pipe from a goroutine;
 // when the heartbeat stops for WATCHDOG_TIMEOUT, the watchdog logs why and
 // kills the daemon with SIGKILL, for its supervisor to restart it. Its
 // deliveries were never acknowledged: the broker delivers them again, marked
@@ -40,12 +40,12 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// watchdogCommand is the hidden command the watchdog process runs.
-const watchdogCommand = "internal-watchdog"
+// WatchdogCommand is the hidden command the watchdog process runs.
+const WatchdogCommand = "internal-watchdog"
 
-// exitRunaway is the daemon's exit status when a built-in mapper call overran
+// ExitRunaway is the daemon's exit status when a built-in mapper call overran
 // its deadline (EX_SOFTWARE).
-const exitRunaway = 70
+const ExitRunaway = 70
 
 // runawayExit is the engine's runtime.Config.OnWatchedOverrun in the daemon:
 // a watched call past its deadline cannot be stopped, and the next garbage
@@ -54,9 +54,9 @@ const exitRunaway = 70
 // redelivered and runs guarded, is stopped at its deadline and dead-lettered.
 func runawayExit(log zerolog.Logger, deadline time.Duration, exit func(int)) func(module string) {
 	return func(module string) {
-		log.Error().Str("mapper", module).Dur("deadline", deadline).Int("exit_status", exitRunaway).
+		log.Error().Str("mapper", module).Dur("deadline", deadline).Int("exit_status", ExitRunaway).
 			Msg("a built-in mapper call overran its deadline and cannot be stopped: exiting at once without acknowledging; the notification comes back redelivered and is mapped with termination checks")
-		exit(exitRunaway)
+		exit(ExitRunaway)
 	}
 }
 
@@ -130,7 +130,7 @@ func startWatchdogProc(log zerolog.Logger, timeout time.Duration, logFormat stri
 		log.Error().Err(err).Msg("no watchdog process: pipe")
 		return nil
 	}
-	cmd := exec.Command(exe, watchdogCommand,
+	cmd := exec.Command(exe, WatchdogCommand,
 		"--parent", strconv.Itoa(os.Getpid()), "--timeout", timeout.String(), "--log-format", logFormat)
 	cmd.Args[0] = "tally-openstack-collector" // as ps shows it
 	cmd.Stdin = r
@@ -170,20 +170,20 @@ func (p *watchdogProc) stop() {
 	}
 }
 
-// runWatchdog is the watchdog process: --parent PID --timeout D
+// RunWatchdog is the watchdog process: --parent PID --timeout D
 // --log-format F, heartbeats on stdin.
-func runWatchdog(args []string, stdin io.Reader, stderr io.Writer) int {
-	fs := pflag.NewFlagSet(watchdogCommand, pflag.ContinueOnError)
+func RunWatchdog(args []string, stdin io.Reader, stderr io.Writer) int {
+	fs := pflag.NewFlagSet(WatchdogCommand, pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	parent := fs.Int("parent", 0, "")
 	timeout := fs.Duration("timeout", 0, "")
 	format := fs.String("log-format", "json", "")
 	if err := fs.Parse(args); err != nil || *parent <= 1 || *timeout <= 0 {
-		fmt.Fprintf(stderr, "%s is started by the daemon, not by hand\n", watchdogCommand)
+		fmt.Fprintf(stderr, "%s is started by the daemon, not by hand\n", WatchdogCommand)
 		return 2
 	}
 	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	log := component(newLogger(stderr, *format, zerolog.InfoLevel), "watchdog")
+	log := component(NewLogger(stderr, *format, zerolog.InfoLevel), "watchdog")
 	if watchParent(stdin, *timeout, *parent, log) {
 		return 1
 	}

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/tally-billing/tally-openstack-collector/cmd/tally-openstack-collector/internal/settings"
 	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
@@ -29,14 +30,14 @@ import (
 func TestBuiltinThatOverrunsIsAnsweredAtItsDeadline(t *testing.T) {
 	old := debug.SetGCPercent(-1)
 	t.Cleanup(func() { debug.SetGCPercent(old) })
-	wasm := testkit.WAT(t, "../../runtime/testdata", "spin")
+	wasm := testkit.WAT(t, "../../../../runtime/testdata", "spin")
 	ctx := context.Background()
 	e, err := runtime.NewEngine(ctx, runtime.Config{PoolSize: 1, CallTimeout: 100 * time.Millisecond, Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.Close(ctx) })
-	m, err := e.Load(ctx, "builtin:spin.wasm", wasm, builtinModuleOptions(&Config{MapperBuiltinGuard: runtime.GuardWatched})...)
+	m, err := e.Load(ctx, "builtin:spin.wasm", wasm, builtinModuleOptions(&settings.Config{MapperBuiltinGuard: runtime.GuardWatched})...)
 	if err != nil {
 		t.Fatal(err)
 	}
