@@ -187,6 +187,7 @@ func TestEndToEndChannelSurvivesDaemonRestart(t *testing.T) {
 		}
 		return true
 	})
+	checkLedgerTotals(t, c, 300)
 }
 
 // lineReader collects a child process's standard output line by line.
@@ -351,6 +352,7 @@ func TestEndToEndTapDuringAMQPStream(t *testing.T) {
 	if got := sum(m, "tally_collector_channel_tap_dropped_total", `reason="slow_subscriber"`); got != 0 {
 		t.Errorf("taps that keep up lost %v events", got)
 	}
+	checkLedgerTotals(t, e.c, n)
 }
 
 // TestEndToEndPublishReportsWhatWasNotCommitted: publish exits 1 and names

@@ -62,4 +62,7 @@ func TestEndToEndChannelCredentialsNeverReachTheAPI(t *testing.T) {
 			}
 		}
 	}
+	if tot, _ := c.checkLedger(t); tot.Consumed < 2 || tot.Delivered < 2 {
+		t.Errorf("ledger totals %+v, want at least the two published messages consumed and delivered", tot)
+	}
 }

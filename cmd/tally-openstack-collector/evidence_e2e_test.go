@@ -69,6 +69,39 @@ func checkLedgerTotals(t *testing.T, c *collector, n int64) {
 	}
 }
 
+// checkReplicaLedgers is checkLedger for replicas sharing one queue, with n
+// notifications published, each mapped to one event, none consumed twice:
+// every replica's ledger balances, and `ledger --merge` over their control
+// addresses adds up to the replicas' own totals and to n consumed,
+// committed, events and delivered.
+func checkReplicaLedgers(t *testing.T, reps []*collector, n int64) {
+	t.Helper()
+	var own ledger.Counts
+	args := []string{"ledger", "--json", "--merge"}
+	for _, c := range reps {
+		tot, _ := c.checkLedger(t)
+		own.Add(&tot)
+		args = append(args, "http://"+c.httpAddr)
+	}
+	var merged ledger.Report
+	if err := json.Unmarshal([]byte(reps[0].cli(t, args...)), &merged); err != nil {
+		t.Fatalf("ledger --merge: %v", err)
+	}
+	var mt ledger.Counts
+	for _, r := range merged.Intake {
+		if !r.Balanced {
+			t.Fatalf("merged ledger row %+v does not balance", r)
+		}
+		mt.Add(&r.Counts)
+	}
+	if mt.Consumed != own.Consumed || mt.Committed != own.Committed || mt.Events != own.Events || mt.Delivered != own.Delivered {
+		t.Fatalf("ledger --merge of the %d replicas %+v, their own ledgers add up to %+v", len(reps), mt, own)
+	}
+	if mt.Consumed != n || mt.Committed != n || mt.Events != n || mt.Delivered != n {
+		t.Fatalf("the replicas' merged ledger %+v, want %d consumed, committed, events and delivered", mt, n)
+	}
+}
+
 // reconcile runs `reconcile` over [from, to) and returns its output and exit
 // code.
 func (c *collector) reconcile(t *testing.T, from, to time.Time) (string, int) {

@@ -130,6 +130,12 @@ func TestEndToEndDecoderBombsAmongOrdinaryNotifications(t *testing.T) {
 	if hwm > budget {
 		t.Errorf("peak resident set %d MiB, over the documented budget of %d MiB", hwm>>20, budget>>20)
 	}
+	// The bombs are consumed and settled as dead letters beside the
+	// ordinary notifications' events: every hour balances.
+	tot, _ := e.c.checkLedger(t)
+	if tot.Consumed < n+rounds*bombsPerRound || tot.DeadTotal() < rounds*bombsPerRound || tot.Delivered < n {
+		t.Errorf("ledger totals %+v, want at least %d consumed, %d dead-lettered, %d delivered", tot, n+rounds*bombsPerRound, rounds*bombsPerRound, n)
+	}
 	if code, _ := e.c.p.stop(t, 40*time.Second); code != 0 {
 		t.Errorf("stop: exit %d", code)
 	}
@@ -211,6 +217,11 @@ func TestEndToEndUndeliverableFloodNeverPauses(t *testing.T) {
 	}
 	if code, _, err := e.c.get("/readyz"); err != nil || code != 200 {
 		t.Errorf("readyz after the flood: %d %v", code, err)
+	}
+	// Kept or dropped, every undeliverable body is settled in the ledger.
+	tot, _ := e.c.checkLedger(t)
+	if tot.Consumed < n+flood || tot.DeadTotal()+tot.SkippedTotal() < flood || tot.Delivered < n {
+		t.Errorf("ledger totals %+v, want at least %d consumed, %d dead-lettered or skipped, %d delivered", tot, n+flood, flood, n)
 	}
 	if code, _ := e.c.p.stop(t, 40*time.Second); code != 0 {
 		t.Errorf("stop: exit %d", code)

@@ -292,6 +292,10 @@ func TestMonitoringUsesExportedMetrics(t *testing.T) {
 		t.Fatal("no selector checked")
 	}
 	t.Logf("%d expressions, %d metric selectors checked against %d exported metrics", len(queries), checked, len(have))
+	// The refused event is counted as refused, the rest as delivered.
+	if tot, _ := e.c.checkLedger(t); tot.Consumed < 20 || tot.Delivered < 19 || tot.Refused < 1 {
+		t.Errorf("ledger totals %+v, want at least 20 consumed, 19 delivered and 1 refused", tot)
+	}
 }
 
 // checkMonitoring checks every query against what the collector exports (see

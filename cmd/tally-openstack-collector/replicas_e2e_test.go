@@ -56,8 +56,10 @@ func (c *collector) waitModule(t *testing.T, who, name, want string) {
 // each with its own outbox, drop-in directory and REPLICA_NAME. A promote
 // given to one reaches the others through the broker, one that was stopped
 // at the time included; an abort reaches a replica that gets the candidate's
-// file only afterwards, which parks it as it appears.
+// file only afterwards, which parks it as it appears. Traffic afterwards
+// balances each replica's ledger, and the merged ledger adds up to it.
 func TestEndToEndDecisionsReachEveryReplica(t *testing.T) {
+	const n = 300
 	b, v, a := novaStack(t)
 	var reps [3]*collector
 	var dirs [3]string
@@ -145,14 +147,35 @@ func TestEndToEndDecisionsReachEveryReplica(t *testing.T) {
 	if got := sum(reps[0].metrics(t), "tally_collector_mapper_decisions_received_total", `action="promote"`, `result="ignored"`); got != 1 {
 		t.Errorf("collector-0 ignored promotes %v (its own decision)", got)
 	}
+
+	// Traffic on the shared queue after the decisions: the three ledgers
+	// balance and add up to what was published.
+	publishToReplicas(t, v, a, "replicas", n)
+	checkReplicaLedgers(t, reps[:], n)
+}
+
+// publishToReplicas publishes n test.usage notifications on nova and waits
+// for the API to have received their events. The test modules write bare
+// events, which the API answers and keeps in its dead-letter view (rejected,
+// and delivered for the sender and the ledger).
+func publishToReplicas(t *testing.T, v *vhost, a *api, prefix string, n int) {
+	t.Helper()
+	publishTypes(t, v.Conn(t), "test.usage", prefix, 0, n, 0)
+	if t.Failed() {
+		t.FailNow()
+	}
+	testkit.WaitFor(t, 2*time.Minute, fmt.Sprintf("%d events at the API", n), func() bool {
+		return a.stats(t).Rejected >= int64(n)
+	})
 }
 
 // TestEndToEndDecisionKeptWhileTheBrokerIsOutOfReach: a promote given to a
 // replica that cannot reach the broker takes effect there, the answer and
 // the command say it is local only for now, and the decision, kept in the
 // outbox, reaches the other replica once the first is back on the broker
-// (here after a restart).
+// (here after a restart). The two ledgers balance afterwards.
 func TestEndToEndDecisionKeptWhileTheBrokerIsOutOfReach(t *testing.T) {
+	const n = 200
 	b, v, a := novaStack(t)
 	var reps [2]*collector
 	var dirs [2]string
@@ -212,4 +235,6 @@ func TestEndToEndDecisionKeptWhileTheBrokerIsOutOfReach(t *testing.T) {
 	testkit.WaitFor(t, 60*time.Second, "nothing unsent on collector-0", func() bool {
 		return sum(reps[0].metrics(t), "tally_collector_control_unsent_decisions") == 0
 	})
+	publishToReplicas(t, v, a, "reach", n)
+	checkReplicaLedgers(t, reps[:], n)
 }

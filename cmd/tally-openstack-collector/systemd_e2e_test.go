@@ -140,6 +140,7 @@ func TestEndToEndReadyzFailsFromTheSignal(t *testing.T) {
 	e.api.clearFail(t)
 	e.c.start(t)
 	e.waitDelivered(t, n, time.Minute)
+	checkLedgerTotals(t, e.c, n)
 	if code, _ := e.c.p.stop(t, 30*time.Second); code != 0 {
 		t.Errorf("stop: exit %d", code)
 	}

@@ -103,6 +103,7 @@ func TestTLSDaemonBothLinks(t *testing.T) {
 	if subjects := rb.Required.PeerCertSubjects(t); len(subjects) < 2 || !allHold(subjects, "CN=tally-collector") {
 		t.Fatalf("broker connections' client certificates %q, want the consumer's and the control link's", subjects)
 	}
+	checkLedgerTotals(t, col, 5)
 	if code, _ := col.p.stop(t, 60*time.Second); code != 0 {
 		t.Fatalf("exit code %d", code)
 	}
