@@ -117,7 +117,7 @@ $(STATICCHECK):
 # Package benchmarks, then the end-to-end one (a bare AMQP drain against the
 # collector on the same queue; see docs/performance.md).
 bench: test-wasm
-	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v '/cmd/tally-openstack-collector$$')
+	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v '/cmd/tally-openstack-collector/e2e$$')
 	$(MAKE) bench-e2e
 
 # The end-to-end drain: a bare amqp091-go consumer against the collector, both
@@ -126,7 +126,7 @@ bench: test-wasm
 # rate, CPU and memory for each. TALLY_BENCH_QUEUES=classic|quorum picks one,
 # TALLY_BENCH_RUNS=3 gives medians and ranges, TALLY_BENCH_N the notifications.
 bench-e2e: test-wasm
-	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkEndToEnd$$' -benchtime 1x -timeout 40m ./cmd/tally-openstack-collector
+	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkEndToEnd$$' -benchtime 1x -timeout 40m ./cmd/tally-openstack-collector/e2e
 
 clean:
 	rm -rf bin .cache mappers/dist/*.wasm

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // End-to-end tests of the local message channel: the built binary with
 // CHANNEL_SOCKET set, the Go client and the publish and tap commands as

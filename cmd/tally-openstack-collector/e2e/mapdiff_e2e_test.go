@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bytes"
@@ -50,11 +50,10 @@ func buildNovaVariant(t *testing.T, old, new string) string {
 
 // captureNova publishes nova's fixture notifications with the real oslo
 // Notifier and captures them with --dump; it answers the capture file.
-func captureNova(t *testing.T) (string, int) {
+func captureNova(t *testing.T, b bins) (string, int) {
 	t.Helper()
 	testkit.RequireBroker(t)
 	testkit.NeedOslo(t)
-	b := buildBinaries(t)
 	v := testkit.NewVhost(t)
 	v.DeclareExchanges(t, false, "nova")
 	capture := filepath.Join(t.TempDir(), "nova.dump")
@@ -92,11 +91,17 @@ func captureNova(t *testing.T) (string, int) {
 // captured: a changed billing quantity fails the gate, a changed descriptive
 // member is reported and passes, the same module changes nothing.
 func TestMapDiffCatchesBillingChange(t *testing.T) {
-	capture, n := captureNova(t)
+	b := buildBinaries(t)
+	capture, n := captureNova(t, b)
 	env := []string{"TALLY_OSC_MAPPER_CACHE_DIR=" + testkit.CacheDir(t)}
 	diff := func(newMod string) (string, int) {
 		var stdout, stderr bytes.Buffer
-		code := run([]string{"map", "--diff", "nova", newMod, "--examples", "2", capture}, env, nil, &stdout, &stderr)
+		cmd := exec.Command(b.collector, "map", "--diff", "nova", newMod, "--examples", "2", capture)
+		cmd.Env, cmd.Stdout, cmd.Stderr = env, &stdout, &stderr
+		if err := cmd.Run(); err != nil && cmd.ProcessState == nil {
+			t.Fatalf("map --diff: %v", err)
+		}
+		code := cmd.ProcessState.ExitCode()
 		t.Logf("map --diff nova %s (exit %d):\n%s%s", filepath.Base(newMod), code, stdout.String(), stderr.String())
 		return stdout.String(), code
 	}

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // End-to-end tests on the three-node RabbitMQ 4 cluster of
 // .ci/rabbitmq4-cluster (docs/broker.md, "A RabbitMQ 4 cluster for tests"):

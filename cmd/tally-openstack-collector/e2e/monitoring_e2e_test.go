@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // The shipped alert rules and dashboard (examples/prometheus) against the
 // metrics a running collector exports.

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // End-to-end tests: the built binary against the real RabbitMQ, the reference
 // Reporting API and, for the main path, the real oslo.messaging Notifier.

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // The HTTP surface of the running binary: which routes answer whom.
 

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // The end-to-end harness: the built binary as a child process, the reference
 // Reporting API as a child process, a RabbitMQ virtual host of the test's own
@@ -67,8 +67,8 @@ func buildBinaries(tb testing.TB) bins {
 		}
 		goBin := testkit.GoBin(tb)
 		for _, b := range []struct{ out, pkg string }{
-			{"tally-openstack-collector", "."},
-			{"reporting-api", "../../examples/reporting-api"},
+			{"tally-openstack-collector", ".."},
+			{"reporting-api", "../../../examples/reporting-api"},
 		} {
 			cmd := exec.Command(goBin, "build", "-o", filepath.Join(buildDir, b.out), b.pkg)
 			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -120,7 +120,7 @@ type corpus struct {
 
 func loadCorpus(tb testing.TB) *corpus {
 	tb.Helper()
-	b, err := os.ReadFile("testdata/e2e/corpus.json")
+	b, err := os.ReadFile("testdata/corpus.json")
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -260,7 +260,7 @@ func publishOslo(tb testing.TB, v *vhost, c *corpus, prefix string, from, to, pr
 
 // osloRun is what a run of oslo publishers reports: the indexes the
 // Notifier logged as not sent and dropped (it does not raise; see
-// testdata/e2e/oslo_publish.py), and the failures of the processes.
+// testdata/oslo_publish.py), and the failures of the processes.
 type osloRun struct {
 	Dropped []int
 	Log     string // what the publishers that dropped something wrote on stderr
@@ -280,8 +280,8 @@ func (r osloRun) Err() error {
 // parallel processes; with only, just those indexes of the range. It does
 // not use a testing.TB, so it may run off the test goroutine.
 func publishOsloURL(url, prefix string, from, to, procs int, only ...int) osloRun {
-	corpusPath, _ := filepath.Abs("testdata/e2e/corpus.json")
-	script, _ := filepath.Abs("testdata/e2e/oslo_publish.py")
+	corpusPath, _ := filepath.Abs("testdata/corpus.json")
+	script, _ := filepath.Abs("testdata/oslo_publish.py")
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex

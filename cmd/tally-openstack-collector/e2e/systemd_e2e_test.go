@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // The binary under systemd's notification protocol, and its readiness during
 // a graceful stop.

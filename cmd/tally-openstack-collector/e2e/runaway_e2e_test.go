@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"encoding/json"
@@ -26,10 +26,10 @@ func buildRunawayBinary(t *testing.T) string {
 	makeBin := testkit.LookPath(t, "make", "make")
 	gitBin := testkit.LookPath(t, "git", "git")
 	tree := t.TempDir()
-	copyTree(t, gitBin, testkit.RepoRoot(t), tree)
+	testkit.CopyWorkingTree(t, gitBin, testkit.RepoRoot(t), tree)
 	cmd := exec.Command(makeBin, "build", "WAT2WASM=/nonexistent", "CLANG=/nonexistent")
 	cmd.Dir = tree
-	cmd.Env = append(cleanMakeEnv(), "GOFLAGS=-tags=tally_runaway", "CGO_ENABLED=0")
+	cmd.Env = append(testkit.CleanMakeEnv(), "GOFLAGS=-tags=tally_runaway", "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("make build with the tag tally_runaway: %v\n%s", err, out)
 	}
@@ -40,7 +40,7 @@ func buildRunawayBinary(t *testing.T) string {
 // (mappers/nova/testdata) with message_id id and payload.host host.
 func novaNotification(t *testing.T, id, host string) []byte {
 	t.Helper()
-	b, err := os.ReadFile("../../mappers/nova/testdata/compute.instance.create.end__ceilometer__1.in.json")
+	b, err := os.ReadFile("../../../mappers/nova/testdata/compute.instance.create.end__ceilometer__1.in.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"fmt"
@@ -15,7 +15,7 @@ import (
 // undelivered to the Reporting API; the store's two dead letters are kept.
 func TestUpgradeDeliversFirstFormatOutbox(t *testing.T) {
 	b, v, a := novaStack(t)
-	store := testkit.CopyDir(t, "../../outbox/testdata/format-v1")
+	store := testkit.CopyDir(t, "../../../outbox/testdata/format-v1")
 	c := newCollector(t, b, v, a.url(), a.token, "TALLY_OSC_EXCHANGES=nova", "TALLY_OSC_BUFFER_PATH="+store)
 	c.start(t)
 	c.waitReady(t)

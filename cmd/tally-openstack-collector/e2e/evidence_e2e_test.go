@@ -1,26 +1,19 @@
-package main
+package e2e
 
 // The evidence commands against the real daemon and API: the ledger
-// balances, reconcile finds a silent loss at the API, and reads replicas'
-// outboxes added up.
+// balances, and reconcile finds a silent loss at the API. (ledger --merge
+// over stopped replicas' outboxes, and reconcile against an API without the
+// count route, need no daemon: ledgercmd_test.go beside the command.)
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
-	"net/http/httptest"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
-	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 )
 
@@ -147,47 +140,5 @@ func TestEndToEndReconcileFindsSilentLoss(t *testing.T) {
 	hour := publishEpoch.Format("2006-01-02T15Z")
 	if code != 1 || !strings.Contains(out, "1 differing hours: "+hour) || !strings.Contains(out, "-1\n") {
 		t.Fatalf("reconcile did not name the hour %s of the lost event (exit %d):\n%s", hour, code, out)
-	}
-}
-
-// An API without the count route: reconcile says it cannot compare and
-// exits 2; ledger --merge adds up the outboxes of stopped replicas.
-func TestReconcileWithoutCountRouteAndLedgerMerge(t *testing.T) {
-	ctx := context.Background()
-	taken := time.Now()
-	var dirs []string
-	for i := range 2 {
-		dir := filepath.Join(t.TempDir(), "outbox")
-		ob, err := outbox.Open(outbox.Options{Dir: dir, Logger: zerolog.Nop(), MinFreeBytes: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		d := &ledger.Delta{}
-		r := d.Row(ledger.Key{Hour: ledger.HourOf(taken), Source: "nova", Type: "compute.instance.exists"})
-		r.Consumed, r.Skipped = int64(i+1), map[string]int64{"unclaimed": int64(i + 1)}
-		if err := ob.AppendCounted(ctx, nil, taken, d); err != nil {
-			t.Fatal(err)
-		}
-		if err := ob.Close(); err != nil {
-			t.Fatal(err)
-		}
-		dirs = append(dirs, dir)
-	}
-	var stdout, stderr bytes.Buffer
-	code := run(append([]string{"ledger", "--json", "--merge"}, dirs...), nil, nil, &stdout, &stderr)
-	var rep ledger.Report
-	if code != 0 || json.Unmarshal(stdout.Bytes(), &rep) != nil || len(rep.Intake) != 1 || rep.Intake[0].Consumed != 3 || rep.Intake[0].Skipped["unclaimed"] != 3 {
-		t.Fatalf("ledger --merge: exit %d, %s %s", code, stdout.String(), stderr.String())
-	}
-
-	// A Reporting API that answers 404 to everything but the events.
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) }))
-	defer srv.Close()
-	stdout.Reset()
-	stderr.Reset()
-	env := []string{"TALLY_OSC_REPORTING_URL=" + srv.URL, "TALLY_OSC_REPORTING_TOKEN=t", "TALLY_OSC_REPORTING_INSECURE=true"}
-	code = run(append([]string{"reconcile", "--from", "2h", "--to", "0s", "--merge"}, dirs...), env, nil, &stdout, &stderr)
-	if code != 2 || !strings.Contains(stderr.String(), "cannot compare") || !strings.Contains(stderr.String(), "404") {
-		t.Fatalf("reconcile against an API without the count route: exit %d\n%s%s", code, stdout.String(), stderr.String())
 	}
 }
