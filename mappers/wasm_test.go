@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -345,7 +344,7 @@ func BenchmarkBuiltin(b *testing.B) {
 				var idx jsonindex.Index
 				b.SetBytes(int64(len(in)))
 				b.ReportAllocs()
-				cpu0 := cpuTime()
+				cpu0 := testkit.CPUTime()
 				for b.Loop() {
 					if err := idx.Parse(in); err != nil {
 						b.Fatal(err)
@@ -355,17 +354,8 @@ func BenchmarkBuiltin(b *testing.B) {
 						b.Fatalf("events %d, err %v", len(res.Events), err)
 					}
 				}
-				b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+				testkit.ReportCPU(b, cpu0)
 			})
 		}
 	}
-}
-
-// cpuTime returns the user+system CPU time of the process in nanoseconds.
-func cpuTime() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
 }

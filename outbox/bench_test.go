@@ -9,10 +9,10 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 )
 
@@ -41,14 +41,14 @@ func BenchmarkAppend(b *testing.B) {
 				size += int64(len(e))
 			}
 			b.SetBytes(size)
-			cpu0 := cpuTime()
+			cpu0 := testkit.CPUTime()
 			for b.Loop() {
 				if err := o.Append(ctx, evs); err != nil {
 					b.Fatal(err)
 				}
 			}
 			b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "events/s")
-			b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N*batch), "cpu-µs/event")
+			b.ReportMetric(float64((testkit.CPUTime()-cpu0).Microseconds())/float64(b.N*batch), "cpu-µs/event")
 		})
 	}
 }
@@ -66,7 +66,7 @@ func BenchmarkDrain(b *testing.B) {
 	}
 	b.ResetTimer()
 	drained := 0
-	cpu0 := cpuTime()
+	cpu0 := testkit.CPUTime()
 	for b.Loop() {
 		f, l, evs, err := o.Peek(ctx, 500)
 		if err != nil {
@@ -86,15 +86,7 @@ func BenchmarkDrain(b *testing.B) {
 		drained += len(evs)
 	}
 	b.ReportMetric(float64(drained)/b.Elapsed().Seconds(), "events/s")
-	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(drained), "cpu-µs/event")
-}
-
-// cpuTime is the process's user+system CPU time (background compaction
-// included).
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(float64((testkit.CPUTime()-cpu0).Microseconds())/float64(drained), "cpu-µs/event")
 }
 
 // BenchmarkResidentMemory reports the resident memory of this process

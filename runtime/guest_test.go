@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
 )
 
@@ -92,17 +92,15 @@ func benchModule(b *testing.B, wasm []byte, name string, in []byte, guard runtim
 			b.Fatal(err)
 		}
 		b.ReportAllocs()
-		cpu0 := cpuTime()
-		n := 0
+		cpu0 := testkit.CPUTime()
 		for b.Loop() {
 			if _, err := m.Map(ctx, &x, src); err != nil {
 				b.Fatal(err)
 			}
-			n++
 		}
 		// CPU time of the process per call: on a busy machine wall time per
 		// call says more about the neighbours than about the call.
-		b.ReportMetric(float64(cpuTime()-cpu0)/float64(n), "cpu-ns/op")
+		testkit.ReportCPU(b, cpu0)
 	})
 	b.Run("parallel", func(b *testing.B) {
 		b.ReportAllocs()
@@ -150,8 +148,8 @@ func BenchmarkLoad(b *testing.B) {
 			continue
 		}
 		b.Run(name+"/cold", func(b *testing.B) {
-			cpu0, n := cpuTime(), 0
-			defer func() { b.ReportMetric(float64(cpuTime()-cpu0)/float64(n)/1e6, "cpu-ms/op") }()
+			cpu0, n := testkit.CPUTime(), 0
+			defer func() { b.ReportMetric(float64(testkit.CPUTime()-cpu0)/float64(n)/1e6, "cpu-ms/op") }()
 			for b.Loop() {
 				n++
 				e := newEngine(b, runtime.Config{CacheDir: b.TempDir()})
@@ -168,8 +166,8 @@ func BenchmarkLoad(b *testing.B) {
 		}
 		_ = e.Close(context.Background())
 		b.Run(name+"/warm", func(b *testing.B) {
-			cpu0, n := cpuTime(), 0
-			defer func() { b.ReportMetric(float64(cpuTime()-cpu0)/float64(n)/1e6, "cpu-ms/op") }()
+			cpu0, n := testkit.CPUTime(), 0
+			defer func() { b.ReportMetric(float64(testkit.CPUTime()-cpu0)/float64(n)/1e6, "cpu-ms/op") }()
 			for b.Loop() {
 				n++
 				e := newEngine(b, runtime.Config{CacheDir: dir})
@@ -218,15 +216,6 @@ func BenchmarkInstanceMemory(b *testing.B) {
 			b.ReportMetric(float64(rss()-before)/extra/(1<<20), "rss-MiB/instance")
 		})
 	}
-}
-
-// cpuTime returns the user+system CPU time of the process in nanoseconds.
-func cpuTime() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
 // rss returns the resident set size of the process in bytes (Linux).

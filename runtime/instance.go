@@ -15,6 +15,7 @@ import (
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonstr"
 )
 
 var errMemory = errors.New("out of memory")
@@ -509,9 +510,9 @@ func keyIs(raw []byte, name string) bool {
 // buildSource writes `"source":{...}` for this call into inst.src.
 func (inst *instance) buildSource(in *jsonindex.Index, src Source) {
 	b := append(inst.src[:0], `"source":{"exchange":`...)
-	b = appendJSONString(b, src.Exchange)
+	b = jsonstr.AppendQuoted(b, src.Exchange)
 	b = append(b, `,"routing_key":`...)
-	b = appendJSONString(b, src.RoutingKey)
+	b = jsonstr.AppendQuoted(b, src.RoutingKey)
 	if in != nil {
 		if k, s, e := in.Lookup("publisher_id"); k == jsonindex.String {
 			b = append(b, `,"publisher_id":"`...)
@@ -520,27 +521,8 @@ func (inst *instance) buildSource(in *jsonindex.Index, src Source) {
 		}
 	}
 	b = append(b, `,"mapper":`...)
-	b = appendJSONString(b, inst.m.id)
+	b = jsonstr.AppendQuoted(b, inst.m.id)
 	inst.src = append(b, '}')
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString appends s as a JSON string.
-func appendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c < 0x20:
-			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&15])
-		default:
-			b = append(b, c)
-		}
-	}
-	return append(b, '"')
 }
 
 // Host module "tally".

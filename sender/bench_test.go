@@ -9,13 +9,13 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/tally-billing/tally-openstack-collector/examples/reporting-api/server"
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/sender"
 )
 
@@ -93,12 +93,12 @@ func benchDrain(b *testing.B, e *env, url string) {
 			next += 1000
 		}
 		b.StartTimer()
-		start, cpu0 := time.Now(), cpuTime()
+		start, cpu0 := time.Now(), testkit.CPUTime()
 		if err := s.Flush(context.Background()); err != nil {
 			b.Fatal(err)
 		}
 		busy += time.Since(start)
-		cpu += cpuTime() - cpu0
+		cpu += testkit.CPUTime() - cpu0
 		sent += chunk
 	}
 	if e.ob.Depth() != 0 {
@@ -106,11 +106,4 @@ func benchDrain(b *testing.B, e *env, url string) {
 	}
 	b.ReportMetric(float64(sent)/busy.Seconds(), "events/s")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(sent), "cpu-µs/event")
-}
-
-// cpuTime is this process's user+system CPU time.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -160,14 +160,10 @@ func TestRunDeliversEverythingAndDeletes(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- s.Run(ctx) }()
-	deadline := time.Now().Add(20 * time.Second)
-	for e.ob.Depth() > 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	drained := func() bool { return e.ob.Depth() == 0 }
+	testkit.WaitFor(t, 20*time.Second, "the outbox drained", drained)
 	e.append(t, 1234, 10, 100) // arrives while Run idles
-	for e.ob.Depth() > 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 20*time.Second, "the outbox drained again", drained)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("run: %v", err)
@@ -505,10 +501,7 @@ func TestTokenRefusedKeepsEventsAndRecoversOnFileChange(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { s.Run(ctx); close(done) }()
-	deadline := time.Now().Add(5 * time.Second)
-	for s.Ready() == nil && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 5*time.Second, "the sender not ready", func() bool { return s.Ready() != nil })
 	if !errors.Is(s.Ready(), sender.ErrTokenRefused) {
 		t.Fatalf("ready = %v, want ErrTokenRefused", s.Ready())
 	}
@@ -523,10 +516,7 @@ func TestTokenRefusedKeepsEventsAndRecoversOnFileChange(t *testing.T) {
 	if err := os.WriteFile(tokFile, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(10 * time.Second)
-	for e.ob.Depth() > 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 10*time.Second, "the outbox drained", func() bool { return e.ob.Depth() == 0 })
 	cancel()
 	<-done
 	if e.ob.Depth() != 0 || s.Ready() != nil {

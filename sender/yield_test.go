@@ -197,13 +197,7 @@ func TestYieldResumesWhenBacklogEnds(t *testing.T) {
 	e.append(t, 0, 50, 10)
 	start := time.Now()
 	run(t, s)
-	deadline := time.Now().Add(5 * time.Second)
-	for e.posts(t) < 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("first batch not sent")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 5*time.Second, "the first batch sent", func() bool { return e.posts(t) >= 1 })
 	time.Sleep(200 * time.Millisecond)
 	n, elapsed := e.posts(t), time.Since(start)
 	if elapsed < interval && n != 1 {
@@ -233,13 +227,7 @@ func TestFlushIgnoresYielding(t *testing.T) {
 	s, _, reg, _ := yieldingSender(t, e, time.Hour, time.Hour)
 	e.append(t, 0, 10, 10)
 	stop := run(t, s)
-	deadline := time.Now().Add(5 * time.Second)
-	for e.posts(t) < 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("first batch not sent")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 5*time.Second, "the first batch sent", func() bool { return e.posts(t) >= 1 })
 	e.append(t, 10, 40, 10)
 	time.Sleep(100 * time.Millisecond)
 	if n := e.posts(t); n != 1 {

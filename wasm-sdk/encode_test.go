@@ -3,65 +3,10 @@
 package sdk_test
 
 import (
-	"encoding/json"
-	"strings"
 	"testing"
-	"unicode/utf8"
 
 	sdk "github.com/tally-billing/tally-openstack-collector/wasm-sdk"
 )
-
-func TestAppendEscaped(t *testing.T) {
-	for _, tc := range []struct{ in, want string }{
-		{"", ``},
-		{"plain ascii", `plain ascii`},
-		{`say "hi"`, `say \"hi\"`},
-		{`C:\dir\`, `C:\\dir\\`},
-		{"a\nb\rc\td\be\ff", `a\nb\rc\td\be\ff`},
-		{"\x00\x01\x1f", `\u0000\u0001\u001f`},
-		{"\x7f", "\x7f"},
-		{"héllo wörld", "héllo wörld"},
-		{"日本語 🎉", "日本語 🎉"},
-		{"\u2028\u2029", "\u2028\u2029"},
-		{"bad \xff byte", "bad \uFFFD byte"},
-		{"\xc3", "\uFFFD"},                     // truncated sequence at the end
-		{"\xed\xa0\x80", "\uFFFD\uFFFD\uFFFD"}, // encoded surrogate: invalid UTF-8
-		{"\xe6\x97", "\uFFFD\uFFFD"},
-		{"</script>&", "</script>&"},
-	} {
-		got := string(sdk.AppendEscaped([]byte("x"), tc.in))[1:]
-		if got != tc.want {
-			t.Errorf("escape(%q) = %q, want %q", tc.in, got, tc.want)
-		}
-		var back string
-		if err := json.Unmarshal([]byte(`"`+got+`"`), &back); err != nil {
-			t.Errorf("escape(%q) is not a JSON string: %v", tc.in, err)
-		}
-		if utf8.ValidString(tc.in) && back != tc.in {
-			t.Errorf("escape(%q) decodes to %q", tc.in, back)
-		}
-	}
-}
-
-func TestAppendUnescaped(t *testing.T) {
-	for _, tc := range []struct{ raw, want string }{
-		{`plain`, "plain"},
-		{`a\"b\\c\/d`, `a"b\c/d`},
-		{`\n\r\t\b\f`, "\n\r\t\b\f"},
-		{`\u00e9\u65e5`, "é日"},
-		{`\ud83c\udf89`, "🎉"},
-		{`\ud83c`, "\uFFFD"},   // lone high surrogate
-		{`\udf89x`, "\uFFFDx"}, // lone low surrogate
-		{`\u12`, `\u12`},       // malformed: kept
-		{`tail\`, `tail\`},     // dangling backslash: kept
-		{"raw é", "raw é"},     // non-ASCII passes through
-		{`\uD83C\uDF89`, "🎉"},  // upper-case hex
-	} {
-		if got := string(sdk.AppendUnescaped(nil, []byte(tc.raw))); got != tc.want {
-			t.Errorf("unescape(%q) = %q, want %q", tc.raw, got, tc.want)
-		}
-	}
-}
 
 func TestTimestamp(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
@@ -167,29 +112,5 @@ func TestManifestDocument(t *testing.T) {
 	want := `{"name":"nova","version":"1.2.0","event_types":["compute.instance.*","!compute.instance.*.start"],"releases":[]}`
 	if got != want {
 		t.Fatalf("manifest %s, want %s", got, want)
-	}
-}
-
-// TestEscapeWordBoundaries puts every special byte at every position of a
-// 24-byte string, so the word-at-a-time scan is checked against the byte loop.
-func TestEscapeWordBoundaries(t *testing.T) {
-	for _, special := range []string{"\"", "\\", "\x00", "\x1f", "\n", "é", "\xff", "\x7f", " ", "~"} {
-		for pos := 0; pos < 24; pos++ {
-			in := strings.Repeat("a", pos) + special + strings.Repeat("b", 24-pos)
-			got := sdk.AppendEscaped(nil, in)
-			var back string
-			if err := json.Unmarshal([]byte(`"`+string(got)+`"`), &back); err != nil {
-				t.Fatalf("%q: %s is not a JSON string", in, got)
-			}
-			want := strings.ToValidUTF8(in, "\uFFFD")
-			if back != want {
-				t.Fatalf("%q round-trips to %q", in, back)
-			}
-			if special == "\x7f" || special == " " || special == "~" || special == "é" {
-				if string(got) != in {
-					t.Fatalf("%q escaped needlessly: %q", in, got)
-				}
-			}
-		}
 	}
 }

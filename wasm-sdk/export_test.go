@@ -10,11 +10,9 @@ type TestRunner struct{ n nativeRunner }
 // Run maps input with f; the result is valid until the next Run.
 func (t *TestRunner) Run(f MapFunc, input []byte) []byte { return t.n.run(f, input) }
 
-// AppendEscaped, AppendTimestamp and AppendUnescaped expose the encoders.
+// AppendTimestamp and AppendManifest expose the encoders.
 var (
-	AppendEscaped   = appendEscaped
 	AppendTimestamp = appendTimestamp
-	AppendUnescaped = appendUnescaped
 	AppendManifest  = appendManifest
 
 	// AppendNaive and AppendGeneral are the two paths of AppendTimestamp.

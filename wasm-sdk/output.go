@@ -1,5 +1,7 @@
 package sdk
 
+import "github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonstr"
+
 const (
 	docStart = `{"events":[`
 	docEnd   = `]}`
@@ -17,7 +19,7 @@ func (o *Output) reset() {
 func (o *Output) finish() []byte {
 	if o.failed {
 		o.buf = append(o.buf[:0], `{"error":`...)
-		o.buf = appendQuoted(o.buf, o.errMsg)
+		o.buf = jsonstr.AppendQuoted(o.buf, o.errMsg)
 		o.buf = append(o.buf, '}')
 		return o.buf
 	}
@@ -62,7 +64,7 @@ func (e *Event) key(k string) bool {
 	if o.depth == 0 {
 		return false
 	}
-	if plainString(k) { // keys are literals: the usual case
+	if jsonstr.Plain(k) { // keys are literals: the usual case
 		// One capacity check and one copy: `,"key":`.
 		n := len(o.buf)
 		b := grow(o.buf, len(k)+4)
@@ -83,7 +85,7 @@ func (e *Event) key(k string) bool {
 		o.buf = append(o.buf, ',')
 	}
 	o.first = false
-	o.buf = appendQuoted(o.buf, k)
+	o.buf = jsonstr.AppendQuoted(o.buf, k)
 	o.buf = append(o.buf, ':')
 	return true
 }
@@ -91,7 +93,7 @@ func (e *Event) key(k string) bool {
 // Str writes a literal string member; val is escaped by the builder.
 func (e *Event) Str(key, val string) {
 	if e.key(key) {
-		e.out.buf = appendQuoted(e.out.buf, val)
+		e.out.buf = jsonstr.AppendQuoted(e.out.buf, val)
 	}
 }
 
@@ -108,7 +110,7 @@ func (e *Event) StrValue(key string, v Value) bool {
 		return false
 	}
 	o := e.out
-	if v.kind != String || cleanRaw(v.raw) {
+	if v.kind != String || jsonstr.CleanRaw(v.raw) {
 		// Copied as it arrived: one capacity check and one copy.
 		n := len(o.buf)
 		b := grow(o.buf, len(v.raw)+2)
@@ -120,8 +122,8 @@ func (e *Event) StrValue(key string, v Value) bool {
 	}
 	// Control bytes or invalid UTF-8 in the input: decode and re-escape.
 	o.buf = append(o.buf, '"')
-	o.scratch = appendUnescaped(o.scratch[:0], v.raw)
-	o.buf = appendEscapedBytes(o.buf, o.scratch)
+	o.scratch = jsonstr.AppendUnescaped(o.scratch[:0], v.raw)
+	o.buf = jsonstr.AppendEscapedBytes(o.buf, o.scratch)
 	o.buf = append(o.buf, '"')
 	return true
 }
@@ -210,4 +212,25 @@ func grow(b []byte, n int) []byte {
 		b = nb
 	}
 	return b[:cap(b)]
+}
+
+// appendInt appends the decimal text of n.
+func appendInt(dst []byte, n int64) []byte {
+	var b [20]byte
+	i := len(b)
+	u := uint64(n)
+	if n < 0 {
+		u = uint64(-n)
+	}
+	for u >= 10 {
+		i--
+		b[i] = byte('0' + u%10)
+		u /= 10
+	}
+	i--
+	b[i] = byte('0' + u)
+	if n < 0 {
+		dst = append(dst, '-')
+	}
+	return append(dst, b[i:]...)
 }

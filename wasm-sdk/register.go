@@ -1,6 +1,9 @@
 package sdk
 
-import "github.com/tally-billing/tally-openstack-collector/wasm-sdk/internal/abi"
+import (
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/internal/abi"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonstr"
+)
 
 // registered is the module's one mapping, set by Register during package
 // initialisation and read-only afterwards. A guest module is single-threaded:
@@ -45,9 +48,9 @@ func validName(s string) bool {
 // appendManifest writes m as the manifest JSON document of docs/abi.md.
 func appendManifest(dst []byte, m Manifest) []byte {
 	dst = append(dst, `{"name":`...)
-	dst = appendQuoted(dst, m.Name)
+	dst = jsonstr.AppendQuoted(dst, m.Name)
 	dst = append(dst, `,"version":`...)
-	dst = appendQuoted(dst, m.Version)
+	dst = jsonstr.AppendQuoted(dst, m.Version)
 	dst = append(dst, `,"event_types":`...)
 	dst = appendStrings(dst, m.EventTypes)
 	dst = append(dst, `,"releases":`...)
@@ -61,7 +64,7 @@ func appendStrings(dst []byte, ss []string) []byte {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		dst = appendQuoted(dst, s)
+		dst = jsonstr.AppendQuoted(dst, s)
 	}
 	return append(dst, ']')
 }

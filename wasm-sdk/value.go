@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/internal/abi"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonstr"
 )
 
 // Get looks path up in the input (ABI path syntax: members separated by '.',
@@ -63,10 +64,10 @@ func (m *Message) Raw() []byte { return m.raw }
 // it as they take a string member of the input. It allocates only when s
 // needs escaping.
 func Text(s string) Value {
-	if plainString(s) {
+	if jsonstr.Plain(s) {
 		return Value{kind: String, raw: unsafe.Slice(unsafe.StringData(s), len(s))}
 	}
-	return Value{kind: String, raw: appendEscaped(nil, s)}
+	return Value{kind: String, raw: jsonstr.AppendEscaped(nil, s)}
 }
 
 // Kind reports the JSON kind of v.
@@ -148,7 +149,7 @@ func (v Value) String() string {
 	case Missing, Null:
 		return ""
 	case String:
-		return string(appendUnescaped(nil, v.raw))
+		return string(jsonstr.AppendUnescaped(nil, v.raw))
 	default:
 		return string(v.raw)
 	}

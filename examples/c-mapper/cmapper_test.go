@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
-	"syscall"
 	"testing"
 	"time"
 
@@ -126,23 +125,13 @@ func benchMap(b *testing.B, opts ...runtime.ModuleOption) {
 	ctx := context.Background()
 	src := runtime.Source{Exchange: "nova", RoutingKey: "notifications.info"}
 	b.ReportAllocs()
-	start := cpuTime()
+	start := testkit.CPUTime()
 	for b.Loop() {
 		if _, err := m.Map(ctx, &x, src); err != nil {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
-}
-
-// cpuTime is the process's CPU time: on a shared machine a steadier figure
-// than wall time.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	testkit.ReportCPU(b, start)
 }
 
 // BenchmarkMap: the C mapper on a ~2 KB compute.instance.exists through the

@@ -1,9 +1,9 @@
 package main
 
 import (
-	"syscall"
 	"testing"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	sdk "github.com/tally-billing/tally-openstack-collector/wasm-sdk"
 )
 
@@ -21,20 +21,7 @@ func BenchmarkMapChannel(b *testing.B) {
 	for _, name := range []string{"json", "string"} {
 		in := []byte(benchInputs[name])
 		b.Run(name, func(b *testing.B) {
-			b.ReportAllocs()
-			cpu0 := cpuTime()
-			for b.Loop() {
-				if _, err := sdk.MapJSON(mapChannel, in); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+			testkit.BenchMap(b, in, sdk.MapJSON, mapChannel)
 		})
 	}
-}
-
-func cpuTime() int64 {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return ru.Utime.Nano() + ru.Stime.Nano()
 }

@@ -38,6 +38,7 @@ import (
 	"unsafe"
 
 	sdk "github.com/tally-billing/tally-openstack-collector/wasm-sdk"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonstr"
 	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/secret"
 )
 
@@ -253,9 +254,7 @@ func writeMembers(a *sdk.Event, obj []byte) {
 			v := obj[vs:i]
 			switch c := v[0]; {
 			case c == '"':
-				if s, ok := unescaped(v[1 : len(v)-1]); ok {
-					a.StrValue(key, sdk.Text(s))
-				}
+				a.StrValue(key, sdk.Text(unescaped(v[1:len(v)-1])))
 			case c == 't':
 				a.Bool(key, true)
 			case c == 'f':
@@ -330,37 +329,13 @@ func skipValue(b []byte, i int) int {
 }
 
 // unescaped returns the content of a JSON string as text: as it is when it
-// has no escape, else decoded (simple escapes; \u escapes are refused).
-func unescaped(raw []byte) (string, bool) {
+// has no escape, else decoded (\u escapes and surrogate pairs included, a
+// lone surrogate as U+FFFD, as encoding/json reads it).
+func unescaped(raw []byte) string {
 	if !hasByte(raw, '\\') {
-		return str(raw), true
+		return str(raw)
 	}
-	buf := make([]byte, 0, len(raw))
-	for i := 0; i < len(raw); i++ {
-		c := raw[i]
-		if c != '\\' || i+1 >= len(raw) {
-			buf = append(buf, c)
-			continue
-		}
-		i++
-		switch raw[i] {
-		case 'n':
-			buf = append(buf, '\n')
-		case 't':
-			buf = append(buf, '\t')
-		case 'r':
-			buf = append(buf, '\r')
-		case 'b':
-			buf = append(buf, '\b')
-		case 'f':
-			buf = append(buf, '\f')
-		case 'u':
-			return "", false
-		default:
-			buf = append(buf, raw[i])
-		}
-	}
-	return string(buf), true
+	return string(jsonstr.AppendUnescaped(make([]byte, 0, len(raw)), raw))
 }
 
 func hasByte(b []byte, c byte) bool {
@@ -377,11 +352,7 @@ func str(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 // mapText maps a STRING message of key=value pairs.
 func mapText(msg, tag, at sdk.Value, out *sdk.Output) {
-	s, ok := unescaped(msg.Raw())
-	if !ok {
-		s = msg.String() // \u escapes: the SDK decodes them
-	}
-	splitPairs(s)
+	splitPairs(unescaped(msg.Raw()))
 	var f [nFields]string
 	var have [nFields]bool
 	e := out.Event()

@@ -1,10 +1,9 @@
 package main
 
 import (
-	"os"
-	"syscall"
 	"testing"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	sdk "github.com/tally-billing/tally-openstack-collector/wasm-sdk"
 )
 
@@ -13,26 +12,5 @@ import (
 // module is BenchmarkBuiltin/cinder in package mappers. cpu-ns/op is the
 // process's CPU time per call, the steadier figure on a shared machine.
 func BenchmarkCinder(b *testing.B) {
-	in, err := os.ReadFile("testdata/volume.create.end__watcher__4.in.json")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.SetBytes(int64(len(in)))
-	b.ReportAllocs()
-	cpu0 := cpuTime()
-	for b.Loop() {
-		if _, err := sdk.MapJSON(mapCinder, in); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
-}
-
-// cpuTime returns the user+system CPU time of the process in nanoseconds.
-func cpuTime() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
+	testkit.BenchMapFile(b, "testdata/volume.create.end__watcher__4.in.json", sdk.MapJSON, mapCinder)
 }

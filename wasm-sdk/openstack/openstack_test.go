@@ -94,26 +94,6 @@ func TestPathBuf(t *testing.T) {
 	}
 }
 
-// The helpers write into the builder without allocating; MapJSON's own
-// allocation (the returned document) is the only one.
-func TestNoAllocations(t *testing.T) {
-	in := []byte(`{"message_id":"9d1c","event_type":"volume.create.end","timestamp":"2024-05-01 12:00:00",
-	               "_context_tenant":"p-ctx","_context_user_id":"u-ctx","payload":{"id":"v-1"}}`)
-	m := func(msg *sdk.Message, out *sdk.Output) {
-		et, _ := openstack.EventType(msg)
-		e := out.Event()
-		openstack.WriteHeader(msg, e, et, "cinder", "volume", 7)
-		openstack.WriteAction(e, et, "volume.")
-		openstack.WriteProject(msg, e, msg.Get("payload.tenant_id"))
-		openstack.WriteUser(msg, e, msg.Get("payload.user_id"))
-		openstack.WriteStr(e, "resource_id", openstack.First(msg, "payload.volume_id", "payload.id"))
-	}
-	base := testing.AllocsPerRun(100, func() { _, _ = sdk.MapJSON(func(*sdk.Message, *sdk.Output) {}, in) })
-	if n := testing.AllocsPerRun(100, func() { _, _ = sdk.MapJSON(m, in) }); n > base {
-		t.Errorf("%v allocations per call, %v without the helpers", n, base)
-	}
-}
-
 func TestIsExistsAndAuditPeriod(t *testing.T) {
 	m := func(msg *sdk.Message, out *sdk.Output) {
 		et, _ := openstack.EventType(msg)

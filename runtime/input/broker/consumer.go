@@ -13,28 +13,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/backoff"
-	"github.com/tally-billing/tally-openstack-collector/outbox"
-	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
-	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
+	"github.com/tally-billing/tally-openstack-collector/runtime/input"
 )
-
-// Processor maps one received message; *pipeline.Pipeline implements it.
-type Processor interface {
-	Process(ctx context.Context, msg pipeline.Message) pipeline.Result
-}
-
-// Outbox is the durable store a batch is committed to before it is
-// acknowledged; *outbox.Outbox implements it. Append returns an error wrapping
-// outbox.ErrFull at the bound (nothing written) and outbox.ErrRefused when the
-// store cannot write.
-//
-// Each call carries the deliveries' counts for the completeness ledger,
-// committed in the same transaction (ledger.Delta; AppendCounted with no
-// events commits the counts alone).
-type Outbox interface {
-	AppendCounted(ctx context.Context, events [][]byte, taken time.Time, tally *ledger.Delta) error
-	AppendDeadLettersCounted(ctx context.Context, letters []outbox.DeadLetter, tally *ledger.Delta) error
-}
 
 // Tap is shown the deliveries the consumer settles. Active is called once
 // per batch from the session goroutine and must be cheap (an atomic load):
@@ -56,11 +36,6 @@ type Committed struct {
 	Events     [][]byte
 }
 
-var (
-	_ Processor = (*pipeline.Pipeline)(nil)
-	_ Outbox    = (*outbox.Outbox)(nil)
-)
-
 // Consumer consumes the collector's queue: it maps each delivery, commits the
 // events of a batch to the outbox, and only then acknowledges the batch.
 // Run drives it; Ready reports whether it is consuming and Backlogged
@@ -69,8 +44,8 @@ var (
 type Consumer struct {
 	opts Options
 	eps  []endpoint
-	proc Processor
-	box  Outbox
+	proc input.Processor
+	box  input.Outbox
 	log  zerolog.Logger
 	m    *metrics
 
@@ -94,7 +69,7 @@ type Consumer struct {
 type readyState struct{ err error }
 
 // New checks the options and returns a Consumer. Nothing is dialled before Run.
-func New(proc Processor, box Outbox, opts Options) (*Consumer, error) {
+func New(proc input.Processor, box input.Outbox, opts Options) (*Consumer, error) {
 	if proc == nil || box == nil {
 		return nil, fmt.Errorf("%w: processor and outbox are required", ErrOptions)
 	}

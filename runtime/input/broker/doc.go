@@ -4,9 +4,9 @@
 //
 // It sits under runtime/ beside the pipeline it feeds: it turns deliveries
 // into pipeline.Message values and commits what the pipeline returns. It
-// reads no configuration (cmd/ fills Options), and it declares the two small
-// interfaces it needs, Processor (*pipeline.Pipeline) and Outbox
-// (*outbox.Outbox).
+// reads no configuration (cmd/ fills Options). The two small interfaces it
+// needs, input.Processor (*pipeline.Pipeline) and input.Outbox
+// (*outbox.Outbox), are declared once for the three inputs, in runtime/input.
 //
 // # Session
 //

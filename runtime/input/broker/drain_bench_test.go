@@ -15,6 +15,7 @@ import (
 
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
+	"github.com/tally-billing/tally-openstack-collector/runtime/input"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
 
@@ -36,7 +37,7 @@ func BenchmarkDrain(b *testing.B) {
 
 // novaProcessor is the real pipeline with the built-in nova module, loaded as
 // the daemon loads it.
-func novaProcessor(b *testing.B) Processor {
+func novaProcessor(b *testing.B) input.Processor {
 	wasm := testkit.BuiltModule(b, "mappers/dist/nova.wasm")
 	ctx := context.Background()
 	eng, err := runtime.NewEngine(ctx, runtime.Config{CacheDir: b.TempDir(), Logger: zerolog.Nop()})
@@ -62,7 +63,7 @@ func novaProcessor(b *testing.B) Processor {
 	return p
 }
 
-func benchDrain(b *testing.B, proc Processor) {
+func benchDrain(b *testing.B, proc input.Processor) {
 	n := 20000
 	if v, err := strconv.Atoi(os.Getenv("TALLY_BENCH_N")); err == nil && v > 0 {
 		n = v

@@ -16,6 +16,7 @@ import (
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
+	"github.com/tally-billing/tally-openstack-collector/runtime/input"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
 
@@ -34,7 +35,7 @@ type recordingOutbox struct {
 	commits   int
 }
 
-var _ Outbox = (*recordingOutbox)(nil)
+var _ input.Outbox = (*recordingOutbox)(nil)
 
 func (r *recordingOutbox) AppendCounted(ctx context.Context, events [][]byte, taken time.Time, tally *ledger.Delta) error {
 	r.appending.Add(1)
@@ -89,7 +90,7 @@ func (r *recordingOutbox) isCommitted(id string) bool {
 // of delivery order, and counts the mappings that ran while a commit was in
 // progress.
 type shuffleProcessor struct {
-	Processor
+	input.Processor
 	box     *recordingOutbox
 	overlap *atomic.Int64
 }

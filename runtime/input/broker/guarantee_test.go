@@ -18,6 +18,7 @@ import (
 
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
+	"github.com/tally-billing/tally-openstack-collector/runtime/input"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
 
@@ -277,7 +278,7 @@ func TestRefusedInsertRequeues(t *testing.T) {
 
 // slowProcessor gives the consumer something to be in the middle of.
 type slowProcessor struct {
-	Processor
+	input.Processor
 	d time.Duration
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
+	"github.com/tally-billing/tally-openstack-collector/runtime/input"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
 
@@ -65,7 +66,7 @@ func (m *goMapper) Map(ctx context.Context, in *jsonindex.Index, src runtime.Sou
 // newTestProcessor is the real pipeline with the Go mappers: compute.*,
 // volume.*, image.* and test.* are mapped, test.fail fails, the rest is
 // unclaimed.
-func newTestProcessor(t testing.TB) Processor {
+func newTestProcessor(t testing.TB) input.Processor {
 	r := pipeline.Chain{
 		&goMapper{name: "testmap", types: []string{"compute.*", "volume.*", "image.*", "test.*"}},
 		&goMapper{name: "failmap", types: []string{"test.fail"}, fail: true},

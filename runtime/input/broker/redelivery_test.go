@@ -11,13 +11,14 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
+	"github.com/tally-billing/tally-openstack-collector/runtime/input"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
 
 // firstSeen wraps the real pipeline and records, per message_id, whether
 // the consumer handed the message over as a first delivery.
 type firstSeen struct {
-	Processor
+	input.Processor
 	mu    sync.Mutex
 	first map[string]bool
 }

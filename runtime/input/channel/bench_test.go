@@ -6,12 +6,12 @@ import (
 	"os"
 	"strconv"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/channel/client"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/channel/wire"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
@@ -60,7 +60,7 @@ func BenchmarkPublish(b *testing.B) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()
 			b.ResetTimer()
-			c0 := cpuNow()
+			c0 := testkit.CPUTime()
 			start := time.Now()
 			for i := range b.N {
 				m := typ.t
@@ -74,7 +74,7 @@ func BenchmarkPublish(b *testing.B) {
 			}
 			took := time.Since(start)
 			b.StopTimer()
-			cpu := cpuNow() - c0
+			cpu := testkit.CPUTime() - c0
 			b.ReportMetric(float64(b.N)/took.Seconds(), "msgs/s")
 			b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
 			// Nothing lost: every message is an event in the outbox, or a dead
@@ -95,14 +95,6 @@ func BenchmarkPublish(b *testing.B) {
 			}
 		})
 	}
-}
-
-// cpuNow is the CPU time this process has used, user and system, in
-// nanoseconds.
-func cpuNow() int64 {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
 // BenchmarkChannelModule is the pipeline's part of the cost of one message:
@@ -138,13 +130,13 @@ func BenchmarkChannelModule(b *testing.B) {
 				p.Process(context.Background(), msg(i))
 			}
 			b.ResetTimer()
-			c0 := cpuNow()
+			c0 := testkit.CPUTime()
 			for i := range b.N {
 				if r := p.Process(context.Background(), msg(i)); r.Outcome != pipeline.Mapped {
 					b.Fatal(r)
 				}
 			}
-			b.ReportMetric(float64(cpuNow()-c0)/float64(b.N), "cpu-ns/op")
+			testkit.ReportCPU(b, c0)
 		})
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
+	"github.com/tally-billing/tally-openstack-collector/runtime/input"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/broker"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/channel/client"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
@@ -93,6 +94,8 @@ type harness struct {
 	proc   *gate
 	reg    *prometheus.Registry
 	opts   Options
+	// wrap, when set, stands between the server and the outbox.
+	wrap   func(input.Outbox) input.Outbox
 	srv    *Server
 	cancel context.CancelFunc
 	done   chan error
@@ -159,6 +162,9 @@ func (h *harness) start() {
 		o.SocketMode = 0o666
 	}
 	o.Processor, o.Outbox = h.proc, h.box
+	if h.wrap != nil {
+		o.Outbox = h.wrap(h.box)
+	}
 	h.reg = prometheus.NewRegistry()
 	o.Registerer = h.reg
 	if o.Hub.Redact == nil {

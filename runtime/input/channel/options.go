@@ -1,7 +1,6 @@
 package channel
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"runtime"
@@ -11,31 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/tally-billing/tally-openstack-collector/outbox"
-	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
-	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
-)
-
-// Processor turns a message into events; *pipeline.Pipeline implements it.
-type Processor interface {
-	Process(ctx context.Context, msg pipeline.Message) pipeline.Result
-}
-
-// Outbox is where events are committed; *outbox.Outbox implements it. Append
-// must be one synced transaction and answer an error wrapping outbox.ErrFull
-// at its bound.
-//
-// Each call carries the messages' counts for the completeness ledger,
-// committed in the same transaction (AppendCounted with no events commits
-// the counts alone).
-type Outbox interface {
-	AppendCounted(ctx context.Context, events [][]byte, taken time.Time, tally *ledger.Delta) error
-	AppendDeadLettersCounted(ctx context.Context, letters []outbox.DeadLetter, tally *ledger.Delta) error
-}
-
-var (
-	_ Processor = (*pipeline.Pipeline)(nil)
-	_ Outbox    = (*outbox.Outbox)(nil)
+	"github.com/tally-billing/tally-openstack-collector/runtime/input"
 )
 
 // Exchange is the source exchange of every channel message; the routing key
@@ -67,8 +42,8 @@ type Options struct {
 	// SocketMode is the socket's file mode: who may connect at all. Default
 	// 0660: the daemon's user and group.
 	SocketMode os.FileMode
-	Processor  Processor // required: the shared pipeline
-	Outbox     Outbox    // required
+	Processor  input.Processor // required: the shared pipeline
+	Outbox     input.Outbox    // required
 	// Workers call the pipeline; default GOMAXPROCS.
 	Workers int
 	// QueueBytes bounds the received messages not yet settled, across all

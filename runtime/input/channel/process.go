@@ -5,12 +5,13 @@ import (
 	"errors"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/backoff"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/channel/wire"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonstr"
 )
 
 // item is one published message on its way from its connection to its
@@ -74,7 +75,7 @@ const envelopeTime = "2006-01-02T15:04:05.000000000Z"
 // message's data lies in the result.
 func appendEnvelope(dst []byte, p *wire.Publish, at int64) ([]byte, int, int) {
 	dst = append(dst, `{"event_type":`...)
-	dst = appendJSONString(dst, p.Tag)
+	dst = jsonstr.AppendQuotedBytes(dst, p.Tag)
 	dst = append(dst, `,"channel":{"type":"`...)
 	dst = append(dst, p.Type.String()...)
 	dst = append(dst, `","published_at":"`...)
@@ -88,7 +89,7 @@ func appendEnvelope(dst []byte, p *wire.Publish, at int64) ([]byte, int, int) {
 	if p.Type == wire.JSON {
 		dst = append(dst, p.Data...)
 	} else {
-		dst = appendJSONString(dst, p.Data)
+		dst = jsonstr.AppendQuotedBytes(dst, p.Data)
 		ds++
 	}
 	de := len(dst)
@@ -96,51 +97,6 @@ func appendEnvelope(dst []byte, p *wire.Publish, at int64) ([]byte, int, int) {
 		de--
 	}
 	return append(dst, '}'), ds, de
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString appends s as a JSON string: quotes, backslashes and
-// control characters escaped, invalid UTF-8 replaced by U+FFFD.
-func appendJSONString(dst, s []byte) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		b := s[i]
-		if b < utf8.RuneSelf {
-			if b >= 0x20 && b != '"' && b != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch b {
-			case '"', '\\':
-				dst = append(dst, '\\', b)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRune(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i++
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
 }
 
 // workLoop maps items and hands them to the committer.
@@ -197,7 +153,8 @@ const maxBatchBytes = 512 << 10
 // maxBatchBytes of events, or BatchLinger after the first, whichever comes
 // first; a commit in flight lets the next batch grow. Only after a batch is
 // committed are its messages answered (and offered to the tap). A batch the
-// outbox refuses is tried again, spaced RetryMin doubling to RetryMax, until
+// outbox refuses is tried again, spaced RetryMin doubling to RetryMax
+// (internal/backoff, no jitter: one writer, nothing to spread), until
 // it is taken or the drain deadline passes; meanwhile nothing is read from
 // the workers, the budget stays spent, the connections are not read and
 // the clients' queues fill.
@@ -266,7 +223,7 @@ func (s *Server) commit(ctx context.Context, batch []*item, events [][]byte) {
 		tally = nil
 	}
 	n := len(events)
-	wait := s.opts.RetryMin
+	retry := backoff.New(backoff.Policy{Min: s.opts.RetryMin, Max: s.opts.RetryMax})
 	for {
 		err := s.write(ctx, &events, &letters, taken, &tally, &deadTally)
 		if err == nil {
@@ -287,12 +244,12 @@ func (s *Server) commit(ctx context.Context, batch []*item, events [][]byte) {
 		if !errors.Is(err, outbox.ErrFull) {
 			ev = s.log.Error()
 		}
+		wait := retry.Next()
 		ev.Err(err).Int("messages", len(batch)).Dur("retry_in", wait).Msg("outbox refused a channel batch; holding it")
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():
 		}
-		wait = min(2*wait, s.opts.RetryMax)
 	}
 	s.m.eventsCommitted.Add(float64(n))
 

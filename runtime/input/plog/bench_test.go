@@ -8,16 +8,17 @@ import (
 	"os"
 	"strconv"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
+	"github.com/tally-billing/tally-openstack-collector/runtime/input"
 )
 
 // timedOutbox measures the real outbox's Append.
 type timedOutbox struct {
-	Outbox
+	input.Outbox
 	discard               bool // measure the listener alone: accept and forget
 	n, events, total, max atomic.Int64
 }
@@ -52,7 +53,7 @@ func benchEndToEnd(b *testing.B, rate int, unboxed, discard bool) {
 		o.Listeners[0].Settings.BatchMax, _ = strconv.Atoi(v)
 	}
 	var timed *timedOutbox
-	h := newHarness(b, 0, o, func(box Outbox) Outbox {
+	h := newHarness(b, 0, o, func(box input.Outbox) input.Outbox {
 		timed = &timedOutbox{Outbox: box, discard: discard}
 		return timed
 	})
@@ -81,7 +82,7 @@ func benchEndToEnd(b *testing.B, rate int, unboxed, discard bool) {
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	cpu0 := testkit.CPUTime()
 	start := time.Now()
 	for i := 0; i < b.N; i++ {
 		d := dgrams[i%len(dgrams)]
@@ -118,7 +119,7 @@ func benchEndToEnd(b *testing.B, rate int, unboxed, discard bool) {
 		time.Sleep(2 * time.Millisecond)
 	}
 	total := time.Since(start)
-	cpu := cpuTime() - cpu0
+	cpu := testkit.CPUTime() - cpu0
 	b.StopTimer()
 	lost := uint64(b.N) - min(s.EventsCommitted, uint64(b.N))
 	b.ReportMetric(float64(b.N)/sent.Seconds(), "sent/s")
@@ -130,16 +131,6 @@ func benchEndToEnd(b *testing.B, rate int, unboxed, discard bool) {
 	b.ReportMetric(float64(timed.events.Load())/float64(max(timed.n.Load(), 1)), "events/append")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu_µs/datagram")
 	b.ReportMetric(0, "ns/op")
-}
-
-// cpuTime is the process's user and system time: on a shared machine, the cost
-// per datagram is the figure that carries over.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkUDPPaced20k: the goal — no loss at 20 000 single-fragment datagrams/s.

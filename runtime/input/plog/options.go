@@ -1,7 +1,6 @@
 package plog
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -13,30 +12,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tally-billing/tally-openstack-collector/outbox"
-	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
+	"github.com/tally-billing/tally-openstack-collector/runtime/input"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
-)
-
-// Processor turns a message into events; *pipeline.Pipeline implements it.
-type Processor interface {
-	Process(ctx context.Context, msg pipeline.Message) pipeline.Result
-}
-
-// Outbox is where events are committed; *outbox.Outbox implements it. Append
-// must be one synced transaction and answer an error wrapping outbox.ErrFull at
-// its bound.
-//
-// Each call carries the messages' counts for the completeness ledger,
-// committed in the same transaction (AppendCounted with no events commits
-// the counts alone).
-type Outbox interface {
-	AppendCounted(ctx context.Context, events [][]byte, taken time.Time, tally *ledger.Delta) error
-	AppendDeadLettersCounted(ctx context.Context, letters []outbox.DeadLetter, tally *ledger.Delta) error
-}
-
-var (
-	_ Processor = (*pipeline.Pipeline)(nil)
-	_ Outbox    = (*outbox.Outbox)(nil)
 )
 
 // Network of a listener.
@@ -197,8 +174,8 @@ type Listener struct {
 type Options struct {
 	Listeners []Listener
 	Defaults  Settings
-	Processor Processor // required: the shared pipeline
-	Outbox    Outbox    // required
+	Processor input.Processor // required: the shared pipeline
+	Outbox    input.Outbox    // required
 	// Stop is called (once) by a permitted KILL command; it should start the
 	// daemon's graceful stop. Nil: KILL is refused even where allowed.
 	Stop func()

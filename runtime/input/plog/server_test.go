@@ -20,8 +20,10 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
+	"github.com/tally-billing/tally-openstack-collector/runtime/input"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
 
@@ -58,14 +60,14 @@ func (g *gate) Process(ctx context.Context, m pipeline.Message) pipeline.Result 
 func (g *gate) hold()    { g.mu.Lock(); g.held.Store(true) }
 func (g *gate) release() { g.held.Store(false); g.mu.Unlock() }
 
-func newHarness(t testing.TB, maxEvents int64, opts Options, wrap ...func(Outbox) Outbox) *harness {
+func newHarness(t testing.TB, maxEvents int64, opts Options, wrap ...func(input.Outbox) input.Outbox) *harness {
 	t.Helper()
 	return newLoggedHarness(t, maxEvents, opts, zerolog.Nop(), wrap...)
 }
 
 // newLoggedHarness is newHarness with the server logging to log. The logger
 // is given before the server starts: its listeners' goroutines read it.
-func newLoggedHarness(t testing.TB, maxEvents int64, opts Options, log zerolog.Logger, wrap ...func(Outbox) Outbox) *harness {
+func newLoggedHarness(t testing.TB, maxEvents int64, opts Options, log zerolog.Logger, wrap ...func(input.Outbox) input.Outbox) *harness {
 	t.Helper()
 	dir := t.TempDir()
 	if base := os.Getenv("TALLY_OSC_BENCH_DIR"); base != "" { // benchmarks: an outbox on tmpfs
@@ -134,10 +136,7 @@ func (h *harness) dial(i int) *Client {
 // events waits until the outbox holds n events and returns them.
 func (h *harness) events(n int) []map[string]any {
 	h.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for h.box.Depth() < int64(n) && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.WaitFor(h.t, 10*time.Second, fmt.Sprintf("%d events in the outbox", n), func() bool { return h.box.Depth() >= int64(n) })
 	_, _, evs, err := h.box.Peek(context.Background(), n+10)
 	if err != nil {
 		h.t.Fatal(err)
@@ -399,12 +398,9 @@ func TestUDPCommands(t *testing.T) {
 		t.Fatalf("ENVI: %q %v", env, err)
 	}
 	e.conn.Write([]byte("\x00\x00kill"))
-	deadline := time.Now().Add(5 * time.Second)
-	for stopped.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 5*time.Second, "KILL to call Stop", func() bool { return stopped.Load() != 0 })
 	if stopped.Load() != 1 {
-		t.Fatal("KILL did not call Stop")
+		t.Fatalf("KILL called Stop %d times", stopped.Load())
 	}
 }
 
@@ -690,10 +686,7 @@ func TestTCPFailedMappingDeadLettered(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.waitStat(0, "failed", func(s Snapshot) bool { return s.Failed == 1 })
-	deadline := time.Now().Add(10 * time.Second)
-	for h.box.DeadLetterCount() < 1 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 10*time.Second, "a dead letter", func() bool { return h.box.DeadLetterCount() >= 1 })
 	letters, err := h.box.ListDeadLetters(context.Background(), 0, 10)
 	if err != nil || len(letters) != 1 {
 		t.Fatalf("dead letters %d: %v", len(letters), err)

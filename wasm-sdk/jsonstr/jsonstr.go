@@ -1,4 +1,19 @@
-package sdk
+// Package jsonstr writes and reads the content of JSON strings: escaping text
+// into a string, and decoding a string's escapes back into text. It is the
+// one copy of both for the guest SDK, the mappers built on it and the host
+// (the runtime, the channel input), so that what a guest writes and what the
+// host writes are escaped the same way.
+//
+// It imports only unicode/utf8 and unsafe, so it builds for GOOS=wasip1 and
+// stays small in a guest. The fast paths read 8 bytes at a time; a plain
+// string (the usual key or value) is copied without a byte-by-byte scan.
+//
+// Escaping writes quotes, backslashes and control characters as escapes
+// (\n, \r, \t, \b, \f, else \u00XX) and replaces invalid UTF-8 with
+// U+FFFD; everything else, non-ASCII text included, is copied as it is.
+// Decoding (AppendUnescaped) is lenient: it never fails, and keeps a
+// malformed escape as it stands.
+package jsonstr
 
 import (
 	"unicode/utf8"
@@ -34,10 +49,11 @@ func plain8(x uint64) bool {
 	return ((x-0x20*lsb)&^x|(q-lsb)&^q|(b-lsb)&^b|x)&msb == 0
 }
 
-// plainString reports whether no byte of s needs escaping in a JSON string:
+// Plain reports whether no byte of s needs escaping in a JSON string
+// (AppendEscaped would copy it unchanged):
 // whole words, the last one overlapping the one before when len(s) is not a
 // multiple of 8, so only strings under 8 bytes are scanned byte by byte.
-func plainString(s string) bool {
+func Plain(s string) bool {
 	n := len(s)
 	if n < 8 {
 		for i := 0; i < n; i++ {
@@ -67,12 +83,12 @@ func plainPrefix(s string) int {
 	return i
 }
 
-// appendEscaped appends s as the content of a JSON string (no quotes):
+// AppendEscaped appends s as the content of a JSON string (no quotes):
 // quotes, backslashes and control characters escaped, invalid UTF-8 replaced
 // by U+FFFD, everything else as is. Runs of plain bytes are copied at once,
 // and scanned a word at a time.
-func appendEscaped(dst []byte, s string) []byte {
-	if plainString(s) {
+func AppendEscaped(dst []byte, s string) []byte {
+	if Plain(s) {
 		return append(dst, s...)
 	}
 	start := 0
@@ -117,22 +133,27 @@ func appendEscaped(dst []byte, s string) []byte {
 	return append(dst, s[start:]...)
 }
 
-// appendEscapedBytes is appendEscaped for a byte slice, without a copy.
-func appendEscapedBytes(dst, b []byte) []byte {
-	return appendEscaped(dst, unsafe.String(unsafe.SliceData(b), len(b)))
+// AppendEscapedBytes is AppendEscaped for a byte slice, without a copy.
+func AppendEscapedBytes(dst, b []byte) []byte {
+	return AppendEscaped(dst, unsafe.String(unsafe.SliceData(b), len(b)))
 }
 
-// appendQuoted appends s as a JSON string with its quotes.
-func appendQuoted(dst []byte, s string) []byte {
+// AppendQuoted appends s as a JSON string with its quotes.
+func AppendQuoted(dst []byte, s string) []byte {
 	dst = append(dst, '"')
-	dst = appendEscaped(dst, s)
+	dst = AppendEscaped(dst, s)
 	return append(dst, '"')
 }
 
-// cleanRaw reports whether raw string content taken from the input can be
-// copied into the output unchanged: no control bytes and valid UTF-8. Escape
-// sequences are already valid, since the host validated the input.
-func cleanRaw(raw []byte) bool {
+// AppendQuotedBytes is AppendQuoted for a byte slice, without a copy.
+func AppendQuotedBytes(dst, b []byte) []byte {
+	return AppendQuoted(dst, unsafe.String(unsafe.SliceData(b), len(b)))
+}
+
+// CleanRaw reports whether raw, the content of a string of a JSON document
+// already validated (its escapes well formed, no bare quote), can be copied
+// into another JSON string unchanged: no control bytes and valid UTF-8.
+func CleanRaw(raw []byte) bool {
 	s := unsafe.String(unsafe.SliceData(raw), len(raw))
 	i := 0
 	for ; i+8 <= len(s); i += 8 {
@@ -167,9 +188,10 @@ func hasControl(b []byte) bool {
 	return false
 }
 
-// appendUnescaped appends the decoded text of raw JSON string content.
-// Malformed escapes are kept literally; lone surrogates become U+FFFD.
-func appendUnescaped(dst, raw []byte) []byte {
+// AppendUnescaped appends the decoded text of raw, the content of a JSON
+// string without its quotes. Malformed escapes and a trailing backslash are
+// kept literally; lone surrogates become U+FFFD.
+func AppendUnescaped(dst, raw []byte) []byte {
 	for i := 0; i < len(raw); {
 		c := raw[i]
 		if c != '\\' || i+1 >= len(raw) {
@@ -236,25 +258,4 @@ func hex4(b []byte) (rune, bool) {
 		}
 	}
 	return r, true
-}
-
-// appendInt appends the decimal text of n.
-func appendInt(dst []byte, n int64) []byte {
-	var b [20]byte
-	i := len(b)
-	u := uint64(n)
-	if n < 0 {
-		u = uint64(-n)
-	}
-	for u >= 10 {
-		i--
-		b[i] = byte('0' + u%10)
-		u /= 10
-	}
-	i--
-	b[i] = byte('0' + u)
-	if n < 0 {
-		dst = append(dst, '-')
-	}
-	return append(dst, b[i:]...)
 }

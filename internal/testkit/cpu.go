@@ -1,0 +1,53 @@
+package testkit
+
+import (
+	"os"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// CPUTime is the user and system CPU time the process has used so far, 0
+// when it cannot be read. Benchmarks report it per operation beside wall
+// time: on a shared machine it is the steadier of the two.
+func CPUTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// ReportCPU reports the CPU time used since cpu0 (a CPUTime reading), per
+// b.N, as "cpu-ns/op".
+func ReportCPU(b *testing.B, cpu0 time.Duration) {
+	b.ReportMetric(float64(CPUTime()-cpu0)/float64(b.N), "cpu-ns/op")
+}
+
+// BenchMap is a mapper benchmark: mapJSON(f, in) in a b.Loop, allocations
+// reported, and the CPU time per call (cpu-ns/op). mapJSON is the SDK's
+// MapJSON and f the mapper's function:
+//
+//	testkit.BenchMap(b, in, sdk.MapJSON, mapNova)
+func BenchMap[F any](b *testing.B, in []byte, mapJSON func(F, []byte) ([]byte, error), f F) {
+	b.ReportAllocs()
+	cpu0 := CPUTime()
+	for b.Loop() {
+		if _, err := mapJSON(f, in); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ReportCPU(b, cpu0)
+}
+
+// BenchMapFile is BenchMap on the contents of file, whose size it reports
+// as the bytes of an operation (MB/s).
+func BenchMapFile[F any](b *testing.B, file string, mapJSON func(F, []byte) ([]byte, error), f F) {
+	b.Helper()
+	in, err := os.ReadFile(file)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(in)))
+	BenchMap(b, in, mapJSON, f)
+}

@@ -1,0 +1,44 @@
+// Package input declares what the inputs (broker, plog, channel) need from
+// the rest of the daemon: a Processor that maps a message and an Outbox that
+// commits the result. The inputs are the users of these interfaces, so they
+// are declared here, once, beside the inputs, rather than in the packages
+// that implement them (*pipeline.Pipeline, *outbox.Outbox); the checks below
+// keep the implementations in step.
+//
+// Each input package documents its own flow (commit, then acknowledge); this
+// package holds no code.
+package input
+
+import (
+	"context"
+	"time"
+
+	"github.com/tally-billing/tally-openstack-collector/outbox"
+	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
+	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
+)
+
+// Processor maps one received message into events; *pipeline.Pipeline
+// implements it. Every input calls one shared Processor from several
+// goroutines.
+type Processor interface {
+	Process(ctx context.Context, msg pipeline.Message) pipeline.Result
+}
+
+// Outbox is the durable store a batch is committed to before its messages
+// are acknowledged; *outbox.Outbox implements it. Each call must be one
+// synced transaction, and answers an error wrapping outbox.ErrFull at the
+// bound (nothing written) and outbox.ErrRefused when the store cannot write.
+//
+// Each call carries the messages' counts for the completeness ledger,
+// committed in the same transaction (ledger.Delta; AppendCounted with no
+// events commits the counts alone).
+type Outbox interface {
+	AppendCounted(ctx context.Context, events [][]byte, taken time.Time, tally *ledger.Delta) error
+	AppendDeadLettersCounted(ctx context.Context, letters []outbox.DeadLetter, tally *ledger.Delta) error
+}
+
+var (
+	_ Processor = (*pipeline.Pipeline)(nil)
+	_ Outbox    = (*outbox.Outbox)(nil)
+)
