@@ -74,12 +74,14 @@ prepare:
 # The race detector chooses itself: every package runs under it, a new one
 # included, but those named here, each with its reason.
 #
-#   ./cmd/tally-openstack-collector  the end-to-end tests: they start the
+#   ./cmd/tally-openstack-collector/e2e  the end-to-end tests: they start the
 #       daemon as a process of its own (built without -race, so the detector
 #       would watch only the harness) and take about 8 minutes without it.
+#       The daemon itself runs under it in-process, in the tests of
+#       ./cmd/tally-openstack-collector/internal/daemon.
 #
 # A package named here that no longer exists fails test-race and test-go.
-NORACE_PKGS := ./cmd/tally-openstack-collector
+NORACE_PKGS := ./cmd/tally-openstack-collector/e2e
 
 # A test that cannot run under the race detector lives in a file
 # *_norace_test.go with the constraint //go:build !race, the reason in the
@@ -134,7 +136,7 @@ $(STATICCHECK):
 # Package benchmarks, then the end-to-end one (a bare AMQP drain against the
 # collector on the same queue; see docs/performance.md).
 bench: test-wasm
-	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v '/cmd/tally-openstack-collector$$')
+	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v '/cmd/tally-openstack-collector/e2e$$')
 	$(MAKE) bench-e2e
 
 # The end-to-end drain: a bare amqp091-go consumer against the collector, both
@@ -143,7 +145,7 @@ bench: test-wasm
 # rate, CPU and memory for each. TALLY_BENCH_QUEUES=classic|quorum picks one,
 # TALLY_BENCH_RUNS=3 gives medians and ranges, TALLY_BENCH_N the notifications.
 bench-e2e: test-wasm
-	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkEndToEnd$$' -benchtime 1x -timeout 40m ./cmd/tally-openstack-collector
+	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkEndToEnd$$' -benchtime 1x -timeout 40m ./cmd/tally-openstack-collector/e2e
 
 clean:
 	rm -rf bin .cache mappers/dist/*.wasm

@@ -19,6 +19,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/tally-billing/tally-openstack-collector/cmd/tally-openstack-collector/internal/settings"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/channel/client"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/channel/wire"
 )
@@ -59,18 +60,13 @@ func channelFlags(name string) *pflag.FlagSet {
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SortFlags = false
 	fs.String("channel", "", "the daemon's channel socket (TALLY_OSC_CHANNEL_SOCKET)")
-	addSettingFlags(fs)
-	for _, s := range settings {
-		if !inMode(modeChannel, s.modes...) || s.key == "channel_socket" {
-			_ = fs.MarkHidden(s.flag())
-		}
-	}
+	settings.AddFlags(fs, func(key string) bool { return settings.ModeChannel.Uses(key) && key != "channel_socket" })
 	return fs
 }
 
 // channelSetup parses the command line and the settings; code >= 0 means
 // exit with it.
-func channelSetup(fs *pflag.FlagSet, usage string, args, environ []string, stdout, stderr io.Writer) (*Config, int) {
+func channelSetup(fs *pflag.FlagSet, usage string, args, environ []string, stdout, stderr io.Writer) (*settings.Config, int) {
 	if err := parseFlags(fs, usage, args, stdout, stderr); err != nil {
 		if errors.Is(err, errUsage) {
 			return nil, 0
@@ -80,13 +76,13 @@ func channelSetup(fs *pflag.FlagSet, usage string, args, environ []string, stdou
 	if sock, _ := fs.GetString("channel"); sock != "" {
 		_ = fs.Set("channel-socket", sock)
 	}
-	cfg, err := loadConfig(fs, environ, modeChannel)
+	cfg, err := settings.Load(fs, environ, settings.ModeChannel)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return nil, 2
 	}
 	if cfg.ChannelSocket == "" {
-		fmt.Fprintf(stderr, "%s: no channel socket: give --channel or set %sCHANNEL_SOCKET as the daemon has it\n", fs.Name(), envPrefix)
+		fmt.Fprintf(stderr, "%s: no channel socket: give --channel or set %sCHANNEL_SOCKET as the daemon has it\n", fs.Name(), settings.EnvPrefix)
 		return nil, 2
 	}
 	return cfg, -1

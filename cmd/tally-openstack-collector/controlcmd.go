@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/tally-billing/tally-openstack-collector/cmd/tally-openstack-collector/internal/settings"
 	"github.com/tally-billing/tally-openstack-collector/internal/tokenfile"
 	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
 )
@@ -51,19 +52,16 @@ Flags:
 func controlFlags(name string) *pflag.FlagSet {
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SortFlags = false
-	addSettingFlags(fs)
-	for _, s := range settings {
-		if s.key != "http_addr" && s.key != "control_token" && s.key != "control_token_file" {
-			_ = fs.MarkHidden(s.flag())
-		}
-	}
+	settings.AddFlags(fs, func(key string) bool {
+		return key == "http_addr" || key == "control_token" || key == "control_token_file"
+	})
 	return fs
 }
 
 // controlClient reads HTTP_ADDR and CONTROL_TOKEN or CONTROL_TOKEN_FILE; an unspecified listen host
 // (0.0.0.0, ::) is reached on loopback.
 func controlClient(fs *pflag.FlagSet, environ []string) (*catalog.Client, error) {
-	cfg, err := loadConfig(fs, environ, modeOffline)
+	cfg, err := settings.Load(fs, environ, settings.ModeOffline)
 	if err != nil {
 		return nil, err
 	}
@@ -77,10 +75,10 @@ func controlClient(fs *pflag.FlagSet, environ []string) (*catalog.Client, error)
 	token := strings.TrimSpace(cfg.ControlToken)
 	if cfg.ControlTokenFile != "" {
 		if token != "" {
-			return nil, fmt.Errorf("%sCONTROL_TOKEN and %sCONTROL_TOKEN_FILE are both set: set one", envPrefix, envPrefix)
+			return nil, fmt.Errorf("%sCONTROL_TOKEN and %sCONTROL_TOKEN_FILE are both set: set one", settings.EnvPrefix, settings.EnvPrefix)
 		}
 		if token, _, err = tokenfile.Read(cfg.ControlTokenFile); err != nil {
-			return nil, fmt.Errorf("%sCONTROL_TOKEN_FILE: %w", envPrefix, err)
+			return nil, fmt.Errorf("%sCONTROL_TOKEN_FILE: %w", settings.EnvPrefix, err)
 		}
 	}
 	return &catalog.Client{BaseURL: "http://" + net.JoinHostPort(host, port), Token: token}, nil

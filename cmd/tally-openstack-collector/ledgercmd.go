@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
 
+	"github.com/tally-billing/tally-openstack-collector/cmd/tally-openstack-collector/internal/settings"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
@@ -189,10 +190,8 @@ func runReconcile(args, environ []string, stdout, stderr io.Writer) int {
 	fs := controlFlags("reconcile")
 	for _, k := range []string{"reporting_url", "reporting_token", "reporting_token_file", "reporting_insecure", "reporting_timeout",
 		"reporting_ca_file", "reporting_cert_file", "reporting_key_file"} {
-		if s, ok := settingByKey(k); ok {
-			if fl := fs.Lookup(s.flag()); fl != nil {
-				fl.Hidden = false
-			}
+		if fl := fs.Lookup(settings.FlagName(k)); fl != nil {
+			fl.Hidden = false
 		}
 	}
 	var f ledgerFlags
@@ -205,7 +204,7 @@ func runReconcile(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "reconcile: --from and --to are required, --from before --to")
 		return 2
 	}
-	cfg, err := loadConfig(fs, environ, modeOffline)
+	cfg, err := settings.Load(fs, environ, settings.ModeOffline)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 2

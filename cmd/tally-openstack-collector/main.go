@@ -28,6 +28,9 @@ import (
 	"syscall"
 
 	"github.com/spf13/pflag"
+
+	"github.com/tally-billing/tally-openstack-collector/cmd/tally-openstack-collector/internal/daemon"
+	"github.com/tally-billing/tally-openstack-collector/cmd/tally-openstack-collector/internal/settings"
 )
 
 func main() {
@@ -101,8 +104,8 @@ func run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int 
 		return runTap(args, environ, stdout, stderr)
 	case "livez":
 		return runLivez(args, environ, stdout, stderr)
-	case watchdogCommand: // hidden: the daemon's watchdog process (watchdog.go)
-		return runWatchdog(args, stdin, stderr)
+	case daemon.WatchdogCommand: // hidden: the daemon's watchdog process (watchdog.go)
+		return daemon.RunWatchdog(args, stdin, stderr)
 	case "help":
 		fs := rootFlags()
 		fmt.Fprint(stdout, usageHead+fs.FlagUsages())
@@ -118,7 +121,7 @@ func rootFlags() *pflag.FlagSet {
 	fs.SortFlags = false
 	fs.Bool("dump", false, "print what the broker carries, one JSON line per delivery (needs only the AMQP settings)")
 	fs.Bool("print-config", false, "print the effective settings (secrets redacted) and exit")
-	addSettingFlags(fs)
+	settings.AddFlags(fs, nil)
 	return fs
 }
 
@@ -151,11 +154,11 @@ func runRoot(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	dump, _ := fs.GetBool("dump")
 	printCfg, _ := fs.GetBool("print-config")
-	m := modeDaemon
+	m := settings.ModeDaemon
 	if dump {
-		m = modeDump
+		m = settings.ModeDump
 	}
-	cfg, err := loadConfig(fs, environ, m)
+	cfg, err := settings.Load(fs, environ, m)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 2
@@ -166,20 +169,28 @@ func runRoot(args, environ []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	log := newLogger(stderr, cfg.LogFormat, cfg.LogLevel)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	log := daemon.NewLogger(stderr, cfg.LogFormat, cfg.LogLevel)
+	mlog := log.With().Str("component", "main").Logger()
 	if dump {
-		if err := runDump(ctx, cfg, log, stdout); err != nil {
-			mlog := component(log, "main")
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		if err := daemon.Dump(ctx, cfg, log, stdout); err != nil {
 			mlog.Error().Err(err).Msg("dump failed")
 			return 1
 		}
 		return 0
 	}
-	stop() // the daemon handles signals itself (a second one exits at once)
-	if err := runDaemon(cfg, log, readBuildInfo()); err != nil {
-		mlog := component(log, "main")
+	// The daemon stops gracefully on the first signal and exits at once on
+	// the second.
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	err = daemon.Run(cfg, log, daemon.Options{
+		Build:   readBuildInfo(),
+		Signals: sig,
+		Exit:    os.Exit,
+	})
+	if err != nil {
 		mlog.Error().Err(err).Msg("stopped with an error")
 		return 1
 	}

@@ -78,7 +78,7 @@ func TestPrintConfig(t *testing.T) {
 // file, and a summary with reasons.
 func TestMapCommand(t *testing.T) {
 	var items []map[string]any
-	b, err := os.ReadFile("testdata/e2e/corpus.json")
+	b, err := os.ReadFile("e2e/testdata/corpus.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
 
+	"github.com/tally-billing/tally-openstack-collector/cmd/tally-openstack-collector/internal/daemon"
+	"github.com/tally-billing/tally-openstack-collector/cmd/tally-openstack-collector/internal/settings"
 	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
 	"github.com/tally-billing/tally-openstack-collector/runtime/fixture"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
@@ -55,21 +57,16 @@ func offlineFlags(name string) *pflag.FlagSet {
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SortFlags = false
 	fs.String("mappers", "", "drop-in directory of .wasm modules, on top of the built-in ones (TALLY_OSC_MAPPERS_DIR)")
-	addSettingFlags(fs)
-	for _, s := range settings {
-		if !inMode(modeOffline, s.modes...) || s.key == "mappers_dir" {
-			_ = fs.MarkHidden(s.flag())
-		}
-	}
+	settings.AddFlags(fs, func(key string) bool { return settings.ModeOffline.Uses(key) && key != "mappers_dir" })
 	return fs
 }
 
-func offlineSetup(name, usage string, args, environ []string, stdout, stderr io.Writer) (*Config, *pflag.FlagSet, zerolog.Logger, int) {
+func offlineSetup(name, usage string, args, environ []string, stdout, stderr io.Writer) (*settings.Config, *pflag.FlagSet, zerolog.Logger, int) {
 	return offlineSetupWith(offlineFlags(name), usage, args, environ, stdout, stderr)
 }
 
 // offlineSetupWith is offlineSetup on the flags fs (offlineFlags and more).
-func offlineSetupWith(fs *pflag.FlagSet, usage string, args, environ []string, stdout, stderr io.Writer) (*Config, *pflag.FlagSet, zerolog.Logger, int) {
+func offlineSetupWith(fs *pflag.FlagSet, usage string, args, environ []string, stdout, stderr io.Writer) (*settings.Config, *pflag.FlagSet, zerolog.Logger, int) {
 	if err := parseFlags(fs, usage, args, stdout, stderr); err != nil {
 		if errors.Is(err, errUsage) {
 			return nil, nil, zerolog.Nop(), 0
@@ -79,10 +76,10 @@ func offlineSetupWith(fs *pflag.FlagSet, usage string, args, environ []string, s
 	if dir, _ := fs.GetString("mappers"); dir != "" {
 		_ = fs.Set("mappers-dir", dir)
 	}
-	cfg, err := loadConfig(fs, environ, modeOffline)
+	cfg, err := settings.Load(fs, environ, settings.ModeOffline)
 	if err == nil && cfg.MappersDir != "" {
 		if fi, serr := os.Stat(cfg.MappersDir); serr != nil || !fi.IsDir() {
-			err = &ConfigError{Problems: []string{fmt.Sprintf("--mappers %s: not a directory", cfg.MappersDir)}}
+			err = &settings.ConfigError{Problems: []string{fmt.Sprintf("--mappers %s: not a directory", cfg.MappersDir)}}
 		}
 	}
 	if err != nil {
@@ -90,10 +87,10 @@ func offlineSetupWith(fs *pflag.FlagSet, usage string, args, environ []string, s
 		return nil, nil, zerolog.Nop(), 2
 	}
 	level := cfg.LogLevel
-	if level < zerolog.WarnLevel && lookupEnv(environ, envPrefix+"LOG_LEVEL") == "" && !fs.Changed("log-level") {
+	if level < zerolog.WarnLevel && settings.LookupEnv(environ, settings.EnvPrefix+"LOG_LEVEL") == "" && !fs.Changed("log-level") {
 		level = zerolog.WarnLevel // a tool: quiet unless asked
 	}
-	return cfg, fs, newLogger(stderr, cfg.LogFormat, level), -1
+	return cfg, fs, daemon.NewLogger(stderr, cfg.LogFormat, level), -1
 }
 
 func runMap(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -105,7 +102,7 @@ func runMap(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) i
 		return code
 	}
 	ctx := context.Background()
-	ms, err := offlineMappers(ctx, cfg, log)
+	ms, err := daemon.OfflineMappers(ctx, cfg, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "map: %v\n", err)
 		return 1
@@ -114,14 +111,14 @@ func runMap(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) i
 
 	out := bufio.NewWriter(stdout)
 	defer out.Flush()
-	sum := newMapSummary(serviceOf(ms.catalog.Status().Patterns))
+	sum := newMapSummary(serviceOf(ms.Catalog.Status().Patterns))
 	process := func(doc []byte) {
 		msg, ok := inputMessage(doc)
 		if !ok {
 			sum.count(pipeline.Result{Outcome: pipeline.Unparseable, Reason: "dump_unparseable"})
 			return
 		}
-		r := ms.pipeline.Process(ctx, msg)
+		r := ms.Pipeline.Process(ctx, msg)
 		sum.count(r)
 		for _, e := range r.Events {
 			out.Write(e)
@@ -423,14 +420,14 @@ func runMapperTest(args, environ []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	ctx := context.Background()
-	ms, err := offlineMappers(ctx, cfg, log)
+	ms, err := daemon.OfflineMappers(ctx, cfg, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "mapper test: %v\n", err)
 		return 1
 	}
 	defer ms.Close(ctx)
 	mapFn := func(in []byte) ([]byte, error) {
-		r := ms.pipeline.Process(ctx, pipeline.Message{Body: in})
+		r := ms.Pipeline.Process(ctx, pipeline.Message{Body: in})
 		switch r.Outcome {
 		case pipeline.Mapped:
 			return fixture.Document(r.Events), nil

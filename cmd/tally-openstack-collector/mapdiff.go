@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/tally-billing/tally-openstack-collector/cmd/tally-openstack-collector/internal/daemon"
 	"github.com/tally-billing/tally-openstack-collector/internal/redact"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
@@ -201,15 +202,15 @@ func (r *diffReport) write(w io.Writer, oldID, newID string) {
 
 // diffModule resolves OLD or NEW: a .wasm file, loaded on its own, or a
 // module of the catalogue by name.
-func diffModule(ctx context.Context, ms *mapperSet, arg string) (pipeline.Mapper, error) {
+func diffModule(ctx context.Context, ms *daemon.Mappers, arg string) (pipeline.Mapper, error) {
 	if strings.HasSuffix(arg, ".wasm") || strings.ContainsRune(arg, os.PathSeparator) {
 		b, err := os.ReadFile(arg)
 		if err != nil {
 			return nil, err
 		}
-		return ms.engine.Load(ctx, arg, b)
+		return ms.Engine.Load(ctx, arg, b)
 	}
-	m, ok := ms.catalog.Named(arg)
+	m, ok := ms.Catalog.Named(arg)
 	if !ok {
 		return nil, fmt.Errorf("%q is neither a .wasm file nor a module of the catalogue", arg)
 	}
@@ -232,7 +233,7 @@ func runMapDiff(args, environ []string, stdin io.Reader, stdout, stderr io.Write
 		return 2
 	}
 	ctx := context.Background()
-	ms, err := offlineMappers(ctx, cfg, log)
+	ms, err := daemon.OfflineMappers(ctx, cfg, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "map --diff: %v\n", err)
 		return 2
@@ -256,7 +257,7 @@ func runMapDiff(args, environ []string, stdin io.Reader, stdout, stderr io.Write
 		eventType := ""
 		for i, m := range mods {
 			msg.Modules = []pipeline.Mapper{m}
-			r := ms.pipeline.Process(ctx, msg)
+			r := ms.Pipeline.Process(ctx, msg)
 			if r.Outcome == pipeline.Mapped {
 				evs[i] = r.Events
 			}

@@ -5,6 +5,8 @@ import (
 	"io"
 	"runtime"
 	"runtime/debug"
+
+	"github.com/tally-billing/tally-openstack-collector/cmd/tally-openstack-collector/internal/daemon"
 )
 
 // Set at build time: -ldflags "-X main.version=v1.2.3 -X main.commit=abc1234".
@@ -16,15 +18,10 @@ var (
 // abiVersions are the guest ABI versions the host runs (docs/abi.md).
 var abiVersions = []int{1}
 
-type buildInfo struct {
-	Version string
-	Commit  string
-}
-
 // readBuildInfo prefers the -ldflags values and falls back to what the Go
 // toolchain recorded.
-func readBuildInfo() buildInfo {
-	b := buildInfo{Version: version, Commit: commit}
+func readBuildInfo() daemon.BuildInfo {
+	b := daemon.BuildInfo{Version: version, Commit: commit}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		if b.Version == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 			b.Version = bi.Main.Version
@@ -47,7 +44,7 @@ func readBuildInfo() buildInfo {
 	return b
 }
 
-func printVersion(w io.Writer, b buildInfo) {
+func printVersion(w io.Writer, b daemon.BuildInfo) {
 	fmt.Fprintf(w, "tally-openstack-collector %s\ncommit: %s\ngo: %s\nmapper ABI versions: ", b.Version, b.Commit, runtime.Version())
 	for i, v := range abiVersions {
 		if i > 0 {

@@ -4,7 +4,7 @@
 // (tally-openstack-collector.dashboard.json). The files are what operators
 // load; the package embeds them so that tests read the same bytes: their
 // expressions are checked by promtool here and against a running
-// collector's /metrics in cmd/tally-openstack-collector.
+// collector's /metrics in cmd/tally-openstack-collector/e2e.
 package prometheus
 
 import (

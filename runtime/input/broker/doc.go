@@ -136,7 +136,7 @@
 // connection that closed while holding it (x-delivery-count rises by one
 // each time): that is why the queue is declared with x-delivery-limit -1,
 // which keeps a message however often it comes back, where RabbitMQ 4's
-// default limit of 20 would drop it (cmd/tally-openstack-collector's
+// default limit of 20 would drop it (cmd/tally-openstack-collector/e2e's
 // TestClusterRedeliveredPastTwenty).
 //
 // # Readiness, backlog and metrics

@@ -1,0 +1,229 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	goruntime "runtime"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
+	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
+)
+
+// hostileBody is one message a hostile or broken publisher sends: a body
+// and the kombu "compression" header it comes with (empty: none).
+type hostileBody struct {
+	body        []byte
+	compression string
+}
+
+// publishBodies publishes bodies to exchange with routing key
+// notifications.info, persistent, confirmed.
+func publishBodies(t *testing.T, v *vhost, exchange string, bodies []hostileBody) {
+	t.Helper()
+	ch, err := v.Conn(t).Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var pending []*amqp.DeferredConfirmation
+	for _, b := range bodies {
+		p := amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: b.body}
+		if b.compression != "" {
+			p.Headers = amqp.Table{"compression": b.compression}
+		}
+		d, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, "notifications.info", false, false, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pending = append(pending, d)
+	}
+	for _, d := range pending {
+		if ok, err := d.WaitContext(ctx); !ok || err != nil {
+			t.Fatalf("publish not confirmed: %v", err)
+		}
+	}
+}
+
+// bombPayload is what the bombs inflate to: a notification no module
+// claims, so that a bomb that did get through would cost memory and
+// nothing else.
+var bombPayload = []byte(`{"event_type":"hostile.bomb","payload":{}}`)
+
+// decoderBombs are the four header bombs: an .xz stream whose LZMA2 filter
+// announces a 4 GiB dictionary (128 bytes), an .lzma stream announcing the
+// same (86 bytes), a zstd frame announcing a 4 GiB single segment, a brotli
+// stream asking for a large window.
+func decoderBombs(t *testing.T) []hostileBody {
+	return []hostileBody{
+		{testkit.XZDictBomb(t, bombPayload, 40), pipeline.CodecLZMA},
+		{testkit.LZMADictBomb(t, bombPayload, 0xffffffff), pipeline.CodecLZMA},
+		{testkit.ZstdSegmentBomb(bombPayload), pipeline.CodecZstd},
+		{testkit.BrotliLargeWindow(), pipeline.CodecBrotli},
+	}
+}
+
+// residentBudget is the peak resident memory docs/operations.md ("What a
+// hostile publisher can do") allows a collector with the defaults on this
+// host (one mapping worker and one instance per module per CPU) with
+// compiled built-in modules in memory, for notifications of a few KiB.
+func residentBudget(compiled int) int64 {
+	const (
+		base         = 64 << 20 // the process at rest, outbox open
+		module       = 20 << 20 // a compiled built-in module's code
+		instance     = 4 << 20  // an instance's linear memory after mapping kilobyte notifications
+		badger       = 28 << 20 // the outbox's memory tables and caches
+		decoderState = 17 << 20 // brotli's, the largest (pipeline.DecoderMemory)
+		output       = 4 * (pipeline.DefaultMaxBodyBytes + 1)
+		prefetch     = 100 * (16 << 10) // PREFETCH × bodies of at most 16 KiB
+		rest         = 32 << 20         // batches, HTTP, metrics, the collector's heap headroom
+	)
+	cpus := int64(goruntime.GOMAXPROCS(0))
+	return base + int64(compiled)*(module+cpus*instance) + badger + cpus*(decoderState+output) + prefetch + rest
+}
+
+// A publisher that sends decoder bombs among ordinary notifications costs
+// the collector nothing it cannot afford: twenty bodies of under 130 bytes
+// whose headers ask for gigabytes of decoder state are refused from their
+// headers (reason decoder_limit, counted), the collector's peak resident
+// set stays within the documented budget, and every ordinary notification
+// reaches the Reporting API exactly once.
+func TestEndToEndDecoderBombsAmongOrdinaryNotifications(t *testing.T) {
+	e := setupE2E(t)
+	bombs := decoderBombs(t)
+	exchange := e.corpus.exchanges()[0]
+	const rounds, perRound, bombsPerRound = 10, 20, 2
+	for r := range rounds {
+		publishRaw(t, e.v, e.corpus, e.prefix, r*perRound, (r+1)*perRound)
+		var these []hostileBody
+		for i := range bombsPerRound {
+			these = append(these, bombs[(r*bombsPerRound+i)%len(bombs)])
+		}
+		publishBodies(t, e.v, exchange, these)
+	}
+	const n = rounds * perRound
+	e.waitDelivered(t, n, 3*time.Minute)
+	e.checkExactSet(t, n)
+	// At least: a delivery the broker gives again (after a lost connection)
+	// is counted again.
+	testkit.WaitFor(t, 60*time.Second, "every bomb refused", func() bool {
+		return sum(e.c.metrics(t), "tally_collector_acked_total") >= n+rounds*bombsPerRound
+	})
+	m := e.c.metrics(t)
+	if got := sum(m, "tally_collector_unparseable_total", `reason="decoder_limit"`); got < rounds*bombsPerRound {
+		t.Errorf(`unparseable_total{reason="decoder_limit"} = %v, want %d`, got, rounds*bombsPerRound)
+	}
+	compiled := int(sum(m, "tally_collector_mapper_builtins_compiled"))
+	budget := residentBudget(compiled)
+	hwm := int64(procStatus(t, e.c.p.cmd.Process.Pid, "VmHWM")) << 10
+	t.Logf("collector peak resident set (VmHWM) after %d bombs among %d notifications: %d MiB (budget %d MiB, %d modules compiled)",
+		rounds*bombsPerRound, n, hwm>>20, budget>>20, compiled)
+	if hwm > budget {
+		t.Errorf("peak resident set %d MiB, over the documented budget of %d MiB", hwm>>20, budget>>20)
+	}
+	// The bombs are consumed and settled as dead letters beside the
+	// ordinary notifications' events: every hour balances.
+	tot, _ := e.c.checkLedger(t)
+	if tot.Consumed < n+rounds*bombsPerRound || tot.DeadTotal() < rounds*bombsPerRound || tot.Delivered < n {
+		t.Errorf("ledger totals %+v, want at least %d consumed, %d dead-lettered, %d delivered", tot, n+rounds*bombsPerRound, rounds*bombsPerRound, n)
+	}
+	if code, _ := e.c.p.stop(t, 40*time.Second); code != 0 {
+		t.Errorf("stop: exit %d", code)
+	}
+}
+
+// undeliverableFlood is n bodies no replay could deliver, of every kind:
+// not JSON, a compression header that lies, a decoder bomb, and a few over
+// the 1 MiB body limit.
+func undeliverableFlood(t *testing.T, n int) []hostileBody {
+	bombs := decoderBombs(t)
+	huge := bytes.Repeat([]byte("x"), pipeline.DefaultMaxBodyBytes+1024)
+	out := make([]hostileBody, 0, n)
+	for i := range n {
+		switch {
+		case i%200 == 199:
+			out = append(out, hostileBody{body: huge})
+		case i%3 == 0:
+			out = append(out, hostileBody{body: []byte(fmt.Sprintf("not json %d", i))})
+		case i%3 == 1:
+			out = append(out, hostileBody{body: []byte(fmt.Sprintf(`{"n":%d}`, i)), compression: pipeline.CodecGzip})
+		default:
+			out = append(out, bombs[i%len(bombs)])
+		}
+	}
+	return out
+}
+
+// Bodies no replay can deliver never pause the input: 2,000 of them
+// (undecodable, badly compressed, decoder bombs, oversized) flood in among
+// 200 ordinary notifications, with the dead-letter bound at 100. Every one
+// is acknowledged; at most the undeliverable budget is kept, the rest
+// counted as dropped; consumption is never paused (the pause counter, the
+// refusals and the requeues stay at zero) and every ordinary notification
+// reaches the Reporting API exactly once.
+func TestEndToEndUndeliverableFloodNeverPauses(t *testing.T) {
+	e := setupE2E(t, "TALLY_OSC_DEADLETTER_MAX_EVENTS=100", "TALLY_OSC_DEADLETTER_UNDELIVERABLE_MAX_EVENTS=500")
+	exchange := e.corpus.exchanges()[0]
+	const rounds, perRound, flood = 10, 20, 2000
+	bad := undeliverableFlood(t, flood)
+	for r := range rounds {
+		publishRaw(t, e.v, e.corpus, e.prefix, r*perRound, (r+1)*perRound)
+		publishBodies(t, e.v, exchange, bad[r*flood/rounds:(r+1)*flood/rounds])
+	}
+	const n = rounds * perRound
+	e.waitDelivered(t, n, 5*time.Minute)
+	e.checkExactSet(t, n)
+	// At least: a delivery the broker gives again (after a lost connection)
+	// is counted again.
+	testkit.WaitFor(t, 2*time.Minute, "every delivery acknowledged", func() bool {
+		return sum(e.c.metrics(t), "tally_collector_acked_total") >= n+flood
+	})
+	m := e.c.metrics(t)
+	unparseable := sum(m, "tally_collector_unparseable_total")
+	if unparseable < flood {
+		t.Errorf("unparseable_total = %v, want %d", unparseable, flood)
+	}
+	for _, c := range []struct {
+		name string
+		want float64
+	}{
+		{"tally_collector_consumer_pauses_total", 0},
+		{"tally_collector_consumer_paused", 0},
+		{"tally_collector_deadletter_refused_total", 0},
+		{"tally_collector_deadletter_full", 0},
+		{"tally_collector_nacked_total", 0},
+		{"tally_collector_deadletter_undeliverable", 500},
+		{"tally_collector_deadletters", 500},
+		{"tally_collector_deadletter_undeliverable_dropped_total", unparseable - 500},
+	} {
+		if got := sum(m, c.name); got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, got, c.want)
+		}
+	}
+	if out := e.c.p.out.String(); strings.Contains(out, "consumption paused") {
+		t.Errorf("the collector paused consumption:\n%s", tail(out, 3000))
+	}
+	if !strings.Contains(e.c.p.out.String(), "undeliverable body over its dead-letter budget") {
+		t.Error("the dropped bodies are not logged")
+	}
+	if code, _, err := e.c.get("/readyz"); err != nil || code != 200 {
+		t.Errorf("readyz after the flood: %d %v", code, err)
+	}
+	// Kept or dropped, every undeliverable body is settled in the ledger.
+	tot, _ := e.c.checkLedger(t)
+	if tot.Consumed < n+flood || tot.DeadTotal()+tot.SkippedTotal() < flood || tot.Delivered < n {
+		t.Errorf("ledger totals %+v, want at least %d consumed, %d dead-lettered or skipped, %d delivered", tot, n+flood, flood, n)
+	}
+	if code, _ := e.c.p.stop(t, 40*time.Second); code != 0 {
+		t.Errorf("stop: exit %d", code)
+	}
+}

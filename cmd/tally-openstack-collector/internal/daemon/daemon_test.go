@@ -1,0 +1,232 @@
+package daemon
+
+import (
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/tally-billing/tally-openstack-collector/cmd/tally-openstack-collector/internal/settings"
+	"github.com/tally-billing/tally-openstack-collector/examples/reporting-api/server"
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
+	"github.com/tally-billing/tally-openstack-collector/outbox"
+)
+
+func TestMain(m *testing.M) { os.Exit(testkit.Main(m)) }
+
+// inProcess is a daemon run by the test's own process: its settings, its log,
+// the channel that stops it, and Run's answer once it returned.
+type inProcess struct {
+	cfg     *settings.Config
+	log     *testkit.SyncBuffer
+	signals chan os.Signal
+	done    chan error
+}
+
+// daemonSettings are the settings of a daemon on the virtual host v that
+// delivers to reportingURL, with extra entries overriding them.
+func daemonSettings(t *testing.T, v *testkit.Vhost, reportingURL string, extra ...string) *settings.Config {
+	t.Helper()
+	env := append([]string{
+		"TALLY_OSC_TRANSPORT_URL=" + v.URL(),
+		"TALLY_OSC_QUEUE_TYPE=classic", // the machine's RabbitMQ is 3.x
+		"TALLY_OSC_EXCHANGES=nova",
+		"TALLY_OSC_BUFFER_PATH=" + filepath.Join(t.TempDir(), "outbox"),
+		"TALLY_OSC_REPORTING_URL=" + reportingURL,
+		"TALLY_OSC_REPORTING_TOKEN=in-process",
+		"TALLY_OSC_REPORTING_INSECURE=true",
+		"TALLY_OSC_HTTP_ADDR=" + testkit.FreeAddr(t),
+		"TALLY_OSC_MAPPER_CACHE_DIR=" + testkit.CacheDir(t),
+		"TALLY_OSC_MAPPER_CALL_TIMEOUT=10s",
+		"TALLY_OSC_STOP_TIMEOUT=30s",
+	}, extra...)
+	cfg, err := settings.Load(nil, env, settings.ModeDaemon)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No watchdog process: it would run this test binary again.
+	cfg.WatchdogTimeout = 0
+	return cfg
+}
+
+// runInProcess starts Run on cfg in a goroutine of the test.
+func runInProcess(t *testing.T, cfg *settings.Config) *inProcess {
+	t.Helper()
+	d := &inProcess{cfg: cfg, log: &testkit.SyncBuffer{}, signals: make(chan os.Signal, 2), done: make(chan error, 1)}
+	go func() {
+		d.done <- Run(cfg, zerolog.New(d.log), Options{
+			Build:   BuildInfo{Version: "test", Commit: "test"},
+			Signals: d.signals,
+			Exit:    func(code int) { t.Errorf("the daemon asked to end the process with status %d", code) },
+		})
+	}()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the daemon's log:\n%s", d.log)
+		}
+		close(d.signals) // stops a daemon still running, or ends its wait for a second signal
+	})
+	return d
+}
+
+// returned waits for Run's answer.
+func (d *inProcess) returned(t *testing.T, limit time.Duration) error {
+	t.Helper()
+	select {
+	case err := <-d.done:
+		return err
+	case <-time.After(limit):
+		t.Fatalf("Run did not return within %s:\n%s", limit, d.log)
+		return nil
+	}
+}
+
+// checkReleased: what Run started is released once it returned: the HTTP
+// listener is closed and the outbox can be opened again (Badger holds a lock
+// on its directory while it is open). It answers the outbox's depth.
+func checkReleased(t *testing.T, cfg *settings.Config) int64 {
+	t.Helper()
+	if c, err := net.DialTimeout("tcp", cfg.HTTPAddr, time.Second); err == nil {
+		c.Close()
+		t.Errorf("HTTP_ADDR %s still accepts connections after Run returned", cfg.HTTPAddr)
+	}
+	ob, err := outbox.Open(outbox.Options{Dir: cfg.BufferPath, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatalf("the outbox is still held after Run returned: %v", err)
+	}
+	defer ob.Close()
+	return ob.Depth()
+}
+
+// TestRunInProcessDeliversAndStopsCleanly: the daemon started by a test in
+// its own process consumes from RabbitMQ, maps with the built-in modules and
+// delivers to the reference Reporting API; the first signal stops it with
+// no error, everything flushed, the listener closed and the outbox released.
+func TestRunInProcessDeliversAndStopsCleanly(t *testing.T) {
+	v := testkit.NewVhost(t)
+	v.DeclareExchanges(t, false, "nova")
+	api, err := server.New(server.Options{Token: "in-process"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = api.Close() })
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+
+	cfg := daemonSettings(t, v, srv.URL)
+	d := runInProcess(t, cfg)
+	testkit.WaitFor(t, 60*time.Second, "/readyz to answer ok", func() bool {
+		select {
+		case err := <-d.done:
+			t.Fatalf("Run returned before it was ready: %v\n%s", err, d.log)
+		default:
+		}
+		resp, err := http.Get("http://" + cfg.HTTPAddr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+
+	// A nova notification of the fixtures in oslo's envelope, with the
+	// message_id its event_id is made from.
+	fixture, err := os.ReadFile(testkit.RepoPath(t, "mappers", "nova", "testdata", "compute.instance.create.end__almanach__1.in.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inner map[string]any
+	if err := json.Unmarshal(fixture, &inner); err != nil {
+		t.Fatal(err)
+	}
+	inner["message_id"] = "5c1a0a6e-0000-4000-8000-000000000001"
+	innerJSON, err := json.Marshal(inner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := json.Marshal(map[string]string{"oslo.version": "2.0", "oslo.message": string(innerJSON)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Publish(t, "nova", "notifications.info", body)
+	testkit.WaitFor(t, 60*time.Second, "the event at the Reporting API", func() bool {
+		st, err := api.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Rejected > 0 {
+			t.Fatalf("the Reporting API rejected the event: %+v", st)
+		}
+		return st.Accepted == 1
+	})
+
+	d.signals <- syscall.SIGTERM
+	if err := d.returned(t, 2*cfg.StopTimeout); err != nil {
+		t.Fatalf("Run after a signal: %v\n%s", err, d.log)
+	}
+	log := d.log.String()
+	for _, want := range []string{`"message":"inputs stopped; every delivery taken was committed and acknowledged"`, `"message":"flushed"`, `"message":"outbox closed"`, `"message":"stopped"`} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the log lacks %s:\n%s", want, log)
+		}
+	}
+	if depth := checkReleased(t, cfg); depth != 0 {
+		t.Errorf("%d events left in the outbox after a clean stop", depth)
+	}
+	if ready, ok := v.QueueState(t, cfg.Queue); !ok || ready != 0 {
+		t.Errorf("queue %s: %d ready (exists %v), want the delivery acknowledged", cfg.Queue, ready, ok)
+	}
+}
+
+// TestRunReleasesWhatStartedWhenAPartFails: a part that fails to start (the
+// local channel, whose socket's directory is a file, started after
+// the outbox, the mappers, the HTTP listener and the background work) ends
+// Run with an error naming it, through the same stop as a signal: the
+// listener is closed and the outbox released.
+func TestRunReleasesWhatStartedWhenAPartFails(t *testing.T) {
+	v := testkit.NewVhost(t)
+	notDir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := daemonSettings(t, v, "http://127.0.0.1:9", "TALLY_OSC_CHANNEL_SOCKET="+filepath.Join(notDir, "channel.sock"))
+	d := runInProcess(t, cfg)
+	err := d.returned(t, 2*cfg.StopTimeout)
+	if err == nil || !strings.HasPrefix(err.Error(), "channel: ") {
+		t.Fatalf("Run with a channel socket it cannot bind: %v, want a channel error\n%s", err, d.log)
+	}
+	if !strings.Contains(d.log.String(), `"message":"outbox closed"`) {
+		t.Errorf("the outbox was not closed:\n%s", d.log)
+	}
+	checkReleased(t, cfg)
+}
+
+// TestRunReleasesTheOutboxWhenHTTPCannotListen: the earliest failure after
+// the outbox opened, an HTTP_ADDR in use, releases the outbox too.
+func TestRunReleasesTheOutboxWhenHTTPCannotListen(t *testing.T) {
+	v := testkit.NewVhost(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cfg := daemonSettings(t, v, "http://127.0.0.1:9", "TALLY_OSC_HTTP_ADDR="+ln.Addr().String())
+	d := runInProcess(t, cfg)
+	err = d.returned(t, 2*cfg.StopTimeout)
+	if err == nil || !strings.Contains(err.Error(), "listen on "+cfg.HTTPAddr) {
+		t.Fatalf("Run with HTTP_ADDR in use: %v, want a listen error\n%s", err, d.log)
+	}
+	ob, err := outbox.Open(outbox.Options{Dir: cfg.BufferPath, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatalf("the outbox is still held after Run returned: %v", err)
+	}
+	_ = ob.Close()
+}

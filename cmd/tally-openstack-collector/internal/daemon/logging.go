@@ -1,0 +1,30 @@
+package daemon
+
+import (
+	"io"
+	"os"
+	"time"
+
+	"github.com/mattn/go-isatty"
+	"github.com/rs/zerolog"
+)
+
+// NewLogger returns the base logger: JSON lines, or the console format when
+// format is "console", or "auto" and w is a terminal. It carries no component:
+// every user adds its own with component(), so each line has exactly one.
+func NewLogger(w io.Writer, format string, level zerolog.Level) zerolog.Logger {
+	if format == "console" || (format == "auto" && isTerminal(w)) {
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
+	}
+	return zerolog.New(w).Level(level).With().Timestamp().Logger()
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
+}
+
+// component tags a logger for one package or part of the daemon.
+func component(base zerolog.Logger, name string) zerolog.Logger {
+	return base.With().Str("component", name).Logger()
+}

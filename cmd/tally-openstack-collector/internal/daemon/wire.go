@@ -1,0 +1,419 @@
+package daemon
+
+// This file builds the parts of the daemon from the configuration: the one
+// place where each package's options are filled from Config.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/tally-billing/tally-openstack-collector/cmd/tally-openstack-collector/internal/settings"
+	imetrics "github.com/tally-billing/tally-openstack-collector/internal/metrics"
+	"github.com/tally-billing/tally-openstack-collector/internal/tokenfile"
+	"github.com/tally-billing/tally-openstack-collector/mappers"
+	"github.com/tally-billing/tally-openstack-collector/outbox"
+	"github.com/tally-billing/tally-openstack-collector/runtime"
+	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
+	"github.com/tally-billing/tally-openstack-collector/runtime/input/broker"
+	"github.com/tally-billing/tally-openstack-collector/runtime/input/channel"
+	"github.com/tally-billing/tally-openstack-collector/runtime/input/plog"
+	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
+	"github.com/tally-billing/tally-openstack-collector/sender"
+)
+
+type outboxHandle = *outbox.Outbox
+
+var (
+	_ outboxPart         = (*outbox.Outbox)(nil)
+	_ catalog.StateStore = (*outbox.Outbox)(nil)
+	_ broker.RecordStore = (*outbox.Outbox)(nil)
+	_ senderPart         = (*sender.Sender)(nil)
+	_ inputPart          = (*broker.Consumer)(nil)
+	_ readyPart          = (*broker.Consumer)(nil)
+	_ inputPart          = (*plog.Server)(nil)
+	_ inputPart          = (*channel.Server)(nil)
+	_ broker.Tap         = busTap{}
+	_ closerPart         = (*Mappers)(nil)
+)
+
+// The broker consumer is the sender's Intake (newSender).
+var _ sender.Intake = (*broker.Consumer)(nil)
+
+// Mappers is the engine, the catalogue of modules (built-in, then the
+// drop-in directory, hot-reloaded), the pipeline routing over it, and the
+// modules named by plog listener chains.
+type Mappers struct {
+	Engine   *runtime.Engine
+	Catalog  *catalog.Catalog
+	Pipeline *pipeline.Pipeline
+	chains   map[string]pipeline.Mapper // plog chains' modules, by manifest name
+}
+
+// Close frees the catalogue (each module waits for its in-flight calls), then
+// the engine.
+func (m *Mappers) Close(ctx context.Context) error {
+	var errs []error
+	if m.Catalog != nil {
+		errs = append(errs, m.Catalog.Close(ctx))
+	}
+	errs = append(errs, m.Engine.Close(ctx))
+	return errors.Join(errs...)
+}
+
+// Run follows the drop-in directory until ctx is done.
+func (m *Mappers) Run(ctx context.Context) error { return m.Catalog.Run(ctx) }
+
+func openOutbox(cfg *settings.Config, log zerolog.Logger, reg prometheus.Registerer) (outboxHandle, error) {
+	return outbox.Open(outbox.Options{
+		Dir:                cfg.BufferPath,
+		MaxEvents:          cfg.BufferMaxEvents,
+		MaxDeadLetters:     cfg.DeadLetterMaxEvents,
+		MaxDeadLetterBytes: cfg.DeadLetterMaxBytes,
+		LedgerRetention:    time.Duration(cfg.LedgerRetentionDays) * 24 * time.Hour,
+		Logger:             log,
+		Registerer:         reg,
+
+		MaxUndeliverable:      cfg.DeadLetterUndeliverableMaxEvents,
+		MaxUndeliverableBytes: cfg.DeadLetterUndeliverableMaxBytes,
+	})
+}
+
+// builtinModuleOptions are the options of the built-in modules. By default
+// (MAPPER_BUILTIN_GUARD=watched) their code runs without termination checks,
+// watched (runtime.GuardWatched), for first AMQP deliveries: it is the
+// project's own, tested with its fixtures like the host code, and termination
+// checks would cost their Go guests two to four times the mapping
+// (docs/performance.md). Every other message runs guarded
+// (pipeline.Message.FirstDelivery). A watched call that overruns its deadline
+// ends the daemon (runawayExit), and the watchdog process ends it should it
+// freeze first (watchdog.go); docs/abi.md, "When a built-in module runs
+// away". MAPPER_BUILTIN_GUARD=always runs them guarded like drop-in modules,
+// which always are.
+func builtinModuleOptions(cfg *settings.Config) []runtime.ModuleOption {
+	g := cfg.MapperBuiltinGuard
+	if g != runtime.GuardAlways {
+		g = runtime.GuardWatched
+	}
+	return []runtime.ModuleOption{runtime.WithGuard(g)}
+}
+
+// loadMappers starts the engine and the catalogue: the built-in modules
+// shipped in the binary, then the drop-in directory, where a module wins over
+// a built-in one for the event types it claims. state keeps the catalogue's
+// decisions across restarts (the daemon's outbox); nil for the offline
+// commands, which take the directory as it stands. link, when not nil,
+// shares the operator's promote and abort decisions with the other replicas
+// and hands theirs to the catalogue.
+//
+// onOverrun is called when a watched built-in call overruns its deadline,
+// before it is answered (runtime.Config.OnWatchedOverrun): the daemon exits
+// there (runawayExit); nil for the offline commands, which run every module
+// guarded.
+func loadMappers(ctx context.Context, cfg *settings.Config, base zerolog.Logger, reg prometheus.Registerer, state catalog.StateStore, link *controlLink, onOverrun func(module string)) (*Mappers, error) {
+	eng, err := runtime.NewEngine(ctx, runtime.Config{
+		CacheDir:         cfg.MapperCacheDir,
+		MemoryLimit:      cfg.MapperMemoryLimit,
+		CallTimeout:      cfg.MapperCallTimeout,
+		PoolSize:         cfg.MapperPoolSize,
+		Logger:           component(base, "runtime"),
+		OnWatchedOverrun: onOverrun,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start the mapper engine: %w", err)
+	}
+	ms := &Mappers{Engine: eng, chains: map[string]pipeline.Mapper{}}
+	runaways := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "tally_collector_mapper_runaway_calls",
+		Help: "Mapper calls abandoned at their deadline whose guest still runs; 0 in the daemon, which exits instead of abandoning a call.",
+	}, func() float64 { return float64(eng.Runaways()) })
+	abandoned := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "tally_collector_mapper_abandoned_calls_total",
+		Help: "Mapper calls of built-in modules answered with a timeout at their deadline while their guest still ran; 0 in the daemon, which exits instead of abandoning a call.",
+	}, func() float64 { return float64(eng.Abandoned()) })
+	if err := imetrics.Register(reg, runaways, abandoned); err != nil { // nil reg: nowhere
+		_ = ms.Close(ctx)
+		return nil, err
+	}
+	builtin, err := mappers.Builtin()
+	if err != nil {
+		_ = ms.Close(ctx)
+		return nil, err
+	}
+	var onDecision func(context.Context, catalog.Decision) error
+	replica := ""
+	if link != nil {
+		onDecision, replica = link.publish, cfg.ReplicaName
+	}
+	cat, err := catalog.New(ctx, catalog.Options{
+		Engine:         eng,
+		Builtin:        builtin,
+		Dir:            cfg.MappersDir,
+		Promote:        cfg.MappersPromote,
+		State:          state,
+		Replica:        replica,
+		OnDecision:     onDecision,
+		BuiltinOptions: builtinModuleOptions(cfg),
+		Logger:         component(base, "catalog"),
+		Registerer:     reg,
+	})
+	if err != nil {
+		_ = ms.Close(ctx)
+		return nil, err
+	}
+	ms.Catalog = cat
+	if link != nil {
+		link.cat.Store(cat)
+	}
+	ms.Pipeline, err = pipeline.New(pipeline.Options{
+		Router:     cat,
+		Logger:     component(base, "pipeline"),
+		Registerer: reg,
+	})
+	if err != nil {
+		_ = ms.Close(ctx)
+		return nil, err
+	}
+	// A plog listener's chain names modules; each name stands for whichever
+	// version the catalogue has active at the moment of a call, so chains
+	// follow hot reloads and promotions.
+	for _, l := range cfg.Plog {
+		for _, name := range l.Mappers {
+			if _, ok := ms.chains[name]; ok {
+				continue
+			}
+			mod, ok := cat.Named(name)
+			if !ok {
+				_ = ms.Close(ctx)
+				return nil, fmt.Errorf("plog listener %s: no mapper module named %q (built-in or in the drop-in directory)", l.Address, name)
+			}
+			ms.chains[name] = mod
+		}
+	}
+	return ms, nil
+}
+
+// newSender builds the sender. When in reports backlogs (the broker
+// consumer) it becomes the sender's Intake: the sender holds back while the
+// consumer drains a backlog.
+func newSender(cfg *settings.Config, log zerolog.Logger, reg prometheus.Registerer, ob outboxHandle, in inputPart) (senderPart, error) {
+	opts := sender.Options{
+		URL:            cfg.ReportingURL,
+		Token:          cfg.ReportingToken,
+		TokenFile:      cfg.ReportingTokenFile,
+		Insecure:       cfg.ReportingInsecure,
+		TLS:            cfg.ReportingTLS,
+		BatchMax:       cfg.BatchMax,
+		RequestTimeout: cfg.ReportingTimeout,
+		Logger:         log,
+		Registerer:     reg,
+	}
+	if intake, ok := in.(sender.Intake); ok {
+		opts.Intake = intake
+	}
+	return sender.New(ob, opts)
+}
+
+func brokerOptions(cfg *settings.Config, log zerolog.Logger, reg prometheus.Registerer) broker.Options {
+	return broker.Options{
+		TransportURL:     cfg.TransportURL,
+		TLS:              cfg.TransportTLS,
+		Exchanges:        cfg.Exchanges,
+		Topics:           cfg.Topics,
+		Queue:            cfg.Queue,
+		QueueType:        cfg.QueueType,
+		RequireExchanges: cfg.RequireExchanges,
+		Prefetch:         cfg.Prefetch,
+		Logger:           log,
+		Registerer:       reg,
+	}
+}
+
+// controlLink is the broker's control link joined to the catalogue: the
+// catalogue's decisions go out through publish, and what the link receives
+// is applied by apply. The catalogue is made after the link (its options
+// name publish), so apply finds it through cat; the link runs only once it
+// is set.
+type controlLink struct {
+	*broker.Control
+	cat atomic.Pointer[catalog.Catalog]
+}
+
+// The decision is the same document on both sides; the conversions below
+// stop compiling if one of the two types changes without the other.
+var _ = catalog.Decision(broker.Decision{})
+
+func (l *controlLink) publish(ctx context.Context, d catalog.Decision) error {
+	return l.Publish(ctx, broker.Decision(d))
+}
+
+func (l *controlLink) apply(ctx context.Context, d broker.Decision) error {
+	cat := l.cat.Load()
+	if cat == nil {
+		return errors.New("the mapper catalogue is not loaded")
+	}
+	_, err := cat.ApplyDecision(ctx, catalog.Decision(d))
+	return err
+}
+
+// newControl builds the control link of this replica (CONTROL_EXCHANGE,
+// REPLICA_NAME); nil when CONTROL_EXCHANGE is empty. Decisions the broker
+// has not confirmed are kept in the outbox.
+func newControl(cfg *settings.Config, base zerolog.Logger, reg prometheus.Registerer, ob outboxHandle) (*controlLink, error) {
+	if cfg.ControlExchange == "" {
+		return nil, nil
+	}
+	l := &controlLink{}
+	ctl, err := broker.NewControl(broker.ControlOptions{
+		TransportURL: cfg.TransportURL,
+		TLS:          cfg.TransportTLS,
+		Exchange:     cfg.ControlExchange,
+		Replica:      cfg.ReplicaName,
+		QueueType:    cfg.QueueType,
+		Apply:        l.apply,
+		Store:        ob,
+		Logger:       base,
+		Registerer:   reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	l.Control = ctl
+	return l, nil
+}
+
+// newConsumer builds the AMQP consumer. The broker package tags its logger
+// with its component itself, so it gets the base logger. With the local
+// channel on, what the consumer commits is offered to the channel's tap.
+func newConsumer(cfg *settings.Config, base zerolog.Logger, reg prometheus.Registerer, ob outboxHandle, ms *Mappers, ch *channel.Server) (inputPart, error) {
+	opts := brokerOptions(cfg, base, reg)
+	if ch != nil {
+		opts.Tap = busTap{hub: ch.Tap(), uid: uint32(os.Getuid()), gid: uint32(os.Getgid())}
+	}
+	return broker.New(ms.Pipeline, ob, opts)
+}
+
+// newChannel builds the local message channel when CHANNEL_SOCKET is set
+// (nil otherwise). Raw notifications on its tap are rendered by the dump's
+// redaction, so the tap shows them as --dump does.
+func newChannel(cfg *settings.Config, log zerolog.Logger, reg prometheus.Registerer, ob outboxHandle, ms *Mappers) (*channel.Server, error) {
+	if cfg.ChannelSocket == "" {
+		return nil, nil
+	}
+	return channel.New(channel.Options{
+		Socket:               cfg.ChannelSocket,
+		SocketMode:           cfg.ChannelSocketMode,
+		IdleTimeout:          cfg.ChannelIdleTimeout,
+		MaxConnectionsPerUID: cfg.ChannelMaxConnsPerUID,
+		Processor:            ms.Pipeline,
+		Outbox:               ob,
+		Hub: channel.HubOptions{
+			SubscriberQueueBytes: cfg.ChannelQueueLimitBytes,
+			Redact:               broker.DumpLine,
+		},
+		Logger:     log,
+		Registerer: reg,
+	})
+}
+
+// busTap hands the tap what the AMQP consumer committed: the events carry
+// the daemon's own credentials with channel.BusPerm.
+type busTap struct {
+	hub      *channel.Hub
+	uid, gid uint32
+}
+
+func (t busTap) Active() bool { return t.hub.Active() }
+
+func (t busTap) Committed(items []broker.Committed) {
+	recs := make([]channel.Record, len(items))
+	for i, it := range items {
+		recs[i] = channel.Record{
+			Origin: channel.OriginAMQP, Exchange: it.Exchange, RoutingKey: it.RoutingKey,
+			EventType: it.EventType, Raw: it.Body, Events: it.Events,
+			UID: t.uid, GID: t.gid, Perm: channel.BusPerm,
+		}
+	}
+	t.hub.Offer(recs)
+}
+
+// newPlogInputs builds the plog listeners of PLOG_LISTENERS (none when it is
+// empty); version is what they answer a client that asks.
+func newPlogInputs(cfg *settings.Config, log zerolog.Logger, reg prometheus.Registerer, ob outboxHandle, ms *Mappers, version string) ([]inputPart, error) {
+	if len(cfg.Plog) == 0 {
+		return nil, nil
+	}
+	var listeners []plog.Listener
+	for _, l := range cfg.Plog {
+		u, err := url.Parse(l.Address)
+		if err != nil {
+			return nil, fmt.Errorf("listener %s: %w", l.Address, err)
+		}
+		pl := plog.Listener{Network: u.Scheme, Address: u.Host, Settings: l.Settings}
+		for _, name := range l.Mappers {
+			pl.Mappers = append(pl.Mappers, ms.chains[name])
+		}
+		listeners = append(listeners, pl)
+	}
+	srv, err := plog.New(plog.Options{
+		Listeners: listeners,
+		Defaults:  cfg.PlogDefaults,
+		Processor: ms.Pipeline,
+		Outbox:    ob,
+		// A permitted KILL command stops the daemon the way SIGTERM does.
+		Stop:       func() { _ = syscall.Kill(os.Getpid(), syscall.SIGTERM) },
+		Version:    version,
+		Logger:     log,
+		Registerer: reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return []inputPart{srv}, nil
+}
+
+func Dump(ctx context.Context, cfg *settings.Config, base zerolog.Logger, w io.Writer) error {
+	return broker.Dump(ctx, brokerOptions(cfg, base, nil), w)
+}
+
+// OfflineMappers loads the mappers for map and mapper test: no metrics, and
+// every module guarded, built-in ones included: a file mapped offline may be
+// the notification that made the daemon's mapper loop.
+func OfflineMappers(ctx context.Context, cfg *settings.Config, base zerolog.Logger) (*Mappers, error) {
+	off := *cfg
+	off.MapperBuiltinGuard = runtime.GuardAlways
+	return loadMappers(ctx, &off, base, nil, nil, nil, nil)
+}
+
+// controlHandler serves the catalogue's routes (/mappers, /deadletters) on the
+// daemon's HTTP server, behind the daemon's controlAuth (newMux).
+func (m *Mappers) controlHandler(ob outboxHandle, log zerolog.Logger) http.Handler {
+	return catalog.NewHandler(m.Catalog, catalog.HandlerOptions{
+		Outbox:   ob,
+		Pipeline: m.Pipeline,
+		Logger:   log,
+	})
+}
+
+// controlToken is the token of CONTROL_TOKEN or CONTROL_TOKEN_FILE; nil when
+// neither is set.
+func controlToken(cfg *settings.Config, log zerolog.Logger) (*tokenfile.Source, error) {
+	switch {
+	case cfg.ControlTokenFile != "":
+		return tokenfile.Open(cfg.ControlTokenFile, log)
+	case strings.TrimSpace(cfg.ControlToken) != "":
+		return tokenfile.Static(strings.TrimSpace(cfg.ControlToken)), nil
+	}
+	return nil, nil
+}

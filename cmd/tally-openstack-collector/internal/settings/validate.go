@@ -1,0 +1,154 @@
+package settings
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/tlsfiles"
+	"github.com/tally-billing/tally-openstack-collector/internal/tokenfile"
+	"github.com/tally-billing/tally-openstack-collector/runtime/input/broker"
+	"github.com/tally-billing/tally-openstack-collector/sender"
+)
+
+// validate checks the rules between settings for mode m; each value alone was
+// checked by its row of the settings table.
+func (c *Config) validate(m Mode) []string {
+	var p []string
+	add := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
+	if m == ModeDaemon || m == ModeDump {
+		// The URL alone was checked by its row; here its TLS files.
+		if checkTransportURL(c.TransportURL) == nil {
+			if err := broker.CheckTLS(c.TransportURL, c.TransportTLS); err != nil {
+				add("%sTRANSPORT_CA_FILE, _CERT_FILE, _KEY_FILE, _SERVER_NAME: %v", EnvPrefix, tlsProblem(err))
+			}
+		}
+	}
+	if m != ModeDaemon {
+		return p
+	}
+	switch {
+	case c.ReportingURL == "":
+		add("%sREPORTING_URL: required (the base URL of the Reporting API)", EnvPrefix)
+	default:
+		if err := checkReportingURL(c.ReportingURL, c.ReportingInsecure); err != nil {
+			add("%sREPORTING_URL: %v", EnvPrefix, err)
+		} else if err := sender.CheckTLS(c.ReportingURL, c.ReportingTLS); err != nil {
+			add("%sREPORTING_CA_FILE, _CERT_FILE, _KEY_FILE: %v", EnvPrefix, tlsProblem(err))
+		}
+	}
+	switch {
+	case c.ReportingToken != "" && c.ReportingTokenFile != "":
+		add("%sREPORTING_TOKEN and %sREPORTING_TOKEN_FILE are both set: set one", EnvPrefix, EnvPrefix)
+	case c.ReportingToken == "" && c.ReportingTokenFile == "":
+		add("%sREPORTING_TOKEN or %sREPORTING_TOKEN_FILE: one is required", EnvPrefix, EnvPrefix)
+	case c.ReportingTokenFile != "":
+		if _, _, err := tokenfile.Read(c.ReportingTokenFile); err != nil {
+			add("%sREPORTING_TOKEN_FILE: %v", EnvPrefix, pathErr(err))
+		}
+	}
+	switch {
+	case c.ControlToken != "" && c.ControlTokenFile != "":
+		add("%sCONTROL_TOKEN and %sCONTROL_TOKEN_FILE (control_token_file) are both set: set one", EnvPrefix, EnvPrefix)
+	case c.ControlTokenFile != "":
+		if _, _, err := tokenfile.Read(c.ControlTokenFile); err != nil {
+			add("%sCONTROL_TOKEN_FILE: %v", EnvPrefix, pathErr(err))
+		}
+	}
+	if c.DebugPprof && !IsLoopbackAddr(c.DebugPprofAddr) {
+		add("%sDEBUG_PPROF_ADDR (%s) must be a loopback address: the profiler shows the command line, the heap and the goroutines", EnvPrefix, c.DebugPprofAddr)
+	}
+	if c.FlushTimeout > 0 && c.StopTimeout > 0 && c.FlushTimeout >= c.StopTimeout {
+		add("%sFLUSH_TIMEOUT (%s) must be shorter than %sSTOP_TIMEOUT (%s)", EnvPrefix, c.FlushTimeout, EnvPrefix, c.StopTimeout)
+	}
+	return p
+}
+
+// tlsProblem is a TLS check's error without the sentinel's words, which the
+// settings' names already give.
+func tlsProblem(err error) error {
+	msg := err.Error()
+	for _, prefix := range []string{broker.ErrTransportURL.Error() + ": ", tlsfiles.ErrFiles.Error() + ": ", sender.ErrInvalidURL.Error() + ": "} {
+		msg = strings.TrimPrefix(msg, prefix)
+	}
+	return errors.New(msg)
+}
+
+// pathErr is the cause of a failed file operation without the operation and
+// the path, which the setting's name already gives.
+func pathErr(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+func checkReportingURL(raw string, insecure bool) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return errors.New("not a URL")
+	}
+	if !u.IsAbs() || u.Host == "" || u.Hostname() == "" {
+		return errors.New("must be absolute with a host, like https://tally.example.com")
+	}
+	switch u.Scheme {
+	case "https":
+	case "http":
+		if !insecure {
+			return fmt.Errorf("must be https (the token travels with every request); set %sREPORTING_INSECURE=true to allow http on a trusted link", EnvPrefix)
+		}
+	default:
+		return fmt.Errorf("scheme %q is not https", u.Scheme)
+	}
+	if u.User != nil {
+		return errors.New("must not carry credentials: use REPORTING_TOKEN")
+	}
+	return nil
+}
+
+func checkListenAddr(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return errors.New("not a URL")
+	}
+	if u.Scheme != "udp" && u.Scheme != "tcp" {
+		return errors.New("scheme must be udp or tcp")
+	}
+	_, port, err := net.SplitHostPort(u.Host)
+	if err != nil {
+		return errors.New("want udp://host:port or tcp://host:port")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return errors.New("port is not a number between 0 and 65535")
+	}
+	if u.Path != "" && u.Path != "/" {
+		return errors.New("no path allowed")
+	}
+	return nil
+}
+
+// IsLoopbackAddr reports whether a listen address (host:port) is on a
+// loopback interface only: the control routes are open there without a token,
+// and the profiler listens nowhere else.
+//
+//	IsLoopbackAddr("127.0.0.1:9469") // true
+//	IsLoopbackAddr("[::1]:9469")     // true
+//	IsLoopbackAddr("localhost:9469") // true
+//	IsLoopbackAddr("0.0.0.0:9469")   // false
+//	IsLoopbackAddr(":9469")          // false
+func IsLoopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,63 @@
+package main
+
+// The evidence commands without a daemon: ledger --merge adds up stopped
+// replicas' outboxes, and reconcile says when the API cannot compare.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/tally-billing/tally-openstack-collector/outbox"
+	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
+)
+
+// An API without the count route: reconcile says it cannot compare and
+// exits 2; ledger --merge adds up the outboxes of stopped replicas.
+func TestReconcileWithoutCountRouteAndLedgerMerge(t *testing.T) {
+	ctx := context.Background()
+	taken := time.Now()
+	var dirs []string
+	for i := range 2 {
+		dir := filepath.Join(t.TempDir(), "outbox")
+		ob, err := outbox.Open(outbox.Options{Dir: dir, Logger: zerolog.Nop(), MinFreeBytes: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := &ledger.Delta{}
+		r := d.Row(ledger.Key{Hour: ledger.HourOf(taken), Source: "nova", Type: "compute.instance.exists"})
+		r.Consumed, r.Skipped = int64(i+1), map[string]int64{"unclaimed": int64(i + 1)}
+		if err := ob.AppendCounted(ctx, nil, taken, d); err != nil {
+			t.Fatal(err)
+		}
+		if err := ob.Close(); err != nil {
+			t.Fatal(err)
+		}
+		dirs = append(dirs, dir)
+	}
+	var stdout, stderr bytes.Buffer
+	code := run(append([]string{"ledger", "--json", "--merge"}, dirs...), nil, nil, &stdout, &stderr)
+	var rep ledger.Report
+	if code != 0 || json.Unmarshal(stdout.Bytes(), &rep) != nil || len(rep.Intake) != 1 || rep.Intake[0].Consumed != 3 || rep.Intake[0].Skipped["unclaimed"] != 3 {
+		t.Fatalf("ledger --merge: exit %d, %s %s", code, stdout.String(), stderr.String())
+	}
+
+	// A Reporting API that answers 404 to everything but the events.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) }))
+	defer srv.Close()
+	stdout.Reset()
+	stderr.Reset()
+	env := []string{"TALLY_OSC_REPORTING_URL=" + srv.URL, "TALLY_OSC_REPORTING_TOKEN=t", "TALLY_OSC_REPORTING_INSECURE=true"}
+	code = run(append([]string{"reconcile", "--from", "2h", "--to", "0s", "--merge"}, dirs...), env, nil, &stdout, &stderr)
+	if code != 2 || !strings.Contains(stderr.String(), "cannot compare") || !strings.Contains(stderr.String(), "404") {
+		t.Fatalf("reconcile against an API without the count route: exit %d\n%s%s", code, stdout.String(), stderr.String())
+	}
+}
