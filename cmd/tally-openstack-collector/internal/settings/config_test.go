@@ -510,6 +510,28 @@ func TestMapperBuiltinGuard(t *testing.T) {
 	}
 }
 
+// TestWatchdogTimeout: 0 turns the watchdog off, as documented; a timeout
+// under a second, or a negative one, is refused.
+func TestWatchdogTimeout(t *testing.T) {
+	env := func(v string) []string {
+		return append(daemonEnv[:len(daemonEnv):len(daemonEnv)], "TALLY_OSC_WATCHDOG_TIMEOUT="+v)
+	}
+	for raw, want := range map[string]time.Duration{"0": 0, "0s": 0, "2s": 2 * time.Second} {
+		c, err := Load(parse(t, nil), env(raw), ModeDaemon)
+		if err != nil {
+			t.Fatalf("WATCHDOG_TIMEOUT=%s: %v", raw, err)
+		}
+		if c.WatchdogTimeout != want {
+			t.Errorf("WATCHDOG_TIMEOUT=%s: %v, want %v", raw, c.WatchdogTimeout, want)
+		}
+	}
+	for _, raw := range []string{"500ms", "-1s", "soon"} {
+		if _, err := Load(parse(t, nil), env(raw), ModeDaemon); err == nil || !strings.Contains(err.Error(), "TALLY_OSC_WATCHDOG_TIMEOUT") {
+			t.Errorf("WATCHDOG_TIMEOUT=%s: %v, want an error naming it", raw, err)
+		}
+	}
+}
+
 // TestDocumentedVariablesExist: the other direction of TestSettingsDocumented.
 // Every TALLY_OSC_ variable that a page of the docs, the README or an example
 // names is a setting of the table, or one that the project's own code or

@@ -73,6 +73,9 @@ type setting struct {
 	field func(*Config) any
 	// min and max bound a whole number when either is set.
 	min, max int64
+	// zeroOff admits a duration of 0, which turns the feature off; any
+	// other duration must be positive.
+	zeroOff bool
 	// oneOf lists the accepted words of a string (compared in lower case).
 	oneOf []string
 	// parse replaces the decoding by field, for text that needs a conversion
@@ -210,7 +213,7 @@ var table = []setting{
 			c.UnhealthyThreshold = time.Duration(n) * time.Second
 			return err
 		}},
-	{key: "watchdog_timeout", def: "5s", modes: daemonOnly,
+	{key: "watchdog_timeout", def: "5s", modes: daemonOnly, zeroOff: true,
 		usage: "time without a heartbeat from the daemon's Go runtime after which its watchdog process kills it with SIGKILL, for its supervisor to restart it; 0: no watchdog process",
 		field: func(c *Config) any { return &c.WatchdogTimeout },
 		check: func(c *Config) error {
@@ -420,7 +423,7 @@ func (s setting) decode(c *Config, raw string) error {
 		if err != nil {
 			return fmt.Errorf("%q is not a duration (like 250ms, 30s, 2m)", show)
 		}
-		if d <= 0 {
+		if d < 0 || d == 0 && !s.zeroOff {
 			return fmt.Errorf("must be positive, got %s", show)
 		}
 		*p = d
