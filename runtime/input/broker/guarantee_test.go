@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
+	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
@@ -60,6 +61,39 @@ func childMain() int {
 	return 3
 }
 
+// killed is what a test finds after a collector child died by SIGKILL.
+type killed struct {
+	queued            map[string]bool // ids back in the queue
+	ob                *outbox.Outbox  // the child's outbox, opened
+	inOutbox          map[string]int  // id -> copies in the outbox
+	acked             int             // ids the broker no longer holds
+	committedNotAcked int             // ids both in the outbox and back in the queue
+}
+
+// afterKill waits until the dead child's deliveries are back in the queue,
+// opens its outbox in dir and sorts ids; an id acknowledged (no longer
+// queued) and not in the outbox fails the test: an ack preceded its commit.
+func afterKill(t *testing.T, v *vhost, dir string, ids []string) killed {
+	t.Helper()
+	testkit.WaitFor(t, 30*time.Second, "the dead collector's deliveries back in the queue", func() bool {
+		counts, ok := v.QueueCounts(t, DefaultQueue)
+		return ok && counts.Unacked == 0 && counts.Consumers == 0
+	})
+	k := killed{queued: v.queuedIDs(t, DefaultQueue), ob: openOutbox(t, dir, 1000)}
+	k.inOutbox = outboxIDs(t, k.ob)
+	for _, id := range ids {
+		switch {
+		case !k.queued[id] && k.inOutbox[id] == 0:
+			t.Errorf("%s acknowledged but not in the outbox", id)
+		case !k.queued[id]:
+			k.acked++
+		case k.inOutbox[id] > 0:
+			k.committedNotAcked++
+		}
+	}
+	return k
+}
+
 // The collector dies between a commit and its ack while it drains a backlog
 // through the pipeline: every delivery the broker no longer holds was
 // committed before the kill (an ack never preceded its commit), the batch
@@ -92,24 +126,8 @@ func TestKillBetweenCommitAndAck(t *testing.T) {
 	if err == nil || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		t.Fatalf("child did not die by SIGKILL: %v\n%s", err, stderr.String())
 	}
-	testkit.WaitFor(t, 30*time.Second, "the dead collector's deliveries back in the queue", func() bool {
-		counts, ok := v.QueueCounts(t, DefaultQueue)
-		return ok && counts.Unacked == 0 && counts.Consumers == 0
-	})
-	queued := v.queuedIDs(t, DefaultQueue)
-	ob := openOutbox(t, dir, 1000)
-	got := outboxIDs(t, ob)
-	var acked, committedNotAcked int
-	for _, id := range ids {
-		switch {
-		case !queued[id] && got[id] == 0:
-			t.Errorf("%s acknowledged but not in the outbox", id)
-		case !queued[id]:
-			acked++
-		case got[id] > 0:
-			committedNotAcked++
-		}
-	}
+	k := afterKill(t, v, dir, ids)
+	queued, ob, acked, committedNotAcked := k.queued, k.ob, k.acked, k.committedNotAcked
 	if acked == 0 || committedNotAcked == 0 || acked+len(queued) != n {
 		t.Fatalf("after the kill: %d acknowledged, %d committed and not acknowledged, %d queued of %d",
 			acked, committedNotAcked, len(queued), n)
@@ -127,7 +145,7 @@ func TestKillBetweenCommitAndAck(t *testing.T) {
 	after := outboxIDs(t, ob)
 	for _, id := range ids {
 		want := 1
-		if queued[id] && got[id] > 0 {
+		if queued[id] && k.inOutbox[id] > 0 {
 			want = 2 // committed, killed before the ack, redelivered
 		}
 		if after[id] != want {

@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-
-	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
 // childKillAtEnv names the point at which pipelineKillChild kills itself.
@@ -175,25 +173,11 @@ func TestKillBetweenPipelinedStages(t *testing.T) {
 					t.Log(l)
 				}
 			}
-			testkit.WaitFor(t, 30*time.Second, "the dead collector's deliveries back in the queue", func() bool {
-				counts, ok := v.QueueCounts(t, DefaultQueue)
-				return ok && counts.Unacked == 0 && counts.Consumers == 0
-			})
-			queued := v.queuedIDs(t, DefaultQueue)
-			ob := openOutbox(t, dir, 1000)
-			got := outboxIDs(t, ob)
-			var acked, committedNotAcked int
+			k := afterKill(t, v, dir, ids)
+			queued, acked, committedNotAcked := k.queued, k.acked, k.committedNotAcked
 			for _, id := range ids {
-				switch {
-				case !queued[id] && got[id] == 0:
-					t.Errorf("%s acknowledged but not in the outbox", id)
-				case !queued[id]:
-					acked++
-				case got[id] > 0:
-					committedNotAcked++
-				}
-				if got[id] > 1 {
-					t.Errorf("%s in the outbox %d times", id, got[id])
+				if k.inOutbox[id] > 1 {
+					t.Errorf("%s in the outbox %d times", id, k.inOutbox[id])
 				}
 			}
 			if acked == 0 || acked+len(queued) != n {
