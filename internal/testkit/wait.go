@@ -13,10 +13,26 @@ import (
 // it room for a busy machine.
 func WaitFor(tb testing.TB, d time.Duration, what string, cond func() bool) {
 	tb.Helper()
+	WaitUntil(tb, d, what, func() (bool, string) { return cond(), "" })
+}
+
+// WaitUntil is WaitFor for a condition worth describing when it fails: look
+// reports whether the condition holds and, when it does not, the state it
+// saw ("4,980 of 5,000 events at the API"), which the failure quotes from
+// the last look.
+func WaitUntil(tb testing.TB, d time.Duration, what string, look func() (done bool, state string)) {
+	tb.Helper()
 	deadline := time.Now().Add(d)
 	pause := 10 * time.Millisecond
-	for !cond() {
+	for {
+		done, state := look()
+		if done {
+			return
+		}
 		if time.Now().After(deadline) {
+			if state != "" {
+				tb.Fatalf("timed out after %s waiting for %s; at the last look: %s", d, what, state)
+			}
 			tb.Fatalf("timed out after %s waiting for %s", d, what)
 		}
 		time.Sleep(pause)

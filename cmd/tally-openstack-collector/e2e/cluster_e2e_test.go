@@ -274,20 +274,16 @@ func (e *clusterE2E) startNode(t *testing.T, n int) {
 // look.
 func deliverAll(t *testing.T, a *api, cs []*collector, n int, limit time.Duration, each func()) (apiStats, int) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
+	var st apiStats
 	replayed := 0
 	lastReplay := time.Now()
-	for {
+	testkit.WaitUntil(t, limit, fmt.Sprintf("the Reporting API to hold %d events", n), func() (bool, string) {
 		if each != nil {
 			each()
 		}
-		st := a.stats(t)
+		st = a.stats(t)
 		if st.Accepted >= int64(n) {
-			return st, replayed
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s the Reporting API holds %d of %d events (%d duplicates; %d dead letters replayed)",
-				limit, st.Accepted, n, st.Duplicates, replayed)
+			return true, ""
 		}
 		if time.Since(lastReplay) > 2*time.Second {
 			lastReplay = time.Now()
@@ -301,8 +297,10 @@ func deliverAll(t *testing.T, a *api, cs []*collector, n int, limit time.Duratio
 				replayed += replayDeadLetters(t, c, i+1)
 			}
 		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return false, fmt.Sprintf("the Reporting API holds %d of %d events (%d duplicates; %d dead letters replayed)",
+			st.Accepted, n, st.Duplicates, replayed)
+	})
+	return st, replayed
 }
 
 // replayDeadLetters logs the dead letters of a collector and replays them.

@@ -55,20 +55,12 @@ func (e *e2e) waitDelivered(t testing.TB, n int, limit time.Duration) {
 // waitAccepted waits until the API a holds n distinct events.
 func waitAccepted(t testing.TB, a *api, n int, limit time.Duration) {
 	t.Helper()
-	var last apiStats
-	deadline := time.Now().Add(limit)
-	for {
-		last = a.stats(t)
-		if last.Accepted >= int64(n) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s the Reporting API holds %d of %d events (%d duplicates); a restart of the shared broker "+
-				"during the test loses what is published before the exchanges are bound again (see brokerLockPath)",
-				limit, last.Accepted, n, last.Duplicates)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	testkit.WaitUntil(t, limit, fmt.Sprintf("the Reporting API to hold %d events", n), func() (bool, string) {
+		st := a.stats(t)
+		return st.Accepted >= int64(n), fmt.Sprintf("the Reporting API holds %d of %d events (%d duplicates); a restart of the shared broker "+
+			"during the test loses what is published before the exchanges are bound again (see brokerLockPath)",
+			st.Accepted, n, st.Duplicates)
+	})
 }
 
 // checkExactSet: the API holds exactly one event per published notification,

@@ -3,7 +3,7 @@ package e2e
 // The evidence commands against the real daemon and API: the ledger
 // balances, and reconcile finds a silent loss at the API. (ledger --merge
 // over stopped replicas' outboxes, and reconcile against an API without the
-// count route, need no daemon: ledgercmd_test.go beside the command.)
+// count route, need no daemon: internal/cli/ledgercmd_test.go, beside the command.)
 
 import (
 	"encoding/json"

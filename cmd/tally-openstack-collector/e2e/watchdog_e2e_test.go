@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tally-billing/tally-openstack-collector/cmd/tally-openstack-collector/internal/daemon"
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
@@ -30,7 +31,7 @@ func TestDaemonFrozenIsKilledByItsWatchdog(t *testing.T) {
 	if code, _ := c.p.stop(t, 60*time.Second); code != 0 {
 		t.Fatalf("exit status %d after SIGTERM", code)
 	}
-	testkit.WaitFor(t, 10*time.Second, "the watchdog process to end with the daemon", func() bool { return testkit.ProcessGone(wd) })
+	testkit.WaitFor(t, 10*time.Second, "the watchdog process to end with the daemon", func() bool { return daemon.ProcessGone(wd) })
 
 	// Frozen: killed. The livez command, a container's health check, says
 	// 0 before and 1 after.
@@ -65,7 +66,7 @@ func TestDaemonFrozenIsKilledByItsWatchdog(t *testing.T) {
 	if !strings.Contains(c.p.out.String(), "no heartbeat from the daemon") {
 		t.Errorf("the watchdog did not say why:\n%s", tail(c.p.out.String(), 3000))
 	}
-	testkit.WaitFor(t, 10*time.Second, "the watchdog process to end", func() bool { return testkit.ProcessGone(wd) })
+	testkit.WaitFor(t, 10*time.Second, "the watchdog process to end", func() bool { return daemon.ProcessGone(wd) })
 }
 
 // watchdogPID reads the watchdog process's pid from the daemon's log.
@@ -84,7 +85,7 @@ func watchdogPID(t *testing.T, p *proc) int {
 		}
 		return pid > 0
 	})
-	if testkit.ProcessGone(pid) {
+	if daemon.ProcessGone(pid) {
 		t.Fatalf("the watchdog process %d is not running", pid)
 	}
 	return pid

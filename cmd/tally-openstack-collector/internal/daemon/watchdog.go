@@ -239,7 +239,7 @@ func killFrozen(parent int, timeout time.Duration, log zerolog.Logger) {
 	}
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
-		if gone(parent) {
+		if ProcessGone(parent) {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -248,8 +248,11 @@ func killFrozen(parent int, timeout time.Duration, log zerolog.Logger) {
 	_ = syscall.Kill(parent, syscall.SIGABRT)
 }
 
-// gone reports whether pid has exited (or is a zombie waiting for its parent).
-func gone(pid int) bool {
+// ProcessGone reports whether the process pid has exited, or is a zombie
+// waiting for its parent to reap it (signal 0 still reaches a zombie, so
+// the state in /proc decides). The watchdog waits on it after SIGKILL; the
+// end-to-end tests wait on it for the processes they start.
+func ProcessGone(pid int) bool {
 	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
 		return true
 	}

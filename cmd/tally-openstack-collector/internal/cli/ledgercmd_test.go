@@ -1,4 +1,4 @@
-package main
+package cli
 
 // The evidence commands without a daemon: ledger --merge adds up stopped
 // replicas' outboxes, and reconcile says when the API cannot compare.
@@ -44,7 +44,7 @@ func TestReconcileWithoutCountRouteAndLedgerMerge(t *testing.T) {
 		dirs = append(dirs, dir)
 	}
 	var stdout, stderr bytes.Buffer
-	code := run(append([]string{"ledger", "--json", "--merge"}, dirs...), nil, nil, &stdout, &stderr)
+	code := Run(append([]string{"ledger", "--json", "--merge"}, dirs...), nil, nil, &stdout, &stderr, Stamp{})
 	var rep ledger.Report
 	if code != 0 || json.Unmarshal(stdout.Bytes(), &rep) != nil || len(rep.Intake) != 1 || rep.Intake[0].Consumed != 3 || rep.Intake[0].Skipped["unclaimed"] != 3 {
 		t.Fatalf("ledger --merge: exit %d, %s %s", code, stdout.String(), stderr.String())
@@ -56,7 +56,7 @@ func TestReconcileWithoutCountRouteAndLedgerMerge(t *testing.T) {
 	stdout.Reset()
 	stderr.Reset()
 	env := []string{"TALLY_OSC_REPORTING_URL=" + srv.URL, "TALLY_OSC_REPORTING_TOKEN=t", "TALLY_OSC_REPORTING_INSECURE=true"}
-	code = run(append([]string{"reconcile", "--from", "2h", "--to", "0s", "--merge"}, dirs...), env, nil, &stdout, &stderr)
+	code = Run(append([]string{"reconcile", "--from", "2h", "--to", "0s", "--merge"}, dirs...), env, nil, &stdout, &stderr, Stamp{})
 	if code != 2 || !strings.Contains(stderr.String(), "cannot compare") || !strings.Contains(stderr.String(), "404") {
 		t.Fatalf("reconcile against an API without the count route: exit %d\n%s%s", code, stdout.String(), stderr.String())
 	}

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ func runCmd(t *testing.T, stdin string, env []string, args ...string) (int, stri
 	t.Helper()
 	var out, errb bytes.Buffer
 	env = append([]string{"TALLY_OSC_MAPPER_CACHE_DIR=" + testkit.CacheDir(t)}, env...)
-	code := run(args, env, strings.NewReader(stdin), &out, &errb)
+	code := Run(args, env, strings.NewReader(stdin), &out, &errb, Stamp{})
 	return code, out.String(), errb.String()
 }
 
@@ -78,7 +78,7 @@ func TestPrintConfig(t *testing.T) {
 // file, and a summary with reasons.
 func TestMapCommand(t *testing.T) {
 	var items []map[string]any
-	b, err := os.ReadFile("e2e/testdata/corpus.json")
+	b, err := os.ReadFile("../../e2e/testdata/corpus.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,12 +139,12 @@ func TestMapCommand(t *testing.T) {
 // TestMapperTestCommand runs the built-in mappers' own fixture pairs through
 // the compiled modules, and fails on a broken pair.
 func TestMapperTestCommand(t *testing.T) {
-	code, out, errOut := runCmd(t, "", nil, "mapper", "test", "../../mappers/nova/testdata")
+	code, out, errOut := runCmd(t, "", nil, "mapper", "test", "../../../../mappers/nova/testdata")
 	if code != 0 || !strings.Contains(out, " passed, 0 failed") {
 		t.Fatalf("exit %d\n%s%s", code, out, errOut)
 	}
 	dir := t.TempDir()
-	in, _ := os.ReadFile("../../mappers/nova/testdata/compute.instance.exists__ceilometer__1.in.json")
+	in, _ := os.ReadFile("../../../../mappers/nova/testdata/compute.instance.exists__ceilometer__1.in.json")
 	_ = os.WriteFile(filepath.Join(dir, "x.in.json"), in, 0o600)
 	_ = os.WriteFile(filepath.Join(dir, "x.out.json"), []byte(`{"events":[]}`), 0o600)
 	code, out, _ = runCmd(t, "", nil, "mapper", "test", dir)
@@ -202,7 +202,7 @@ func TestMapDirectory(t *testing.T) {
 // from one call to the next (a counter kept across calls) passes a single
 // run of its fixture but fails mapper test, which maps every input twice.
 func TestMapperTestRunsEachFixtureTwice(t *testing.T) {
-	wasm := testkit.WAT(t, "../../runtime/testdata", "counter")
+	wasm := testkit.WAT(t, "../../../../runtime/testdata", "counter")
 	dir := t.TempDir()
 	_ = os.WriteFile(filepath.Join(dir, "counter.wasm"), wasm, 0o644)
 	_ = os.WriteFile(filepath.Join(dir, "x.in.json"), []byte(`{"event_type":"test.x","message_id":"a"}`), 0o644)

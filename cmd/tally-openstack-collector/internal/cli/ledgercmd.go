@@ -1,4 +1,4 @@
-package main
+package cli
 
 // The evidence commands: ledger (the completeness ledger of a running
 // daemon, of stopped replicas' outboxes, or of several replicas added up)

@@ -1,4 +1,4 @@
-package main
+package cli
 
 // The local message channel's commands: publish and tap, clients of a
 // running daemon's channel socket (docs/channel.md).

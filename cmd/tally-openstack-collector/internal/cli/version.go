@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"fmt"
@@ -9,19 +9,21 @@ import (
 	"github.com/tally-billing/tally-openstack-collector/cmd/tally-openstack-collector/internal/daemon"
 )
 
-// Set at build time: -ldflags "-X main.version=v1.2.3 -X main.commit=abc1234".
-var (
-	version = ""
-	commit  = ""
-)
+// Stamp is what the build stamped into the binary: the Makefile sets the
+// program's version and commit with -ldflags "-X main.version=v1.2.3
+// -X main.commit=abc1234", and main passes them on. An empty field falls back
+// to what the Go toolchain recorded.
+type Stamp struct {
+	Version, Commit string
+}
 
 // abiVersions are the guest ABI versions the host runs (docs/abi.md).
 var abiVersions = []int{1}
 
-// readBuildInfo prefers the -ldflags values and falls back to what the Go
+// buildInfo prefers the stamped values and falls back to what the Go
 // toolchain recorded.
-func readBuildInfo() daemon.BuildInfo {
-	b := daemon.BuildInfo{Version: version, Commit: commit}
+func (s Stamp) buildInfo() daemon.BuildInfo {
+	b := daemon.BuildInfo{Version: s.Version, Commit: s.Commit}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		if b.Version == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 			b.Version = bi.Main.Version

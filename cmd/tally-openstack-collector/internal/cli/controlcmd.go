@@ -1,4 +1,4 @@
-package main
+package cli
 
 // The commands that talk to a running daemon over its HTTP server: mappers
 // (status, promote, abort) and deadletter (list, show, replay, purge).

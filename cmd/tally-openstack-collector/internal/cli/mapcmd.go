@@ -1,4 +1,4 @@
-package main
+package cli
 
 // The offline tools: map and mapper test. Both load the same modules as the
 // daemon (built-in, then --mappers) and go through the same pipeline.

@@ -1,4 +1,4 @@
-package main
+package cli
 
 // map --diff: what a new version of a module changes in the events, on
 // captured notifications, before it is shipped.

@@ -1,0 +1,205 @@
+// Package cli is the command line of tally-openstack-collector: it parses the
+// arguments and runs the daemon (package daemon) or one of the commands. The
+// program's main only stamps the build and calls Run, so a test runs any
+// command in-process:
+//
+//	code := cli.Run([]string{"map", "notification.json"}, os.Environ(), os.Stdin, os.Stdout, os.Stderr, cli.Stamp{})
+//
+// Commands:
+//
+//	tally-openstack-collector                      run the daemon
+//	tally-openstack-collector --dump               print what the broker carries
+//	tally-openstack-collector map [FILE...]        map notifications offline
+//	tally-openstack-collector map --diff OLD NEW   what a new module version changes
+//	tally-openstack-collector mapper test [DIR...] run mapper fixture pairs
+//	tally-openstack-collector version              version, commit, ABI versions
+//	tally-openstack-collector mappers              the running daemon's catalogue
+//	tally-openstack-collector deadletter list      the running daemon's dead letters
+//	tally-openstack-collector ledger               the durable completeness ledger
+//	tally-openstack-collector reconcile            the ledger against the Reporting API
+//	tally-openstack-collector publish TAG [FILE...] messages to the daemon's local channel
+//	tally-openstack-collector tap REGEX            the daemon's events, live
+//	tally-openstack-collector livez                the daemon's /livez, as an exit status
+//
+// Settings come from defaults, then the YAML file given with --config, then
+// TALLY_OSC_* variables, then flags (docs/settings.md).
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/pflag"
+
+	"github.com/tally-billing/tally-openstack-collector/cmd/tally-openstack-collector/internal/daemon"
+	"github.com/tally-billing/tally-openstack-collector/cmd/tally-openstack-collector/internal/settings"
+)
+
+const usageHead = `tally-openstack-collector: OpenStack notifications to Tally usage events.
+
+Usage:
+  tally-openstack-collector [flags]                         run the daemon
+  tally-openstack-collector --dump [flags]                  print what the broker carries, one JSON line per delivery
+  tally-openstack-collector map [--mappers DIR] [FILE...]   map notifications offline (stdin without FILE)
+  tally-openstack-collector mapper test [--mappers DIR] [DIR...]
+                                                            run mapper fixture pairs (*.in.json -> *.out.json)
+  tally-openstack-collector version                         version, commit, mapper ABI versions
+  tally-openstack-collector mappers [promote|abort NAME]    the running daemon's mapper catalogue
+  tally-openstack-collector deadletter list|show|replay     the running daemon's dead letters
+  tally-openstack-collector ledger [--from T] [--to T] [--by source|type|hour] [--json] [--merge DIR|URL...]
+                                                            the durable completeness ledger
+  tally-openstack-collector reconcile --from T --to T       delivered counts against the Reporting API's
+  tally-openstack-collector map --diff OLD NEW [CAPTURE...] what a new module version changes
+  tally-openstack-collector publish [--channel SOCKET] [--type STRING|JSON] [--perm 0440] [--no-wait] TAG [FILE...]
+                                                            hand messages to the daemon's local channel, one per line
+  tally-openstack-collector tap [--channel SOCKET] [--raw] REGEX
+                                                            print the daemon's events live, one JSON line each
+  tally-openstack-collector livez                           exit 0 when the running daemon's /livez answers ok
+
+Every flag can also be set as TALLY_OSC_<NAME> (dashes as underscores) or in
+the --config file; flags win over the environment, which wins over the file.
+See docs/settings.md.
+
+Flags:
+`
+
+// Run runs the command line args (without the program's name) and returns
+// the exit code: 0 on success, 2 for a usage error, 1 (or a command's own
+// code, given in its usage) otherwise. environ holds KEY=value pairs, as
+// os.Environ returns them; stamp is what the build stamped into the binary.
+func Run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer, stamp Stamp) int {
+	cmd := ""
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd = args[0]
+		args = args[1:]
+	}
+	switch cmd {
+	case "":
+		return runRoot(args, environ, stdout, stderr, stamp)
+	case "version":
+		if len(args) > 0 && args[0] != "--help" && args[0] != "-h" {
+			fmt.Fprintf(stderr, "version takes no arguments\n")
+			return 2
+		}
+		printVersion(stdout, stamp.buildInfo())
+		return 0
+	case "map":
+		return runMap(args, environ, stdin, stdout, stderr)
+	case "mapper":
+		if len(args) == 0 || args[0] != "test" {
+			fmt.Fprintf(stderr, "usage: tally-openstack-collector mapper test [--mappers DIR] [DIR...]\n")
+			return 2
+		}
+		return runMapperTest(args[1:], environ, stdout, stderr)
+	case "mappers":
+		return runMappers(args, environ, stdout, stderr)
+	case "deadletter":
+		return runDeadletter(args, environ, stdout, stderr)
+	case "ledger":
+		return runLedger(args, environ, stdout, stderr)
+	case "reconcile":
+		return runReconcile(args, environ, stdout, stderr)
+	case "publish":
+		return runPublish(args, environ, stdin, stdout, stderr)
+	case "tap":
+		return runTap(args, environ, stdout, stderr)
+	case "livez":
+		return runLivez(args, environ, stdout, stderr)
+	case daemon.WatchdogCommand: // hidden: the daemon's watchdog process (watchdog.go)
+		return daemon.RunWatchdog(args, stdin, stderr)
+	case "help":
+		fs := rootFlags()
+		fmt.Fprint(stdout, usageHead+fs.FlagUsages())
+		return 0
+	default:
+		fmt.Fprintf(stderr, "unknown command %q (try --help)\n", cmd)
+		return 2
+	}
+}
+
+func rootFlags() *pflag.FlagSet {
+	fs := pflag.NewFlagSet("tally-openstack-collector", pflag.ContinueOnError)
+	fs.SortFlags = false
+	fs.Bool("dump", false, "print what the broker carries, one JSON line per delivery (needs only the AMQP settings)")
+	fs.Bool("print-config", false, "print the effective settings (secrets redacted) and exit")
+	settings.AddFlags(fs, nil)
+	return fs
+}
+
+// parseFlags parses args; it prints usage for --help and reports errUsage.
+func parseFlags(fs *pflag.FlagSet, head string, args []string, stdout, stderr io.Writer) error {
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			fmt.Fprint(stdout, head+fs.FlagUsages())
+			return errUsage
+		}
+		fmt.Fprintf(stderr, "%v (try --help)\n", err)
+		return err
+	}
+	return nil
+}
+
+func runRoot(args, environ []string, stdout, stderr io.Writer, stamp Stamp) int {
+	fs := rootFlags()
+	if err := parseFlags(fs, usageHead, args, stdout, stderr); err != nil {
+		if errors.Is(err, errUsage) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "unexpected argument %q (try --help)\n", fs.Arg(0))
+		return 2
+	}
+	dump, _ := fs.GetBool("dump")
+	printCfg, _ := fs.GetBool("print-config")
+	m := settings.ModeDaemon
+	if dump {
+		m = settings.ModeDump
+	}
+	cfg, err := settings.Load(fs, environ, m)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	if printCfg {
+		for _, l := range cfg.Effective() {
+			fmt.Fprintln(stdout, l)
+		}
+		return 0
+	}
+	log := daemon.NewLogger(stderr, cfg.LogFormat, cfg.LogLevel)
+	mlog := log.With().Str("component", "main").Logger()
+	if dump {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		if err := daemon.Dump(ctx, cfg, log, stdout); err != nil {
+			mlog.Error().Err(err).Msg("dump failed")
+			return 1
+		}
+		return 0
+	}
+	// The daemon stops gracefully on the first signal and exits at once on
+	// the second.
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	err = daemon.Run(cfg, log, daemon.Options{
+		Build:   stamp.buildInfo(),
+		Signals: sig,
+		Exit:    os.Exit,
+	})
+	if err != nil {
+		mlog.Error().Err(err).Msg("stopped with an error")
+		return 1
+	}
+	return 0
+}
