@@ -54,16 +54,15 @@ func (e *env) posts(t testing.TB) int64 { return e.stats(t).Requests["200"] }
 // waitDrained waits until the outbox is empty, checking check on the way.
 func (e *env) waitDrained(t testing.TB, d time.Duration, check func()) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for e.ob.Depth() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("outbox not drained after %v: depth %d, %d POSTs", d, e.ob.Depth(), e.posts(t))
+	testkit.WaitUntil(t, d, "the outbox to drain", func() (bool, string) {
+		if e.ob.Depth() == 0 {
+			return true, ""
 		}
 		if check != nil {
 			check()
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false, fmt.Sprintf("depth %d, %d POSTs", e.ob.Depth(), e.posts(t))
+	})
 }
 
 // yieldingSender is a sender of batches of 10 whose Intake reports a backlog

@@ -381,23 +381,19 @@ func TestCloseAllConnectionsMidStream(t *testing.T) {
 	// closed connection never delivered is acknowledged again after the
 	// redelivery, and counted twice. Wait for the ids themselves.
 	var got map[string]int
-	var lost []string
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		got, lost = outboxIDs(t, ob), nil
+	testkit.WaitUntil(t, 60*time.Second, "every notification the broker confirmed to reach the outbox", func() (bool, string) {
+		got = outboxIDs(t, ob)
+		var lost []string
 		for _, id := range want {
 			if got[id] == 0 {
 				lost = append(lost, id)
 			}
 		}
-		if len(lost) == 0 || time.Now().After(deadline) {
-			break
+		if len(lost) == 0 {
+			return true, ""
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if len(lost) > 0 {
-		t.Fatalf("%d confirmed by the broker but lost, first %s (%d confirmed, %d in the outbox)", len(lost), lost[0], len(want), len(got))
-	}
+		return false, fmt.Sprintf("%d confirmed by the broker but lost, first %s (%d confirmed, %d in the outbox)", len(lost), lost[0], len(want), len(got))
+	})
 	if strings.Contains(logs.String(), "unknown delivery tag") {
 		t.Error("an ack went to a channel that did not deliver it")
 	}

@@ -156,18 +156,16 @@ func (h *harness) events(n int) []map[string]any {
 // waitStat polls listener i's counters until cond holds.
 func (h *harness) waitStat(i int, what string, cond func(Snapshot) bool) Snapshot {
 	h.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		s := h.srv.Stats(i)
+	var s Snapshot
+	testkit.WaitUntil(h.t, 10*time.Second, what, func() (bool, string) {
+		s = h.srv.Stats(i)
 		if cond(s) {
-			return s
+			return true, ""
 		}
-		if time.Now().After(deadline) {
-			b, _ := json.Marshal(s)
-			h.t.Fatalf("waiting for %s: %s", what, b)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		b, _ := json.Marshal(s)
+		return false, string(b)
+	})
+	return s
 }
 
 func udpOnly() Options { return Options{Listeners: []Listener{{Network: UDP}}} }

@@ -5,21 +5,8 @@
 //
 //	code := cli.Run([]string{"map", "notification.json"}, os.Environ(), os.Stdin, os.Stdout, os.Stderr, cli.Stamp{})
 //
-// Commands:
-//
-//	tally-openstack-collector                      run the daemon
-//	tally-openstack-collector --dump               print what the broker carries
-//	tally-openstack-collector map [FILE...]        map notifications offline
-//	tally-openstack-collector map --diff OLD NEW   what a new module version changes
-//	tally-openstack-collector mapper test [DIR...] run mapper fixture pairs
-//	tally-openstack-collector version              version, commit, ABI versions
-//	tally-openstack-collector mappers              the running daemon's catalogue
-//	tally-openstack-collector deadletter list      the running daemon's dead letters
-//	tally-openstack-collector ledger               the durable completeness ledger
-//	tally-openstack-collector reconcile            the ledger against the Reporting API
-//	tally-openstack-collector publish TAG [FILE...] messages to the daemon's local channel
-//	tally-openstack-collector tap REGEX            the daemon's events, live
-//	tally-openstack-collector livez                the daemon's /livez, as an exit status
+// The commands and their flags are listed once, in usageHead, which --help
+// prints.
 //
 // Settings come from defaults, then the YAML file given with --config, then
 // TALLY_OSC_* variables, then flags (docs/settings.md).
