@@ -670,15 +670,40 @@ func (c *Catalog) reload(ctx context.Context, trigger string) ReloadResult {
 	if res.Changed {
 		c.publish()
 	}
+	if res.Changed || !res.OK {
+		c.recordLocked(&res)
+	}
 	c.mu.Unlock()
 	if res.Changed || !res.OK {
-		c.finish(&res)
+		c.report(&res)
 	}
 	return res
 }
 
-// finish counts and records a reload that changed something or failed.
+// finish records, counts and logs a reload that failed before it could
+// change anything.
 func (c *Catalog) finish(res *ReloadResult) {
+	c.mu.Lock()
+	c.recordLocked(res)
+	c.mu.Unlock()
+	c.report(res)
+}
+
+// recordLocked makes res the last reload. c.mu is held, by the same critical
+// section that published what res changed: Status never shows a reload's
+// modules beside the previous reload's result.
+func (c *Catalog) recordLocked(res *ReloadResult) {
+	if res.OK {
+		c.reloads["ok"]++
+	} else {
+		c.reloads["error"]++
+	}
+	r := *res
+	c.lastReload = &r
+}
+
+// report counts and logs a recorded reload.
+func (c *Catalog) report(res *ReloadResult) {
 	result := "ok"
 	if !res.OK {
 		result = "error"
@@ -689,11 +714,6 @@ func (c *Catalog) finish(res *ReloadResult) {
 	} else {
 		c.metrics.lastOK.Set(0)
 	}
-	c.mu.Lock()
-	c.reloads[result]++
-	r := *res
-	c.lastReload = &r
-	c.mu.Unlock()
 	ev := c.log.Info()
 	if !res.OK {
 		ev = c.log.Warn()

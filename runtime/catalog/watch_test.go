@@ -2,8 +2,10 @@ package catalog_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,7 +66,18 @@ func TestWatchFollowsAConfigMapUpdate(t *testing.T) {
 			t.Errorf("run: %v", err)
 		}
 	}()
-	time.Sleep(50 * time.Millisecond) // let Run add its watch
+	// Run adds its watch in the background. A plain file dropped beside the
+	// ConfigMap's links, dropped again until a reload has seen it, shows
+	// that the watch is in place (the periodic refresh is an hour away), and
+	// that such a file is seen as well.
+	special := wasm(t, "special")
+	testkit.WaitFor(t, 10*time.Second, "special.wasm, dropped beside the links, seen by the watch", func() bool {
+		if _, ok := module(c.Status(), "special"); ok {
+			return true
+		}
+		dropBytes(t, dir, "special.wasm", special)
+		return false
+	})
 
 	cm.publish(map[string]string{"echo.wasm": "echo_v2"})
 	testkit.WaitFor(t, 10*time.Second, "the new version in shadow", func() bool {
@@ -74,9 +87,6 @@ func TestWatchFollowsAConfigMapUpdate(t *testing.T) {
 	if r := c.Status().LastReload; r == nil || r.Trigger != "watch" || !r.OK {
 		t.Errorf("last reload %+v", r)
 	}
-	// A plain file dropped beside the ConfigMap's links is seen as well.
-	drop(t, dir, "special.wasm", "special")
-	testkit.WaitFor(t, 10*time.Second, "special", func() bool { _, ok := module(c.Status(), "special"); return ok })
 }
 
 func TestPeriodicRefreshCatchesWhatTheWatchMisses(t *testing.T) {
@@ -92,4 +102,59 @@ func TestPeriodicRefreshCatchesWhatTheWatchMisses(t *testing.T) {
 	}
 	drop(t, sub, "echo.wasm", "echo_v1")
 	testkit.WaitFor(t, 10*time.Second, "echo loaded by the periodic refresh", func() bool { _, ok := module(c.Status(), "echo"); return ok })
+}
+
+// TestStatusShowsAReloadWithItsResult: Status shows the modules a reload
+// placed together with that reload as the last one, never beside the
+// reload before it. A module dropped in and taken out again, reloaded each
+// time while Status is read without pause: whenever it is there, the last
+// reload is one that loaded it; whenever it has gone, one that removed it.
+func TestStatusShowsAReloadWithItsResult(t *testing.T) {
+	dir := t.TempDir()
+	drop(t, dir, "echo.wasm", "echo_v1")
+	c := newCatalog(t, catalog.Options{Dir: dir, RefreshInterval: time.Hour})
+	special := wasm(t, "special")
+	stop := make(chan struct{})
+	bad := make(chan string, 1)
+	looks := 0
+	go func() {
+		defer close(bad)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			looks++
+			st := c.Status()
+			r := st.LastReload
+			if r == nil || r.Trigger == "start" {
+				continue
+			}
+			_, there := module(st, "special")
+			if there && !strings.Contains(strings.Join(r.Loaded, " "), "special") ||
+				!there && !strings.Contains(strings.Join(r.Removed, " "), "special") {
+				bad <- fmt.Sprintf("special there: %v; last reload %+v", there, *r)
+				return
+			}
+		}
+	}()
+	ctx := context.Background()
+	for i := 0; i < 100; i++ {
+		dropBytes(t, dir, "special.wasm", special)
+		if r := c.Reload(ctx); !r.OK || !r.Changed {
+			t.Fatalf("reload after the drop: %+v", r)
+		}
+		if err := os.Remove(filepath.Join(dir, "special.wasm")); err != nil {
+			t.Fatal(err)
+		}
+		if r := c.Reload(ctx); !r.OK || !r.Changed {
+			t.Fatalf("reload after the removal: %+v", r)
+		}
+	}
+	close(stop)
+	if msg, ok := <-bad; ok {
+		t.Fatalf("Status showed a reload's modules beside another reload's result: %s", msg)
+	}
+	t.Logf("%d looks at Status during 200 reloads", looks)
 }
