@@ -1,6 +1,7 @@
 package jsonindex
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"unicode/utf8"
@@ -271,7 +272,11 @@ func parseKey(src []byte, i int) (next int, k0, k1 int32, esc bool, err error) {
 func scanString(src []byte, i int) (end int, esc bool, err error) {
 	n := len(src)
 	for i < n {
-		// Fast run over plain bytes.
+		// Fast run over plain bytes: eight at a time while a whole word is
+		// plain, then one at a time up to the byte that needs attention.
+		for i+8 <= n && !wordSpecial(binary.LittleEndian.Uint64(src[i:])) {
+			i += 8
+		}
 		for i < n && !strSpecial[src[i]] {
 			i++
 		}
@@ -308,6 +313,23 @@ func scanString(src []byte, i int) (end int, esc bool, err error) {
 		}
 	}
 	return 0, false, syntaxErr(n, "unterminated string")
+}
+
+// wordSpecial answers whether any of the eight bytes of w needs attention
+// inside a string, as strSpecial says: below 0x20, '"', '\\', or 0x80 and
+// above. Each term is exact as a whole (nonzero exactly when some byte
+// matches), which is all the caller asks.
+func wordSpecial(w uint64) bool {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	q := w ^ ('"' * ones)  // a zero byte where w has '"'
+	b := w ^ ('\\' * ones) // a zero byte where w has '\\'
+	below := (w - 0x20*ones) &^ w
+	quote := (q - ones) &^ q
+	backslash := (b - ones) &^ b
+	return (below|quote|backslash|w)&highs != 0
 }
 
 func isHex4(b []byte) bool {

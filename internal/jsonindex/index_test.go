@@ -2,8 +2,10 @@ package jsonindex
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -509,4 +511,84 @@ func BenchmarkMapperPaths(b *testing.B) {
 			}
 		}
 	})
+}
+
+// wordSpecial is the eight-byte form of strSpecial: it must answer true
+// exactly when one of the word's bytes is special, whatever the others.
+func TestWordSpecialAgreesWithTheTable(t *testing.T) {
+	want := func(w [8]byte) bool {
+		for _, c := range w {
+			if strSpecial[c] {
+				return true
+			}
+		}
+		return false
+	}
+	check := func(w [8]byte) {
+		t.Helper()
+		if got := wordSpecial(binary.LittleEndian.Uint64(w[:])); got != want(w) {
+			t.Fatalf("wordSpecial(%q) = %v, want %v", w[:], got, want(w))
+		}
+	}
+	// Every byte value at every position, among plain bytes and among
+	// bytes just above and below the limits.
+	for _, fill := range []byte{'a', ' ', '!', '#', '[', ']', 0x7f, '~'} {
+		for pos := 0; pos < 8; pos++ {
+			for c := 0; c < 256; c++ {
+				var w [8]byte
+				for i := range w {
+					w[i] = fill
+				}
+				w[pos] = byte(c)
+				check(w)
+			}
+		}
+	}
+	// Every pair of values at two positions (the borrows of one byte must
+	// not hide or invent the other).
+	for c1 := 0; c1 < 256; c1++ {
+		for c2 := 0; c2 < 256; c2++ {
+			w := [8]byte{'a', byte(c1), 'b', 'c', byte(c2), 'd', 'e', 'f'}
+			check(w)
+		}
+	}
+	// Random words, seeded.
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 200000; i++ {
+		var w [8]byte
+		binary.LittleEndian.PutUint64(w[:], r.Uint64())
+		check(w)
+	}
+}
+
+// Strings of every length around the word size, with the special byte at
+// every place, scan as they did one byte at a time.
+func TestScanStringEveryLengthAndPlace(t *testing.T) {
+	for n := 0; n <= 40; n++ {
+		for at := -1; at < n; at++ {
+			for _, special := range []string{`\"`, `\\`, `\u00e9`, "é", "\x01", `"`} {
+				body := []byte(strings.Repeat("x", n))
+				if at >= 0 {
+					body = append(body[:at:at], append([]byte(special), body[at:]...)...)
+				}
+				src := append(append([]byte{'"'}, body...), '"')
+				var x Index
+				err := x.Parse(src)
+				if json.Valid(src) != (err == nil) {
+					t.Fatalf("%q: Parse error %v, encoding/json valid %v", src, err, json.Valid(src))
+				}
+				if err == nil {
+					var want string
+					if e := json.Unmarshal(src, &want); e != nil {
+						t.Fatal(e)
+					}
+					k, s, e := x.Lookup("")
+					got, uerr := AppendUnquote(nil, x.Bytes()[s:e])
+					if k != String || uerr != nil || string(got) != want {
+						t.Fatalf("%q: %v %q %v, want %q", src, k, got, uerr, want)
+					}
+				}
+			}
+		}
+	}
 }

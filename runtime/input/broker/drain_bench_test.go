@@ -3,7 +3,9 @@ package broker
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
+	goruntime "runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -30,6 +32,17 @@ import (
 // difference between the two is what mapping in the sandbox costs the drain.
 // Each does its work once, whatever b.N: run it with -benchtime 1x.
 // TALLY_BENCH_N sets the number of notifications (default 20 000).
+// TALLY_BENCH_GUARD=always runs nova guarded; TALLY_BENCH_CALL_TIMEOUT
+// lengthens a call's deadline.
+//
+// Beside the rates it reports what each delivery costs in hand-offs: heap
+// allocations per delivery (the process's, for the bare drain and for the
+// consumer's), and, with TALLY_BENCH_TRACE=1, goroutine switches and blocking
+// waits per delivery from an execution trace of the consumer's drain
+// (handoffs_test.go reads `go tool trace -d=parsed`), the waits listed by
+// the goroutine that waited and its reason. TALLY_BENCH_ONLY=bare or
+// TALLY_BENCH_ONLY=consumer runs one of the two drains, for counting
+// instructions with callgrind (docs/performance.md, "Instructions per stage").
 func BenchmarkDrain(b *testing.B) {
 	b.Run("mapper=go", func(b *testing.B) { benchDrain(b, newTestProcessor(b)) })
 	b.Run("mapper=wasm", func(b *testing.B) { benchDrain(b, novaProcessor(b)) })
@@ -40,7 +53,11 @@ func BenchmarkDrain(b *testing.B) {
 func novaProcessor(b *testing.B) input.Processor {
 	wasm := testkit.BuiltModule(b, "mappers/dist/nova.wasm")
 	ctx := context.Background()
-	eng, err := runtime.NewEngine(ctx, runtime.Config{CacheDir: b.TempDir(), Logger: zerolog.Nop()})
+	// TALLY_BENCH_CALL_TIMEOUT lengthens a call's deadline, as in package
+	// mappers: under valgrind a call past the default deadline would be
+	// abandoned and the module would run guarded from then on.
+	timeout, _ := time.ParseDuration(os.Getenv("TALLY_BENCH_CALL_TIMEOUT"))
+	eng, err := runtime.NewEngine(ctx, runtime.Config{CacheDir: testkit.CacheDir(b), CallTimeout: timeout, Logger: zerolog.Nop()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -83,9 +100,18 @@ func benchDrain(b *testing.B, proc input.Processor) {
 		b.Fatalf("the benchmark's notification is not mapped: %v %s", r.Outcome, r.Reason)
 	}
 
-	fill(b, v, body, n)
 	b.ResetTimer()
-	bare := bareDrainRate(b, v, n, prefetch)
+	bare, bareAllocs := math.NaN(), math.NaN()
+	only := os.Getenv("TALLY_BENCH_ONLY")
+	if only != "consumer" {
+		fill(b, v, body, n)
+		bare, bareAllocs = bareDrainRate(b, v, n, prefetch)
+	}
+	if only == "bare" {
+		fmt.Printf("\nbare drain of %d notifications, PREFETCH=%d: %.0f msg/s, %.1f heap allocations per delivery\n", n, prefetch, bare, bareAllocs)
+		b.ReportMetric(bare, "bare_msg/s")
+		return
+	}
 
 	fill(b, v, body, n)
 	ob := openOutbox(b, b.TempDir(), 1<<40)
@@ -103,15 +129,28 @@ func benchDrain(b *testing.B, proc input.Processor) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// The polls of the acknowledged count allocate too: counted, and taken
+	// off the consumer's allocations.
+	polls := 0
+	acked := func() float64 { polls++; return testutil.ToFloat64(c.m.acked) }
+	perPoll := testing.AllocsPerRun(100, func() { testutil.ToFloat64(c.m.acked) })
 	r := startConsumer(b, c)
 	var t0 time.Time
-	waitForTight(b, time.Minute, func() bool { return testutil.ToFloat64(c.m.acked) > 0 }, &t0)
+	waitForTight(b, time.Minute, func() bool { return acked() > 0 }, &t0)
+	// Counted from the first acknowledgement on, as the rate: what the
+	// first delivery sets up once (an instance, the module's compiled
+	// variant) is not a delivery's cost.
 	acked0 := testutil.ToFloat64(c.m.acked)
+	m0, polls0 := mallocs(), polls
+	tr := startTrace(b)
 	var t1 time.Time
-	waitForTight(b, 10*time.Minute, func() bool { return testutil.ToFloat64(c.m.acked) >= float64(n) }, &t1)
+	waitForTight(b, 10*time.Minute, func() bool { return acked() >= float64(n) }, &t1)
+	tr.stop()
+	measured := float64(n) - acked0
+	allocs := (float64(mallocs()-m0) - float64(polls-polls0)*perPoll) / measured
 	b.StopTimer()
 	r.stop()
-	rate := (float64(n) - acked0) / t1.Sub(t0).Seconds()
+	rate := measured / t1.Sub(t0).Seconds()
 	var m dto.Metric
 	if err := c.m.commitSeconds.Write(&m); err != nil {
 		b.Fatal(err)
@@ -121,10 +160,25 @@ func benchDrain(b *testing.B, proc input.Processor) {
 	fmt.Printf("\ndrain of %d notifications, PREFETCH=%d: bare %.0f msg/s, consumer %.0f msg/s, ratio %.2f, "+
 		"%.1f deliveries per commit, commit %.2f ms mean\n",
 		n, prefetch, bare, rate, rate/bare, float64(n)/float64(commits), meanCommit*1000)
+	fmt.Printf("heap allocations per delivery, the whole process: bare %.1f, consumer %.1f\n", bareAllocs, allocs)
 	b.ReportMetric(bare, "bare_msg/s")
 	b.ReportMetric(rate, "consumer_msg/s")
 	b.ReportMetric(rate/bare, "ratio")
 	b.ReportMetric(float64(n)/float64(commits), "deliveries/commit")
+	b.ReportMetric(bareAllocs, "bare_allocs/delivery")
+	b.ReportMetric(allocs, "allocs/delivery")
+	if tr.path != "" {
+		h := readHandoffs(b, tr.path)
+		fmt.Print(h.report(measured))
+		b.ReportMetric(float64(h.switches)/measured, "switches/delivery")
+		b.ReportMetric(float64(h.waits())/measured, "waits/delivery")
+	}
+}
+
+func mallocs() uint64 {
+	var ms goruntime.MemStats
+	goruntime.ReadMemStats(&ms)
+	return ms.Mallocs
 }
 
 // fill publishes n copies of body straight to the queue and waits for the
@@ -156,7 +210,10 @@ func fill(b testing.TB, v *vhost, body []byte, n int) {
 	})
 }
 
-func bareDrainRate(b *testing.B, v *vhost, n, prefetch int) float64 {
+// bareDrainRate drains n notifications with a consumer that only
+// acknowledges, and returns its rate and the process's heap allocations per
+// delivery meanwhile.
+func bareDrainRate(b *testing.B, v *vhost, n, prefetch int) (rate, allocs float64) {
 	b.Helper()
 	ch, err := v.Conn(b).Channel()
 	if err != nil {
@@ -166,7 +223,7 @@ func bareDrainRate(b *testing.B, v *vhost, n, prefetch int) float64 {
 	if err := ch.Qos(prefetch, 0, false); err != nil {
 		b.Fatal(err)
 	}
-	start := time.Now()
+	start, m0 := time.Now(), mallocs()
 	ds, err := ch.Consume(DefaultQueue, "bench-bare", false, false, false, false, nil)
 	if err != nil {
 		b.Fatal(err)
@@ -183,11 +240,12 @@ func bareDrainRate(b *testing.B, v *vhost, n, prefetch int) float64 {
 			break
 		}
 	}
-	rate := float64(n) / time.Since(start).Seconds()
+	rate = float64(n) / time.Since(start).Seconds()
+	allocs = float64(mallocs()-m0) / float64(n)
 	if err := ch.Cancel("bench-bare", false); err != nil {
 		b.Fatal(err)
 	}
-	return rate
+	return rate, allocs
 }
 
 // waitForTight polls every millisecond and records when cond became true.

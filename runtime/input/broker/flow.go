@@ -120,7 +120,10 @@ func (s *sess) stopFlow() {
 // bounds each call.
 func (s *sess) worker() {
 	defer s.wg.Done()
-	ctx := context.WithoutCancel(context.Background())
+	// Never cancelled: a delivery taken is mapped. context.Background, not
+	// a WithoutCancel wrapper: the sandbox looks up values in the context
+	// on every call, and a wrapper's lookup allocates.
+	ctx := context.Background()
 	for it := range s.jobs {
 		s.mapItem(ctx, it)
 		it.done.Store(true)

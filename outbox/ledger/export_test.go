@@ -1,0 +1,4 @@
+package ledger
+
+// ReaderNames answers how many strings r keeps.
+func ReaderNames(r *Reader) int { return len(r.names) }

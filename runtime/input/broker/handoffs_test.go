@@ -1,0 +1,182 @@
+package broker
+
+import (
+	"bufio"
+	"fmt"
+	"go/build"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/trace"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// benchTrace is an execution trace of part of a benchmark, taken when
+// TALLY_BENCH_TRACE=1.
+type benchTrace struct {
+	path string
+	f    *os.File
+}
+
+func startTrace(b *testing.B) *benchTrace {
+	b.Helper()
+	if os.Getenv("TALLY_BENCH_TRACE") != "1" {
+		return &benchTrace{}
+	}
+	path := filepath.Join(b.TempDir(), "drain.trace")
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := trace.Start(f); err != nil {
+		b.Fatal(err)
+	}
+	return &benchTrace{path: path, f: f}
+}
+
+func (t *benchTrace) stop() {
+	if t.f != nil {
+		trace.Stop()
+		_ = t.f.Close()
+	}
+}
+
+// handoffs is what an execution trace says about the hand-offs between
+// goroutines: how often a goroutine was put on a thread (switches), and each
+// time one stopped to wait, which goroutine (by the function it was started
+// with) and why (the trace's reason: "chan receive", "select", "sync", ...).
+type handoffs struct {
+	switches int
+	wakeups  int            // Waiting -> Runnable: a wait that another goroutine or the poller ended
+	byWaiter map[string]int // "entry function|reason"
+}
+
+func (h handoffs) waits() int {
+	n := 0
+	for _, c := range h.byWaiter {
+		n += c
+	}
+	return n
+}
+
+func (h handoffs) report(deliveries float64) string {
+	var sb strings.Builder
+	per := func(c int) float64 { return float64(c) / deliveries }
+	fmt.Fprintf(&sb, "execution trace of the consumer's drain, per delivery: %.2f goroutine switches, %.2f wake-ups, %.2f waits\n",
+		per(h.switches), per(h.wakeups), per(h.waits()))
+	keys := make([]string, 0, len(h.byWaiter))
+	for k := range h.byWaiter {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return h.byWaiter[keys[i]] > h.byWaiter[keys[j]] })
+	for _, k := range keys {
+		if per(h.byWaiter[k]) < 0.005 {
+			continue
+		}
+		who, why, _ := strings.Cut(k, "|")
+		fmt.Fprintf(&sb, "  %6.3f  %-60s %s\n", per(h.byWaiter[k]), who, why)
+	}
+	return sb.String()
+}
+
+// readHandoffs reads a trace with `go tool trace -d=parsed` (the runtime's
+// own parser, as text). An event is a line starting "M="; a goroutine's state
+// change is a StateTransition with "GoID=" and "From->To"; the stack that
+// follows a goroutine's own transition to Waiting ("Stack=", one function
+// line and one file line per frame, outermost last) names where it waited
+// and, in its last frame, the function the goroutine was started with.
+func readHandoffs(b *testing.B, path string) handoffs {
+	b.Helper()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = filepath.Join(build.Default.GOROOT, "bin", "go")
+	}
+	cmd := exec.Command(goTool, "tool", "trace", "-d=parsed", path)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	h := handoffs{byWaiter: map[string]int{}}
+	var (
+		waitReason string // the reason of a Running->Waiting whose stack is being read
+		inStack    bool
+		lastFunc   string
+	)
+	flush := func() {
+		if waitReason != "" {
+			h.byWaiter[lastFunc+"|"+waitReason]++
+		}
+		waitReason, inStack, lastFunc = "", false, ""
+	}
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "M="):
+			flush()
+			if !strings.Contains(line, " StateTransition ") || !strings.Contains(line, " GoID=") {
+				continue
+			}
+			from, to := transition(line)
+			if to == "Running" {
+				h.switches++
+			}
+			if from == "Waiting" && to == "Runnable" {
+				h.wakeups++
+			}
+			if from == "Running" && to == "Waiting" {
+				waitReason = reason(line)
+				lastFunc = "(no stack)"
+			}
+		case line == "Stack=":
+			inStack = waitReason != ""
+		case strings.HasSuffix(line, "Stack="):
+			inStack = false // another goroutine's stack (TransitionStack=)
+		case inStack && strings.HasPrefix(line, "\t") && !strings.HasPrefix(line, "\t\t"):
+			fn, _, _ := strings.Cut(strings.TrimPrefix(line, "\t"), " @ ")
+			lastFunc = shortFunc(fn)
+		}
+	}
+	flush()
+	if err := sc.Err(); err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		b.Fatalf("go tool trace: %v", err)
+	}
+	return h
+}
+
+// transition returns the states of "... GoID=12 Running->Waiting Reason=...".
+func transition(line string) (from, to string) {
+	for _, f := range strings.Fields(line) {
+		if a, z, ok := strings.Cut(f, "->"); ok && !strings.Contains(f, "=") {
+			return a, z
+		}
+	}
+	return "", ""
+}
+
+func reason(line string) string {
+	_, r, ok := strings.Cut(line, ` Reason="`)
+	if !ok {
+		return ""
+	}
+	r, _, _ = strings.Cut(r, `"`)
+	return r
+}
+
+// shortFunc drops the module path: "github.com/x/y/pkg.(*T).f" -> "pkg.(*T).f".
+func shortFunc(fn string) string {
+	if i := strings.LastIndex(fn, "/"); i >= 0 {
+		return fn[i+1:]
+	}
+	return fn
+}
