@@ -49,7 +49,7 @@ func TestReaderBoundsItsNames(t *testing.T) {
 			t.Fatalf("event %d: project %q, want %q", i, got, p)
 		}
 	}
-	if n := ledger.ReaderNames(&r); n > 4096 {
+	if n := ledger.ReaderNames(&r); n > ledger.MaxNames {
 		t.Fatalf("the Reader keeps %d names, more than its bound", n)
 	}
 }

@@ -3,7 +3,6 @@ package broker
 import (
 	"bufio"
 	"fmt"
-	"go/build"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
 // benchTrace is an execution trace of part of a benchmark, taken when
@@ -89,11 +90,7 @@ func (h handoffs) report(deliveries float64) string {
 // and, in its last frame, the function the goroutine was started with.
 func readHandoffs(b *testing.B, path string) handoffs {
 	b.Helper()
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		goTool = filepath.Join(build.Default.GOROOT, "bin", "go")
-	}
-	cmd := exec.Command(goTool, "tool", "trace", "-d=parsed", path)
+	cmd := exec.Command(testkit.GoBin(b), "tool", "trace", "-d=parsed", path)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		b.Fatal(err)
