@@ -259,7 +259,13 @@ func checkProbe(t *testing.T, mods map[string]*runtime.Module, pattern string, p
 	if pr.module == "" {
 		return
 	}
-	in := fmt.Appendf(nil, `{"message_id":"parity","timestamp":"2024-01-01 00:00:00","event_type":%q,"payload":{}}`, pr.eventType)
+	// The ids each module reads, so that the event keeps the contract.
+	const res = `{"id":"r","project_id":"p"}`
+	in := fmt.Appendf(nil, `{"message_id":"parity","timestamp":"2024-01-01 00:00:00","event_type":%q,`+
+		`"_context_project_id":"p","payload":{"id":"r","instance_id":"r","volume_id":"r","snapshot_id":"r",`+
+		`"backup_id":"r","share_id":"r","tenant_id":"p","target":{"id":"r"},"initiator":{"project_id":"p"},`+
+		`"network":%s,"subnet":%s,"port":%s,"router":%s,"floatingip":%s,"firewall":%s,"vpnservice":%s,`+
+		`"ipsec_site_connection":%s}}`, pr.eventType, res, res, res, res, res, res, res, res)
 	doc, err := mapWith(mods[pr.module])(in)
 	if err != nil {
 		t.Errorf("%s: %v", pr.eventType, err)

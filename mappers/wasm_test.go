@@ -98,6 +98,11 @@ func mapWith(m *runtime.Module) fixture.MapFunc {
 			idx.SetRaw(in)
 		}
 		res, err := m.Map(context.Background(), &idx, testSource)
+		var me *runtime.MapError
+		if errors.As(err, &me) && me.Reason == runtime.ReasonInvalidEvent {
+			// The collector keeps the notification as a dead letter.
+			return fixture.HostDocument(res, err)
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -11,6 +11,10 @@ var (
 	ErrInvalidModule = errors.New("invalid mapper module")
 	// ErrClosed is returned by calls on a closed Engine or Module.
 	ErrClosed = errors.New("runtime closed")
+	// ErrInvalidEvent is wrapped by the error of a call whose events break
+	// the event contract in a required member (ReasonInvalidEvent); the
+	// message names the event and the member.
+	ErrInvalidEvent = errors.New("event breaks the contract")
 )
 
 // Reason classifies a failed mapper call. The set is fixed and small so it can
@@ -25,6 +29,10 @@ const (
 	ReasonInvalidOutput Reason = "invalid_output" // output too large, not JSON, or missing required fields
 	ReasonABI           Reason = "abi"            // a pointer or length outside guest memory
 	ReasonGuestError    Reason = "guest_error"    // the guest answered {"error": ...}
+	// ReasonInvalidEvent: an event breaks the event contract in a required
+	// member (missing, blank, not printable, too long; a timestamp outside
+	// its window): the notification is dead-lettered, the instance kept.
+	ReasonInvalidEvent Reason = "invalid_event"
 	// ReasonLoad: the module could not be compiled or started when its
 	// first call needed it (a built-in module of the catalogue, loaded on
 	// first use); no guest code ran.

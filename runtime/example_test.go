@@ -42,5 +42,5 @@ func Example() {
 	}
 	// Output:
 	// fieldmap@1.0.0
-	// {"event_type":"compute.instance.exists","event_id":"m-1","source":{"exchange":"nova","routing_key":"notifications.info","publisher_id":"compute.host1","mapper":"fieldmap@1.0.0"}}
+	// {"event_type":"compute.instance.exists","event_id":"m-1","timestamp":"2024-05-01T12:00:00Z","service":"test","resource_type":"thing","resource_id":"r1","project_id":"p1","action":"map","attributes":{},"source":{"exchange":"nova","routing_key":"notifications.info","publisher_id":"compute.host1","mapper":"fieldmap@1.0.0"}}
 }

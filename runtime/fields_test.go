@@ -25,13 +25,14 @@ func TestFieldsImport(t *testing.T) {
 			t.Fatalf("events = %s", res.Events)
 		}
 		var ev struct {
-			EventType string `json:"event_type"`
-			ID, K, N  string
+			EventType  string `json:"event_type"`
+			Attributes struct{ ID, K, N string }
 		}
 		if err := json.Unmarshal(res.Events[0], &ev); err != nil {
 			t.Fatal(err)
 		}
-		if ev.EventType != "compute.instance.exists" || ev.ID != `i-"1"` || ev.K != "2200" || ev.N != "4--" {
+		a := ev.Attributes
+		if ev.EventType != "compute.instance.exists" || a.ID != `i-"1"` || a.K != "2200" || a.N != "4--" {
 			t.Fatalf("guard %v: event %s", g, res.Events[0])
 		}
 		// Input that is not an object: every path answers missing, so the

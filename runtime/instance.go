@@ -86,6 +86,8 @@ type instance struct {
 	in       *jsonindex.Index // input of the call in progress (tally.field)
 	cursor   jsonindex.Cursor // answers the lookups of the call in progress
 	out      jsonindex.Index  // output parser, reused
+	ev       eventWriter      // the event contract, applied to each event
+	ids      idSeed           // derives event ids (Source.DeriveID)
 	children []jsonindex.Child
 	members  []jsonindex.Child
 	path     []byte
@@ -433,6 +435,12 @@ func (inst *instance) buildResult(in *jsonindex.Index, out []byte, src Source) (
 		return Result{}, "", nil
 	}
 	inst.buildSource(in, src)
+	inst.ev.begin(time.Now())
+	var ids *idSeed
+	if src.DeriveID != nil {
+		inst.ids = idSeed{body: src.DeriveID}
+		ids = &inst.ids
+	}
 	maxEvent := inst.m.e.cfg.MaxEventBytes
 	buf := inst.buf[:0]
 	ends := inst.ends[:0]
@@ -442,33 +450,13 @@ func (inst *instance) buildResult(in *jsonindex.Index, out []byte, src Source) (
 			return Result{}, ReasonInvalidOutput, fmt.Errorf("event %d is a JSON %v, not an object", i, ev.Kind)
 		}
 		inst.path = strconv.AppendInt(append(inst.path[:0], "events."...), int64(i), 10)
-		inst.members = x.AppendChildrenBytes(inst.members[:0], inst.path)
 		begin := len(buf)
-		buf = append(buf, '{')
-		hasType := false
-		for _, mb := range inst.members {
-			key := out[mb.KeyStart:mb.KeyEnd]
-			if keyIs(key, "source") {
-				continue
-			}
-			if keyIs(key, "event_type") {
-				if mb.Kind != jsonindex.String || mb.End == mb.Start {
-					return Result{}, ReasonInvalidOutput, fmt.Errorf("event %d: event_type is not a non-empty string", i)
-				}
-				hasType = true
-			}
-			end := mb.End
-			if mb.Kind == jsonindex.String {
-				end++ // closing quote
-			}
-			buf = append(buf, out[mb.KeyStart-1:end]...)
-			buf = append(buf, ',')
+		var err error
+		buf, err = inst.ev.write(buf, x, inst.path, inst.src, ids, len(ends), &res.Dropped)
+		if err != nil {
+			inst.buf, inst.ends = buf[:0], ends[:0]
+			return Result{}, ReasonInvalidEvent, fmt.Errorf("%w: event %d: %v", ErrInvalidEvent, i, err)
 		}
-		if !hasType {
-			return Result{}, ReasonInvalidOutput, fmt.Errorf("event %d has no event_type", i)
-		}
-		buf = append(buf, inst.src...)
-		buf = append(buf, '}')
 		if len(buf)-begin > maxEvent {
 			buf = buf[:begin]
 			res.Oversize++
@@ -493,23 +481,15 @@ func (inst *instance) buildResult(in *jsonindex.Index, out []byte, src Source) (
 	return res, "", nil
 }
 
-// keyIs compares a JSON-escaped member name with a plain one.
-func keyIs(raw []byte, name string) bool {
-	if string(raw) == name {
-		return true
-	}
-	for _, c := range raw {
-		if c == '\\' {
-			u, err := jsonindex.AppendUnquote(nil, raw)
-			return err == nil && string(u) == name
-		}
-	}
-	return false
-}
-
 // buildSource writes `"source":{...}` for this call into inst.src.
 func (inst *instance) buildSource(in *jsonindex.Index, src Source) {
-	b := append(inst.src[:0], `"source":{"exchange":`...)
+	inst.src = appendSource(inst.src[:0], in, src, inst.m.id)
+}
+
+// appendSource appends `"source":{...}`: the delivery's exchange and routing
+// key, the input's publisher_id (in may be nil) and the mapper.
+func appendSource(b []byte, in *jsonindex.Index, src Source, mapper string) []byte {
+	b = append(b, `"source":{"exchange":`...)
 	b = jsonstr.AppendQuoted(b, src.Exchange)
 	b = append(b, `,"routing_key":`...)
 	b = jsonstr.AppendQuoted(b, src.RoutingKey)
@@ -521,8 +501,8 @@ func (inst *instance) buildSource(in *jsonindex.Index, src Source) {
 		}
 	}
 	b = append(b, `,"mapper":`...)
-	b = jsonstr.AppendQuoted(b, inst.m.id)
-	inst.src = append(b, '}')
+	b = jsonstr.AppendQuoted(b, mapper)
+	return append(b, '}')
 }
 
 // Host module "tally".

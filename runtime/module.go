@@ -19,6 +19,12 @@ import (
 // and the mapper, into the "source" member of every event.
 type Source struct {
 	Exchange, RoutingKey string
+	// DeriveID, when set, names the events that carry no event_id (or an
+	// empty one): the hex of the first 16 bytes of its SHA-256, "-<i>"
+	// added for the i-th event after the first, so that a message sent
+	// again yields the same ids. Inputs whose messages have no id of their
+	// own (plog, the local channel) set it to the message's body.
+	DeriveID []byte
 }
 
 // Result is what a successful Map produced.
@@ -29,6 +35,9 @@ type Result struct {
 	// Oversize counts events left out because they were larger than
 	// Config.MaxEventBytes.
 	Oversize int
+	// Dropped counts the members the event contract left out of Events,
+	// by what they broke (docs/events.md, "The contract").
+	Dropped Drops
 }
 
 // Module is a loaded mapper: its compiled code and a pool of instances, grown on
@@ -147,8 +156,9 @@ func (m *Module) Map(ctx context.Context, in *jsonindex.Index, src Source) (Resu
 			Msg("a watched mapper call overran its deadline: answered as a timeout; its guest keeps a core until it returns or calls the host; the module now runs guarded")
 		return Result{}, &MapError{Reason: reason, Module: m.id, Err: err}
 	}
-	m.release(inst, reason == ReasonGuestError)
-	if reason != ReasonGuestError {
+	keep := reason == ReasonGuestError || reason == ReasonInvalidEvent
+	m.release(inst, keep)
+	if !keep {
 		m.log.Warn().Str("reason", string(reason)).Err(err).Msg("mapper call failed; instance discarded")
 	}
 	return Result{}, &MapError{Reason: reason, Module: m.id, Err: err}

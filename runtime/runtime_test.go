@@ -53,6 +53,9 @@ func TestFieldMapperFillsSource(t *testing.T) {
 	want := map[string]any{
 		"event_type": "compute.instance.exists",
 		"event_id":   "m-1",
+		// fieldmap's fixed values of the other required members.
+		"timestamp": "2024-05-01T12:00:00Z", "service": "test", "resource_type": "thing",
+		"resource_id": "r1", "project_id": "p1", "action": "map", "attributes": map[string]any{},
 		"source": map[string]any{"exchange": "nova", "routing_key": "notifications.info",
 			"publisher_id": `compute.h"1`, "mapper": "fieldmap@1.0.0"},
 	}
@@ -137,6 +140,11 @@ func TestOutputValidation(t *testing.T) {
 	e := newEngine(t, runtime.Config{MaxEventBytes: 300, MaxOutputBytes: 2000})
 	m := load(t, e, "mirror")
 	big := strings.Repeat("x", 400)
+	// ev is an event of type et that keeps the contract, with more members.
+	ev := func(et, more string) string {
+		return `{"event_type":"` + et + `","event_id":"e","timestamp":"2024-05-01T12:00:00Z","service":"s",` +
+			`"resource_type":"r","resource_id":"r1","project_id":"p1","action":"x"` + more + `}`
+	}
 	cases := []struct {
 		out    string
 		reason runtime.Reason
@@ -144,12 +152,12 @@ func TestOutputValidation(t *testing.T) {
 		over   int
 	}{
 		{`{"events":[]}`, "", 0, 0},
-		{`{"events":[{"event_type":"a"},{"event_type":"b","source":{"mapper":"evil"},"n":1}]}`, "", 2, 0},
-		{`{"events":[{"event_type":"a","big":"` + big + `"},{"event_type":"b"}]}`, "", 1, 1},
+		{`{"events":[` + ev("a", "") + `,` + ev("b", `,"source":{"mapper":"evil"},"n":1`) + `]}`, "", 2, 0},
+		{`{"events":[` + ev("a", `,"attributes":{"big":"`+big+`"}`) + `,` + ev("b", "") + `]}`, "", 1, 1},
 		{`{"events":[{"event_type":"a","big":"` + strings.Repeat(big, 6) + `"}]}`, runtime.ReasonInvalidOutput, 0, 0},
-		{`{"events":[{"x":1}]}`, runtime.ReasonInvalidOutput, 0, 0},
-		{`{"events":[{"event_type":1}]}`, runtime.ReasonInvalidOutput, 0, 0},
-		{`{"events":[{"event_type":""}]}`, runtime.ReasonInvalidOutput, 0, 0},
+		{`{"events":[{"x":1}]}`, runtime.ReasonInvalidEvent, 0, 0},
+		{`{"events":[{"event_type":1}]}`, runtime.ReasonInvalidEvent, 0, 0},
+		{`{"events":[{"event_type":""}]}`, runtime.ReasonInvalidEvent, 0, 0},
 		{`{"events":[1]}`, runtime.ReasonInvalidOutput, 0, 0},
 		{`{"events":{}}`, runtime.ReasonInvalidOutput, 0, 0},
 		{`{"other":1}`, runtime.ReasonInvalidOutput, 0, 0},

@@ -88,9 +88,10 @@ const (
 //	func (v Value) Kind() Kind
 //	func (v Value) Exists() bool                     // present and not null
 //	func (v Value) Raw() []byte
-//	func (v Value) Equal(s string) bool              // string kind, raw bytes equal s
-//	func (v Value) HasPrefix(s string) bool          // string kind
-//	func (v Value) HasSuffix(s string) bool          // string kind
+//	func (v Value) Equal(s string) bool              // string kind, decoded text equals s
+//	func (v Value) HasPrefix(s string) bool          // string kind, decoded text
+//	func (v Value) HasSuffix(s string) bool          // string kind, decoded text
+//	func (v Value) IsNumeric() bool                  // number, or a string holding one
 //	func (v Value) Int() (int64, bool)               // number (integral) or a string holding one
 //	func (v Value) Float() (float64, bool)           // number or a string holding one
 //	func (v Value) Or(w Value) Value                 // v if it Exists and is not an empty string, else w
@@ -100,6 +101,7 @@ const (
 //	func (e *Event) Str(key, val string)             // literal string, escaped by the builder
 //	func (e *Event) StrValue(key string, v Value) bool    // string: copied raw; number/bool: written as a string; missing/null: omitted. Reports whether written
 //	func (e *Event) NumValue(key string, v Value) bool    // number, or string holding a number: written as a JSON number; otherwise omitted
+//	func (e *Event) Quantity(key string, v Value) bool    // NumValue within the event contract's range for key (wasm-sdk/contract): negative, non-finite, out of range omitted
 //	func (e *Event) Int(key string, n int64)
 //	func (e *Event) Bool(key string, b bool)
 //	func (e *Event) Timestamp(key string, v Value) bool   // oslo "2024-05-01 12:00:00[.ffffff]", ISO 8601 with T, optional zone/Z -> RFC 3339 UTC with Z; omitted if unparsable

@@ -252,3 +252,53 @@ func TestGetMany(t *testing.T) {
 		m.GetMany(nil, nil)
 	})
 }
+
+// Quantity writes a number only within the event contract's range for its
+// name, and leaves out what the collector would drop.
+func TestQuantity(t *testing.T) {
+	const in = `{"n":4,"neg":-1,"negzero":-0,"neginf":-1e999,"inf":1e999,"big":1e18,"s":"16","sneg":"-5",` +
+		`"vmax":65536,"vover":65537,"frac":0.5,"str":"x","t":true}`
+	out, err := sdk.MapJSON(func(m *sdk.Message, o *sdk.Output) {
+		a := o.Event()
+		for _, c := range []struct {
+			key, path string
+			want      bool
+		}{
+			{"vcpus", "n", true}, {"vcpus", "neg", false}, {"vcpus", "negzero", false},
+			{"vcpus", "neginf", false}, {"memory_mb", "inf", false}, {"memory_mb", "big", false},
+			{"seats", "big", false}, {"size_bytes", "big", false}, {"disk_gb", "s", true},
+			{"disk_gb", "sneg", false}, {"vcpus", "vmax", true}, {"vcpus", "vover", false},
+			{"kwh", "frac", true}, {"kwh", "str", false}, {"kwh", "t", false}, {"kwh", "missing", false},
+		} {
+			if got := a.Quantity(c.key, m.Get(c.path)); got != c.want {
+				t.Errorf("Quantity(%s, %s) = %v, want %v", c.key, c.path, got, c.want)
+			}
+		}
+	}, []byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `{"events":[{"vcpus":4,"disk_gb":16,"vcpus":65536,"kwh":0.5}]}`
+	if string(out) != want {
+		t.Errorf("got %s, want %s", out, want)
+	}
+}
+
+// The comparisons read a string as a JSON reader decodes it.
+func TestComparisonsDecode(t *testing.T) {
+	_, err := sdk.MapJSON(func(m *sdk.Message, o *sdk.Output) {
+		et := m.Get("event_type")
+		if !et.Equal("compute.instance.exists") || !et.HasPrefix("compute.instance.") || !et.HasSuffix(".exists") {
+			t.Errorf("escaped %q does not compare as compute.instance.exists", et.Raw())
+		}
+		if et.Equal(string(et.Raw())) || et.HasSuffix("s\\u0073") {
+			t.Error("compared the escaped bytes")
+		}
+		if m.Get("n").Equal("1") {
+			t.Error("a number equals a string")
+		}
+	}, []byte(`{"event_type":"compute\u002einstance.exist\u0073","n":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+}

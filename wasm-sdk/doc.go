@@ -39,7 +39,7 @@
 //			e.Str("action", "delete")
 //		}
 //		a := e.Object("attributes")
-//		a.NumValue("size_bytes", msg.Get("payload.size"))
+//		a.Quantity("size_bytes", msg.Get("payload.size"))
 //		a.StrValue("disk_format", msg.Get("payload.disk_format"))
 //		a.End()
 //		e.End()

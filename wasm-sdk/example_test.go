@@ -19,7 +19,7 @@ func mapVolume(msg *sdk.Message, out *sdk.Output) {
 	e.StrValue("project_id", msg.Get("payload.tenant_id").Or(msg.Get("_context_project_id")))
 	e.Str("action", "create")
 	a := e.Object("attributes")
-	a.NumValue("size_gb", msg.Get("payload.size"))
+	a.Quantity("size_gb", msg.Get("payload.size"))
 	a.StrValue("volume_type", msg.Get("payload.volume_type"))
 	a.StrValue("status", msg.Get("payload.status"))
 	a.End()

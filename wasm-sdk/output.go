@@ -1,6 +1,9 @@
 package sdk
 
-import "github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonstr"
+import (
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/contract"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonstr"
+)
 
 const (
 	docStart = `{"events":[`
@@ -134,6 +137,29 @@ func (e *Event) StrValue(key string, v Value) bool {
 func (e *Event) NumValue(key string, v Value) bool {
 	b, ok := v.numeric()
 	if !ok || !e.key(key) {
+		return false
+	}
+	e.out.buf = append(e.out.buf, b...)
+	return true
+}
+
+// Quantity writes v as a quantity member: a number as NumValue takes it,
+// written only when it lies within the range the event contract gives key
+// (contract.Quantities: vcpus up to 65,536, memory_mb up to 2^32 ...; any
+// other name [0, 2^53-1]). A negative value (-0 too), one no double holds
+// (1e999), one over the range, or anything but a number is left out, as the
+// collector would drop it. It reports whether it wrote. Use it for every
+// number a bill is computed from:
+//
+//	a := e.Object("attributes")
+//	a.Quantity("vcpus", msg.Get("payload.vcpus"))
+func (e *Event) Quantity(key string, v Value) bool {
+	b, ok := v.numeric()
+	if !ok {
+		return false
+	}
+	max, _ := contract.MaxOf(key)
+	if contract.CheckQuantity(b, max) != contract.OK || !e.key(key) {
 		return false
 	}
 	e.out.buf = append(e.out.buf, b...)

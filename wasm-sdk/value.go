@@ -80,17 +80,54 @@ func (v Value) Exists() bool { return v.kind != Missing && v.kind != Null }
 // between the quotes, still JSON-escaped; otherwise the JSON text.
 func (v Value) Raw() []byte { return v.raw }
 
-// Equal reports whether v is a string whose raw (escaped) bytes equal s.
-func (v Value) Equal(s string) bool { return v.kind == String && string(v.raw) == s }
-
-// HasPrefix reports whether v is a string whose raw bytes begin with s.
-func (v Value) HasPrefix(s string) bool {
-	return v.kind == String && len(v.raw) >= len(s) && string(v.raw[:len(s)]) == s
+// Equal reports whether v is a string whose text, as a JSON reader decodes
+// it, is s: "compute\u002einstance.exists" equals "compute.instance.exists".
+// A value without escapes is compared as it is, without decoding.
+func (v Value) Equal(s string) bool {
+	if v.kind != String {
+		return false
+	}
+	if !hasBackslash(v.raw) {
+		return string(v.raw) == s
+	}
+	var buf [256]byte
+	return string(jsonstr.AppendUnescaped(buf[:0], v.raw)) == s
 }
 
-// HasSuffix reports whether v is a string whose raw bytes end with s.
+// HasPrefix reports whether v is a string whose decoded text begins with s.
+func (v Value) HasPrefix(s string) bool {
+	if v.kind != String {
+		return false
+	}
+	t := v.raw
+	if hasBackslash(t) {
+		var buf [256]byte
+		t = jsonstr.AppendUnescaped(buf[:0], t)
+	}
+	return len(t) >= len(s) && string(t[:len(s)]) == s
+}
+
+// HasSuffix reports whether v is a string whose decoded text ends with s.
 func (v Value) HasSuffix(s string) bool {
-	return v.kind == String && len(v.raw) >= len(s) && string(v.raw[len(v.raw)-len(s):]) == s
+	if v.kind != String {
+		return false
+	}
+	t := v.raw
+	if hasBackslash(t) {
+		var buf [256]byte
+		t = jsonstr.AppendUnescaped(buf[:0], t)
+	}
+	return len(t) >= len(s) && string(t[len(t)-len(s):]) == s
+}
+
+// hasBackslash reports whether raw string content holds a JSON escape.
+func hasBackslash(raw []byte) bool {
+	for _, c := range raw {
+		if c == '\\' {
+			return true
+		}
+	}
+	return false
 }
 
 // Or returns v if it exists and is not an empty string, else w. It chains the
@@ -100,6 +137,13 @@ func (v Value) Or(w Value) Value {
 		return w
 	}
 	return v
+}
+
+// IsNumeric reports whether v is a number, or a string holding exactly a
+// JSON number: what NumValue and Quantity take.
+func (v Value) IsNumeric() bool {
+	_, ok := v.numeric()
+	return ok
 }
 
 // numeric returns the JSON number text of v: a number, or a string holding

@@ -220,7 +220,7 @@ func mapObject(tag, at sdk.Value, out *sdk.Output) {
 	e.StrValue("resource_id", field(fResourceID))
 	e.StrValue("project_id", field(fProject))
 	e.StrValue("user_id", field(fUser))
-	if a := actionOf(str(et.Raw())); !e.StrValue("action", field(fAction)) && a != "" {
+	if a := actionOf(unescaped(et.Raw())); !e.StrValue("action", field(fAction)) && a != "" {
 		e.Str("action", a)
 	}
 	a := e.Object("attributes")
@@ -260,7 +260,7 @@ func writeMembers(a *sdk.Event, obj []byte) {
 			case c == 'f':
 				a.Bool(key, false)
 			case c == '-' || c >= '0' && c <= '9':
-				a.NumValue(key, sdk.Text(str(v)))
+				a.Quantity(key, sdk.Text(str(v)))
 			}
 		}
 		i = skipWS(obj, i)
@@ -397,7 +397,8 @@ func mapText(msg, tag, at sdk.Value, out *sdk.Output) {
 			a.Bool(kv[0], true)
 		case kv[1] == "false":
 			a.Bool(kv[0], false)
-		case a.NumValue(kv[0], sdk.Text(kv[1])):
+		case sdk.Text(kv[1]).IsNumeric():
+			a.Quantity(kv[0], sdk.Text(kv[1])) // out of the contract's range: left out
 		default:
 			a.Str(kv[0], kv[1])
 		}

@@ -89,7 +89,7 @@ func mapCinder(m *sdk.Message, out *sdk.Output) {
 	case et.HasPrefix("backup."):
 		header(m, e, &v, "backup", v[pBackupID], "backup.")
 		a := e.Object("attributes")
-		a.NumValue("size_gb", v[pSize])
+		a.Quantity("size_gb", v[pSize])
 		openstack.WriteStr(a, "volume_id", v[pVolumeID])
 		openstack.WriteStr(a, "status", v[pStatus])
 		openstack.WriteStr(a, "availability_zone", v[pAvailabilityZone])
@@ -98,7 +98,7 @@ func mapCinder(m *sdk.Message, out *sdk.Output) {
 	case et.HasPrefix("snapshot."):
 		header(m, e, &v, "snapshot", v[pSnapshotID], "snapshot.")
 		a := e.Object("attributes")
-		a.NumValue("size_gb", v[pVolumeSize])
+		a.Quantity("size_gb", v[pVolumeSize])
 		openstack.WriteStr(a, "volume_id", v[pVolumeID])
 		openstack.WriteStr(a, "status", v[pStatus])
 		auditPeriod(a, &v)
@@ -106,7 +106,7 @@ func mapCinder(m *sdk.Message, out *sdk.Output) {
 	default:
 		header(m, e, &v, "volume", v[pVolumeID], "volume.")
 		a := e.Object("attributes")
-		a.NumValue("size_gb", v[pSize])
+		a.Quantity("size_gb", v[pSize])
 		openstack.WriteStr(a, "volume_type", openstack.Pick(v[pVolumeType], v[pVolumeTypeID]))
 		openstack.WriteStr(a, "status", v[pStatus])
 		openstack.WriteStr(a, "availability_zone", v[pAvailabilityZone])

@@ -60,8 +60,8 @@ func mapDesignate(m *sdk.Message, out *sdk.Output) {
 	openstack.WriteStr(a, "name", m.Get("payload.name"))
 	openstack.WriteStr(a, "zone_type", m.Get("payload.type"))
 	openstack.WriteStr(a, "status", m.Get("payload.status"))
-	a.NumValue("ttl", m.Get("payload.ttl"))
-	a.NumValue("serial", m.Get("payload.serial"))
+	a.Quantity("ttl", m.Get("payload.ttl"))
+	a.Quantity("serial", m.Get("payload.serial"))
 	if openstack.IsExists(et) {
 		openstack.WriteAuditPeriod(a, m.Get("payload.audit_period_beginning"), m.Get("payload.audit_period_ending"))
 	}

@@ -42,7 +42,7 @@ func mapGlance(m *sdk.Message, out *sdk.Output) {
 		openstack.WriteUser(m, e, m.Get("payload.receiver_user_id"))
 		openstack.WriteAction(e, et, "image.")
 		a := e.Object("attributes")
-		a.NumValue("bytes_sent", m.Get("payload.bytes_sent"))
+		a.Quantity("bytes_sent", m.Get("payload.bytes_sent"))
 		a.End()
 		e.End()
 		return
@@ -51,7 +51,7 @@ func mapGlance(m *sdk.Message, out *sdk.Output) {
 	openstack.WriteUser(m, e, m.Get("payload.user_id"))
 	openstack.WriteAction(e, et, "image.")
 	a := e.Object("attributes")
-	a.NumValue("size_bytes", m.Get("payload.size"))
+	a.Quantity("size_bytes", m.Get("payload.size"))
 	openstack.WriteStr(a, "disk_format", m.Get("payload.disk_format"))
 	openstack.WriteStr(a, "container_format", m.Get("payload.container_format"))
 	openstack.WriteStr(a, "status", m.Get("payload.status"))

@@ -156,11 +156,11 @@ func mapNova(m *sdk.Message, out *sdk.Output) {
 	a := e.Object("attributes")
 	openstack.WriteStr(a, "flavor_name", v[pFlavorName])
 	openstack.WriteStr(a, "flavor_id", v[pFlavorID])
-	a.NumValue("vcpus", v[pVCPUs])
-	a.NumValue("memory_mb", v[pMemoryMB])
-	a.NumValue("root_gb", v[pRootGB])
-	a.NumValue("ephemeral_gb", v[pEphemeralGB])
-	a.NumValue("disk_gb", v[pDiskGB])
+	a.Quantity("vcpus", v[pVCPUs])
+	a.Quantity("memory_mb", v[pMemoryMB])
+	a.Quantity("root_gb", v[pRootGB])
+	a.Quantity("ephemeral_gb", v[pEphemeralGB])
+	a.Quantity("disk_gb", v[pDiskGB])
 	openstack.WriteStr(a, "state", v[pState])
 	image := v[pImageRef]
 	if !versioned {

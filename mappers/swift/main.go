@@ -121,8 +121,8 @@ func mapSwift(m *sdk.Message, out *sdk.Output) {
 			}
 		}
 	}
-	a.NumValue("bytes_received", received)
-	a.NumValue("bytes_sent", sent)
+	a.Quantity("bytes_received", received)
+	a.Quantity("bytes_sent", sent)
 	openstack.WriteStr(a, "outcome", v[pOutcome])
 	a.End()
 	e.End()

@@ -41,7 +41,7 @@ func mapTrove(m *sdk.Message, out *sdk.Output) {
 	a := e.Object("attributes")
 	openstack.WriteStr(a, "flavor_id", m.Get("payload.instance_type_id"))
 	openstack.WriteStr(a, "flavor_name", m.Get("payload.instance_type"))
-	a.NumValue("volume_size_gb", m.Get("payload.volume_size"))
+	a.Quantity("volume_size_gb", m.Get("payload.volume_size"))
 	openstack.WriteStr(a, "datastore_type", openstack.First(m, "payload.datastore_type", "payload.datastore"))
 	openstack.WriteStr(a, "datastore_version", m.Get("payload.datastore_version"))
 	openstack.WriteStr(a, "state", m.Get("payload.state"))

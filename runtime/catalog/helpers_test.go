@@ -123,10 +123,13 @@ func body(eventType, id string) []byte {
 }
 
 type event struct {
-	EventType string `json:"event_type"`
-	EventID   string `json:"event_id"`
-	Variant   string `json:"variant"`
-	Source    struct {
+	EventType  string `json:"event_type"`
+	EventID    string `json:"event_id"`
+	Variant    string `json:"-"` // attributes.variant
+	Attributes struct {
+		Variant string `json:"variant"`
+	} `json:"attributes"`
+	Source struct {
 		Mapper   string `json:"mapper"`
 		Exchange string `json:"exchange"`
 	} `json:"source"`
@@ -138,6 +141,7 @@ func decodeEvent(t testing.TB, b []byte) event {
 	if err := json.Unmarshal(b, &ev); err != nil {
 		t.Fatalf("event %s: %v", b, err)
 	}
+	ev.Variant = ev.Attributes.Variant
 	return ev
 }
 

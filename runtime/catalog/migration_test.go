@@ -61,7 +61,7 @@ func TestShadowMigrationWithDifferenceThenPromote(t *testing.T) {
 	if err := json.Unmarshal(last.Candidate, &b); err != nil {
 		t.Fatal(err)
 	}
-	if last.EventType != "test.b" || a.Events[0].Variant != "one" || b.Events[0].Variant != "two" ||
+	if last.EventType != "test.b" || a.Events[0].Attributes.Variant != "one" || b.Events[0].Attributes.Variant != "two" ||
 		a.Events[0].EventID != "b2" || b.Events[0].Source.Mapper != "echo@2.0.0" {
 		t.Errorf("last sample %+v / %+v", a, b)
 	}

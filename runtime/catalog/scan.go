@@ -154,11 +154,7 @@ func runFixtures(ctx context.Context, m module, dir string) error {
 		if err := idx.Parse(in); err != nil {
 			idx.SetRaw(in)
 		}
-		res, err := m.Map(ctx, &idx, runtime.Source{})
-		if err != nil {
-			return nil, err
-		}
-		return fixture.Document(res.Events), nil
+		return fixture.HostDocument(m.Map(ctx, &idx, runtime.Source{}))
 	}, false)
 	if err != nil {
 		return fmt.Errorf("fixtures: %w", err)

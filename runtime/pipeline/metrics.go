@@ -5,7 +5,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tally-billing/tally-openstack-collector/runtime"
+
 	imetrics "github.com/tally-billing/tally-openstack-collector/internal/metrics"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/contract"
 )
 
 type metrics struct {
@@ -13,6 +16,8 @@ type metrics struct {
 	skipped     *prometheus.CounterVec
 	unparseable *prometheus.CounterVec
 	failures    *prometheus.CounterVec
+	dropped     [contract.NumViolations]prometheus.Counter
+	droppedVec  *prometheus.CounterVec
 }
 
 // newMetrics builds the pipeline's metrics and registers them on reg (nil:
@@ -33,7 +38,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"reason"}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tally_collector_mapper_failures_total",
-			Help: "Mapper calls that failed, by reason (trap, timeout, memory, invalid_output, abi, guest_error, load).",
+			Help: "Mapper calls that failed, by reason (trap, timeout, memory, invalid_output, invalid_event, abi, guest_error, load).",
+		}, []string{"reason"}),
+		droppedVec: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tally_collector_event_members_dropped_total",
+			Help: "Members left out of events by the event contract, by what they broke (negative, not_finite, out_of_range, wrong_type, bad_timestamp, blank, not_printable, too_long, null, nested, unknown_member, duplicate).",
 		}, []string{"reason"}),
 	}
 	// Pre-create the bounded label values so dashboards see zeros.
@@ -43,11 +52,31 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, r := range unparseableReasons {
 		m.unparseable.WithLabelValues(r)
 	}
-	for _, r := range []string{"trap", "timeout", "memory", "invalid_output", "abi", "guest_error", "load"} {
+	for _, r := range []string{"trap", "timeout", "memory", "invalid_output", "invalid_event", "abi", "guest_error", "load"} {
 		m.failures.WithLabelValues(r)
 	}
-	if err := imetrics.Register(reg, m.mapped, m.skipped, m.unparseable, m.failures); err != nil {
+	for v := contract.OK + 1; int(v) < contract.NumViolations; v++ {
+		if v != contract.Missing { // a missing member fails the event instead
+			m.dropped[v] = m.droppedVec.WithLabelValues(v.String())
+		}
+	}
+	if err := imetrics.Register(reg, m.mapped, m.skipped, m.unparseable, m.failures, m.droppedVec); err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)
 	}
 	return m, nil
+}
+
+// countDropped counts the members the contract left out, and reports the
+// first reason (none: "").
+func (m *metrics) countDropped(d *runtime.Drops) string {
+	first := ""
+	for v, n := range d {
+		if n > 0 && m.dropped[v] != nil {
+			m.dropped[v].Add(float64(n))
+			if first == "" {
+				first = contract.Violation(v).String()
+			}
+		}
+	}
+	return first
 }

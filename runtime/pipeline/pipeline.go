@@ -1,12 +1,9 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
-	"strconv"
 	"sync"
 	"time"
 
@@ -151,6 +148,8 @@ type scratch struct {
 	outer, inner jsonindex.Index
 	buf          []byte
 	inflated     []byte
+	typ          []byte // the decoded event type
+	canonical    runtime.CanonicalWriter
 }
 
 // New returns a Pipeline. It fails only when its metrics cannot be
@@ -216,11 +215,20 @@ func (p *Pipeline) process(ctx context.Context, msg Message) Result {
 	if k != jsonindex.String || start == end {
 		return Result{Outcome: Skipped, Reason: ReasonNoEventType}
 	}
+	// Routed, counted and reported as a JSON reader decodes it: the
+	// escaped "compute\u002einstance.exists" is compute.instance.exists.
 	raw := in.Bytes()[start:end]
+	if bytes.IndexByte(raw, '\\') >= 0 {
+		var err error
+		if s.typ, err = jsonindex.AppendUnquote(s.typ[:0], raw); err != nil {
+			return Result{Outcome: Skipped, Reason: ReasonNoEventType}
+		}
+		raw = s.typ
+	}
 	eventType := string(raw)
 
 	if msg.Canonical && isCanonical(in) {
-		return p.passThrough(msg, in, eventType)
+		return p.passThrough(msg, s, in, eventType)
 	}
 	var m Mapper
 	if len(msg.Modules) > 0 {
@@ -267,7 +275,11 @@ func (p *Pipeline) mapWith(ctx context.Context, msg Message, m Mapper, in *jsoni
 	if !msg.FirstDelivery {
 		ctx = runtime.GuardedCall(ctx)
 	}
-	res, err := m.Map(ctx, in, runtime.Source{Exchange: msg.Exchange, RoutingKey: msg.RoutingKey})
+	src := runtime.Source{Exchange: msg.Exchange, RoutingKey: msg.RoutingKey}
+	if msg.DeriveID {
+		src.DeriveID = msg.Body
+	}
+	res, err := m.Map(ctx, in, src)
 	if err != nil {
 		reason := "abi"
 		var me *runtime.MapError
@@ -276,6 +288,7 @@ func (p *Pipeline) mapWith(ctx context.Context, msg Message, m Mapper, in *jsoni
 		}
 		return Result{Outcome: Failed, Reason: reason, EventType: eventType, Module: m.ID(), Err: err}
 	}
+	p.dropped(msg, &res.Dropped, eventType, m.ID())
 	events := res.Events
 	// The runtime enforces its own per-event limit; the pipeline's may be tighter.
 	oversize := res.Oversize
@@ -295,11 +308,6 @@ func (p *Pipeline) mapWith(ctx context.Context, msg Message, m Mapper, in *jsoni
 			Msg("mapped event over the size bound, skipped")
 		if len(events) == 0 {
 			return Result{Outcome: Skipped, Reason: ReasonEventTooLarge, EventType: eventType, Module: m.ID()}
-		}
-	}
-	if msg.DeriveID {
-		for i, ev := range events {
-			events[i] = deriveID(ev, msg.Body, i)
 		}
 	}
 	return Result{Outcome: Mapped, EventType: eventType, Module: m.ID(), Events: events}
@@ -333,64 +341,39 @@ func isCanonical(in *jsonindex.Index) bool {
 	return k == jsonindex.String && pk == jsonindex.Missing
 }
 
-// passThrough accepts a canonical event: the source is set by the collector,
-// whatever the sender wrote. Only inputs that ask for it (plog) come here, so
-// encoding/json on this path costs the AMQP hot path nothing.
-func (p *Pipeline) passThrough(msg Message, in *jsonindex.Index, eventType string) Result {
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(in.Bytes(), &obj); err != nil {
-		return Result{Outcome: Unparseable, Reason: ReasonNotJSON}
-	}
-	obj["source"], _ = json.Marshal(map[string]string{
-		"exchange": msg.Exchange, "routing_key": msg.RoutingKey, "mapper": "canonical",
-	})
+// passThrough accepts a canonical event: checked against the event contract
+// as a module's events are, the source set by the collector whatever the
+// sender wrote. Only inputs that ask for it (plog) come here.
+func (p *Pipeline) passThrough(msg Message, s *scratch, in *jsonindex.Index, eventType string) Result {
+	src := runtime.Source{Exchange: msg.Exchange, RoutingKey: msg.RoutingKey}
 	if msg.DeriveID {
-		if k, s, e := in.Lookup("event_id"); k != jsonindex.String || s == e {
-			obj["event_id"], _ = json.Marshal(derivedID(msg.Body, 0))
-		}
+		src.DeriveID = msg.Body
 	}
-	ev, err := json.Marshal(obj)
+	ev, dropped, err := s.canonical.Write(in, src, canonicalMapper)
 	if err != nil {
-		return Result{Outcome: Unparseable, Reason: ReasonNotJSON}
+		return Result{Outcome: Failed, Reason: string(runtime.ReasonInvalidEvent), EventType: eventType,
+			Module: canonicalMapper, Err: err}
 	}
+	p.dropped(msg, &dropped, eventType, canonicalMapper)
 	if len(ev) > p.opts.MaxEventBytes {
 		p.metrics.skipped.WithLabelValues(ReasonEventTooLarge).Inc()
 		return Result{Outcome: Skipped, Reason: ReasonEventTooLarge, EventType: eventType}
 	}
-	return Result{Outcome: Mapped, EventType: eventType, Module: "canonical", Events: [][]byte{ev}}
+	return Result{Outcome: Mapped, EventType: eventType, Module: canonicalMapper, Events: [][]byte{ev}}
 }
 
-// derivedID is the id of the i-th event of a message that carries none: the hex
-// SHA-256 of the body (first 16 bytes), suffixed with the position when a
-// message yields several, so a resent message yields the same ids.
-func derivedID(body []byte, i int) string {
-	sum := sha256.Sum256(body)
-	id := hex.EncodeToString(sum[:16])
-	if i > 0 {
-		id += "-" + strconv.Itoa(i)
-	}
-	return id
-}
+// canonicalMapper is the source.mapper of a canonical event.
+const canonicalMapper = "canonical"
 
-// deriveID sets event_id on a mapped event that has none (or an empty one).
-func deriveID(ev, body []byte, i int) []byte {
-	var idx jsonindex.Index
-	if err := idx.Parse(ev); err != nil {
-		return ev
+// dropped counts and logs (sampled) the members the event contract left out.
+func (p *Pipeline) dropped(msg Message, d *runtime.Drops, eventType, module string) {
+	if d.Total() == 0 {
+		return
 	}
-	if k, s, e := idx.Lookup("event_id"); k == jsonindex.String && e > s {
-		return ev
-	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(ev, &obj); err != nil {
-		return ev
-	}
-	obj["event_id"], _ = json.Marshal(derivedID(body, i))
-	out, err := json.Marshal(obj)
-	if err != nil {
-		return ev
-	}
-	return out
+	first := p.metrics.countDropped(d)
+	p.warn.Warn().Str("exchange", msg.Exchange).Str("routing_key", msg.RoutingKey).
+		Str("event_type", eventType).Str("module", module).Int("members", d.Total()).
+		Str("reason", first).Msg("event members that break the event contract left out")
 }
 
 func (p *Pipeline) count(msg Message, r *Result) {

@@ -1,6 +1,7 @@
 ;; fieldmap: a minimal real mapper. It asks the host for event_type and message_id
 ;; (tally.field), logs a line (tally.log) and writes one event, including a forged
-;; "source" member the host must replace. Without a string event_type it answers an error.
+;; "source" member the host must replace, and fixed values of the other members the
+;; event contract requires (timestamp, service, resource_type, resource_id, project_id, action). Without a string event_type it answers an error.
 ;; Generated layout: manifest at 0, constant strings from 512, output scratch at 4096,
 ;; input at 65536 (see tally_alloc).
 (module
@@ -15,6 +16,7 @@
   (data (i32.const 642) "event_type")
   (data (i32.const 660) "message_id")
   (data (i32.const 678) "mapping one message")
+  (data (i32.const 1024) "\22,\22timestamp\22:\222024-05-01T12:00:00Z\22,\22service\22:\22test\22,\22resource_type\22:\22thing\22,\22resource_id\22:\22r1\22,\22project_id\22:\22p1\22,\22action\22:\22map\22,\22source\22:{\22mapper\22:\22forged\22}}]}")
   (func (export "tally_abi_version_1"))
   ;; One input buffer at 64 KiB, grown as needed; 0 when memory cannot grow.
   (func (export "tally_alloc") (param $size i32) (result i32)
@@ -49,6 +51,6 @@
     (call $put (i32.const 546) (i32.const 14))
     (if (i64.eq (i64.shr_u (local.get $mid) (i64.const 56)) (i64.const 2))
       (then (call $span (local.get $mid))))
-    (call $put (i32.const 568) (i32.const 33))
+    (call $put (i32.const 1024) (i32.const 161))
     (i64.or (i64.const 0x100000000000) (i64.extend_i32_u (i32.sub (global.get $out) (i32.const 4096)))))
 )

@@ -1,6 +1,7 @@
 ;; flaky_v1: flaky 1.0.0, traps on every message.
 ;; Test module of the catalogue: one event per message, {"event_type":<event_type>,
-;; "event_id":<message_id>,"variant":"x"}. Layout: manifest at 0, constant
+;; "event_id":<message_id>,...,"attributes":{"variant":"x"}}, the other members the
+;; event contract requires fixed. Layout: manifest at 0, constant
 ;; strings from 512, output at 4096, input at 65536 (see tally_alloc).
 (module
   (import "tally" "field" (func $field (param i32 i32) (result i64)))

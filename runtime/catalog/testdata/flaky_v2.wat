@@ -1,6 +1,7 @@
 ;; flaky_v2: flaky 1.0.1, the fixed version.
 ;; Test module of the catalogue: one event per message, {"event_type":<event_type>,
-;; "event_id":<message_id>,"variant":"fixed"}. Layout: manifest at 0, constant
+;; "event_id":<message_id>,...,"attributes":{"variant":"fixed"}}, the other members the
+;; event contract requires fixed. Layout: manifest at 0, constant
 ;; strings from 512, output at 4096, input at 65536 (see tally_alloc).
 (module
   (import "tally" "field" (func $field (param i32 i32) (result i64)))
@@ -8,7 +9,7 @@
   (data (i32.const 0) "{\22name\22:\22flaky\22,\22version\22:\221.0.1\22,\22event_types\22:[\22flaky.*\22],\22releases\22:[\222024.1\22]}")
   (data (i32.const 512) "{\22events\22:[{\22event_type\22:\22")
   (data (i32.const 540) "\22,\22event_id\22:\22")
-  (data (i32.const 556) "\22,\22variant\22:\22fixed\22}]}")
+  (data (i32.const 1024) "\22,\22timestamp\22:\222024-05-01T12:00:00Z\22,\22service\22:\22test\22,\22resource_type\22:\22thing\22,\22resource_id\22:\22r1\22,\22project_id\22:\22p1\22,\22action\22:\22map\22,\22attributes\22:{\22variant\22:\22fixed\22}}]}")
   (data (i32.const 580) "{\22error\22:\22no event_type\22}")
   (data (i32.const 607) "event_type")
   (data (i32.const 619) "message_id")
@@ -42,6 +43,6 @@
     (call $put (i32.const 540) (i32.const 14))
     (if (i64.eq (i64.shr_u (local.get $mid) (i64.const 56)) (i64.const 2))
       (then (call $span (local.get $mid))))
-    (call $put (i32.const 556) (i32.const 22))
+    (call $put (i32.const 1024) (i32.const 165))
     (i64.or (i64.const 0x100000000000) (i64.extend_i32_u (i32.sub (global.get $out) (i32.const 4096)))))
 )

@@ -24,6 +24,7 @@ import (
 
 	"github.com/tally-billing/tally-openstack-collector/cmd/tally-openstack-collector/internal/daemon"
 	"github.com/tally-billing/tally-openstack-collector/cmd/tally-openstack-collector/internal/settings"
+	"github.com/tally-billing/tally-openstack-collector/runtime"
 	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
 	"github.com/tally-billing/tally-openstack-collector/runtime/fixture"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
@@ -434,7 +435,7 @@ func runMapperTest(args, environ []string, stdout, stderr io.Writer) int {
 		case pipeline.Skipped:
 			return fixture.Document(nil), nil
 		case pipeline.Failed:
-			return nil, r.Err
+			return fixture.HostDocument(runtime.Result{}, r.Err)
 		}
 		return nil, fmt.Errorf("unparseable: %s", r.Reason)
 	}

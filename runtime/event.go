@@ -1,0 +1,436 @@
+package runtime
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/contract"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonstr"
+)
+
+// The event contract (docs/events.md, "The contract"), as the host applies it
+// to every event before it is committed, whatever wrote it: a module's
+// output (buildResult), a canonical event a plog client sent (WriteCanonical).
+//
+//   - The required members (event_id, timestamp, event_type, service,
+//     resource_type, resource_id, project_id, action) are present, strings,
+//     not blank, printable and at most contract.MaxIDBytes long; the
+//     timestamp is in the contract's form and within [EarliestTimestamp,
+//     now+MaxFutureSkew]. An event that fails one fails the whole call with
+//     ReasonInvalidEvent, naming the member: the notification becomes a dead
+//     letter, and a replay after a fix delivers it.
+//   - Everything else that breaks the contract is left out and counted
+//     (Result.Dropped): an optional member (user_id) or an attribute that is
+//     not what it must be, a quantity out of its range, a member the event
+//     does not have, the earlier of two members of one name (the last one
+//     counts, as in the JSON readers of oslo and the Reporting API).
+//   - Strings are written as a JSON reader decodes them, escaped only where
+//     JSON requires: "compute\u002einstance.exists" is written
+//     "compute.instance.exists", so that the ledger and the Reporting API see
+//     one text for one value.
+
+// Bounds of the timestamp window.
+var (
+	// EarliestTimestamp is the earliest timestamp an event may carry.
+	EarliestTimestamp = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	// MaxFutureSkew is how far past the collector's clock a timestamp may be.
+	MaxFutureSkew = 24 * time.Hour
+)
+
+// Drops counts the members left out of the events of one call, by the
+// contract.Violation they broke.
+type Drops [contract.NumViolations]uint32
+
+// Total is the number of members left out.
+func (d *Drops) Total() int {
+	n := 0
+	for _, c := range d {
+		n += int(c)
+	}
+	return n
+}
+
+// member is what the contract says of a top-level member.
+type member uint8
+
+const (
+	mUnknown member = iota
+	mRequired
+	mTimestamp
+	mOptional
+	mAttributes
+	mSource
+	mEventID
+)
+
+func memberOf(name []byte) member {
+	switch string(name) {
+	case "event_type", "service", "resource_type", "resource_id", "project_id", "action":
+		return mRequired
+	case "event_id":
+		return mEventID
+	case "timestamp":
+		return mTimestamp
+	case "user_id":
+		return mOptional
+	case "attributes":
+		return mAttributes
+	case "source":
+		return mSource
+	}
+	return mUnknown
+}
+
+// requiredMembers are checked for presence, in this order.
+var requiredMembers = [...]string{"event_id", "timestamp", "event_type", "service",
+	"resource_type", "resource_id", "project_id", "action"}
+
+// eventWriter writes events checked against the contract. Its buffers are
+// reused; it is not safe for concurrent use (one per instance).
+type eventWriter struct {
+	members, attrs []jsonindex.Child
+	path           []byte
+	name, text     []byte   // decoded scratch
+	names, anames  [][]byte // decoded member names; nil: written again later
+	last           map[string]int
+	// until is the latest timestamp accepted, in the contract's form
+	// without the fraction, refreshed by begin.
+	until    [19]byte
+	untilSec int64
+}
+
+// begin prepares a call at the time now.
+func (w *eventWriter) begin(now time.Time) {
+	if s := now.Unix(); s != w.untilSec {
+		w.untilSec = s
+		now.Add(MaxFutureSkew).UTC().AppendFormat(w.until[:0], "2006-01-02T15:04:05")
+	}
+}
+
+// idSeed derives the event_id of events that carry none: the hex SHA-256 of
+// the body (its first 16 bytes), with "-<i>" after the first event, so that a
+// message sent again yields the same ids.
+type idSeed struct {
+	body []byte
+	hex  [32]byte
+	done bool
+}
+
+func (s *idSeed) append(dst []byte, i int) []byte {
+	if !s.done {
+		sum := sha256.Sum256(s.body)
+		hex.Encode(s.hex[:], sum[:16])
+		s.done = true
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s.hex[:]...)
+	if i > 0 {
+		dst = append(dst, '-')
+		dst = strconv.AppendInt(dst, int64(i), 10)
+	}
+	return append(dst, '"')
+}
+
+// write appends the event at path of x (an object) to dst, checked against
+// the contract, with src (`"source":{...}`) as its source. ids, when not
+// nil, names an event without a usable event_id (the i-th of its call). It
+// returns dst unchanged and an error naming the member when a required one
+// fails.
+func (w *eventWriter) write(dst []byte, x *jsonindex.Index, path []byte, src []byte, ids *idSeed, i int, drops *Drops) ([]byte, error) {
+	doc := x.Bytes()
+	begin := len(dst)
+	w.members = x.AppendChildrenBytes(w.members[:0], path)
+	w.names = w.markLast(w.names, doc, w.members)
+	dst = append(dst, '{')
+	var have [len(requiredMembers)]bool
+	wroteAttrs := false
+	for j, mb := range w.members {
+		name := w.names[j]
+		if name == nil { // an earlier member of a name written again
+			drops[contract.Duplicate]++
+			continue
+		}
+		kind := memberOf(name)
+		switch kind {
+		case mSource:
+			continue
+		case mUnknown:
+			drops[contract.Unknown]++
+			continue
+		case mAttributes:
+			if mb.Kind != jsonindex.Object {
+				drops[contract.Nested]++
+				continue
+			}
+			dst = append(dst, `"attributes":`...)
+			w.path = append(append(w.path[:0], path...), ".attributes"...)
+			if len(path) == 0 {
+				w.path = w.path[1:]
+			}
+			dst = w.writeAttributes(dst, x, drops)
+			dst = append(dst, ',')
+			wroteAttrs = true
+			continue
+		}
+		if kind == mEventID && ids != nil && (mb.Kind != jsonindex.String || mb.End == mb.Start) {
+			continue // derived below
+		}
+		v := w.check(doc, mb, kind)
+		if v != contract.OK {
+			if kind == mOptional {
+				drops[v]++
+				continue
+			}
+			dst = dst[:begin]
+			return dst, fmt.Errorf("%s %s", name, describe(v, doc, mb))
+		}
+		for r, n := range requiredMembers {
+			if n == string(name) {
+				have[r] = true
+			}
+		}
+		dst = append(dst, '"')
+		dst = append(dst, name...)
+		dst = append(dst, `":`...)
+		dst = w.appendString(dst, doc, mb)
+		dst = append(dst, ',')
+	}
+	if !have[0] && ids != nil {
+		dst = append(dst, `"event_id":`...)
+		dst = ids.append(dst, i)
+		dst = append(dst, ',')
+		have[0] = true
+	}
+	for r, ok := range have {
+		if !ok {
+			dst = dst[:begin]
+			return dst, fmt.Errorf("%s missing", requiredMembers[r])
+		}
+	}
+	if !wroteAttrs {
+		dst = append(dst, `"attributes":{},`...)
+	}
+	dst = append(dst, src...)
+	return append(dst, '}'), nil
+}
+
+// describe says what is wrong with a required member, quoting at most a
+// little of its value.
+func describe(v contract.Violation, doc []byte, mb jsonindex.Child) string {
+	switch v {
+	case contract.WrongType:
+		return "is a JSON " + mb.Kind.String() + ", not a string"
+	case contract.TooLong:
+		return fmt.Sprintf("is %d bytes long, over %d", mb.End-mb.Start, contract.MaxIDBytes)
+	case contract.BadTimestamp:
+		val := doc[mb.Start:mb.End]
+		if len(val) > 40 {
+			val = val[:40]
+		}
+		return fmt.Sprintf("%q is not a time in [%s, now+%v] in RFC 3339 UTC", val,
+			EarliestTimestamp.Format(time.RFC3339), MaxFutureSkew)
+	}
+	return "is " + v.String()
+}
+
+// check checks a top-level string member.
+func (w *eventWriter) check(doc []byte, mb jsonindex.Child, kind member) contract.Violation {
+	if mb.Kind != jsonindex.String {
+		if mb.Kind == jsonindex.Null {
+			return contract.Null
+		}
+		return contract.WrongType
+	}
+	raw := doc[mb.Start:mb.End]
+	if len(raw) > 6*contract.MaxIDBytes {
+		return contract.TooLong
+	}
+	text := w.decode(raw)
+	if kind == mTimestamp {
+		if v := contract.CheckTimestamp(text); v != contract.OK {
+			return v
+		}
+		if string(text[:19]) < "2000-01-01T00:00:00" || string(text[:19]) > string(w.until[:]) {
+			return contract.BadTimestamp
+		}
+		return contract.OK
+	}
+	return contract.CheckText(text, contract.MaxIDBytes)
+}
+
+// writeAttributes appends the attributes object at w.path, leaving out and
+// counting what breaks the contract.
+func (w *eventWriter) writeAttributes(dst []byte, x *jsonindex.Index, drops *Drops) []byte {
+	doc := x.Bytes()
+	w.attrs = x.AppendChildrenBytes(w.attrs[:0], w.path)
+	w.anames = w.markLast(w.anames, doc, w.attrs)
+	attrNames := w.anames
+	dst = append(dst, '{')
+	first := true
+	for j, a := range w.attrs {
+		name := attrNames[j]
+		if name == nil {
+			drops[contract.Duplicate]++
+			continue
+		}
+		if v := contract.CheckText(name, contract.MaxAttributeNameBytes); v != contract.OK {
+			drops[v]++
+			continue
+		}
+		if v := w.checkAttribute(doc, name, a); v != contract.OK {
+			drops[v]++
+			continue
+		}
+		if !first {
+			dst = append(dst, ',')
+		}
+		first = false
+		dst = jsonstr.AppendQuotedBytes(dst, name)
+		dst = append(dst, ':')
+		if a.Kind == jsonindex.String {
+			dst = w.appendString(dst, doc, a)
+		} else {
+			dst = append(dst, doc[a.Start:a.End]...)
+		}
+	}
+	return append(dst, '}')
+}
+
+// checkAttribute checks one attribute's value.
+func (w *eventWriter) checkAttribute(doc []byte, name []byte, a jsonindex.Child) contract.Violation {
+	switch a.Kind {
+	case jsonindex.Null:
+		return contract.Null
+	case jsonindex.Object, jsonindex.Array:
+		return contract.Nested
+	case jsonindex.True, jsonindex.False:
+		if _, q := contract.MaxOf(string(name)); q || contract.IsTimeAttribute(string(name)) {
+			return contract.WrongType
+		}
+		return contract.OK
+	case jsonindex.Number:
+		if contract.IsTimeAttribute(string(name)) {
+			return contract.WrongType
+		}
+		max, _ := contract.MaxOf(string(name))
+		return contract.CheckQuantity(doc[a.Start:a.End], max)
+	}
+	// A string.
+	if _, q := contract.MaxOf(string(name)); q {
+		return contract.WrongType
+	}
+	raw := doc[a.Start:a.End]
+	if len(raw) > 6*contract.MaxAttributeBytes {
+		return contract.TooLong
+	}
+	text := w.decode(raw)
+	if contract.IsTimeAttribute(string(name)) {
+		return contract.CheckTimestamp(text)
+	}
+	return contract.CheckAttributeText(text)
+}
+
+// decode returns the text of a string's raw content: raw itself when it
+// holds no escape, else its decoding in w.text.
+func (w *eventWriter) decode(raw []byte) []byte {
+	if !hasEscape(raw) {
+		return raw
+	}
+	w.text = jsonstr.AppendUnescaped(w.text[:0], raw)
+	return w.text
+}
+
+// appendString appends a string member's value, quoted: as it was when it
+// holds no escape, else decoded and escaped again only where JSON requires.
+func (w *eventWriter) appendString(dst, doc []byte, mb jsonindex.Child) []byte {
+	raw := doc[mb.Start:mb.End]
+	if !hasEscape(raw) {
+		dst = append(dst, '"')
+		dst = append(dst, raw...)
+		return append(dst, '"')
+	}
+	return jsonstr.AppendQuotedBytes(dst, w.decode(raw))
+}
+
+func hasEscape(raw []byte) bool {
+	for _, c := range raw {
+		if c == '\\' {
+			return true
+		}
+	}
+	return false
+}
+
+// markLast returns names (reused) with names[j] the decoded name of
+// members[j], or nil when a later member has the same name (the last one
+// counts). Names that hold no escape share the document's memory.
+func (w *eventWriter) markLast(names [][]byte, doc []byte, members []jsonindex.Child) [][]byte {
+	names = names[:0]
+	for _, mb := range members {
+		key := doc[mb.KeyStart:mb.KeyEnd]
+		if hasEscape(key) {
+			key = jsonstr.AppendUnescaped(nil, key) // rare: a name a mapper escaped
+		}
+		names = append(names, key)
+	}
+	if len(names) <= 32 {
+		for j := range names {
+			for k := j + 1; k < len(names); k++ {
+				if string(names[j]) == string(names[k]) {
+					names[j] = nil
+					break
+				}
+			}
+		}
+		return names
+	}
+	if w.last == nil {
+		w.last = make(map[string]int)
+	}
+	clear(w.last)
+	for j, n := range names {
+		w.last[string(n)] = j
+	}
+	for j, n := range names {
+		if w.last[string(n)] != j {
+			names[j] = nil
+		}
+	}
+	if len(w.last) > 1024 {
+		w.last = nil // do not keep a rare large map
+	}
+	return names
+}
+
+// CanonicalWriter checks canonical events that arrive whole (a plog client
+// sends them) against the event contract, and writes them as the host writes
+// a module's events, "source" filled in. Its zero value is ready; it is not
+// safe for concurrent use.
+type CanonicalWriter struct {
+	w   eventWriter
+	src []byte
+	ids idSeed
+}
+
+// Write checks the event that is the whole of x and returns it as the
+// collector commits it, with what the contract left out counted in dropped.
+// mapper is written as source.mapper. A required member that breaks the
+// contract fails it with an error wrapping ErrInvalidEvent.
+func (c *CanonicalWriter) Write(x *jsonindex.Index, src Source, mapper string) (ev []byte, dropped Drops, err error) {
+	c.src = appendSource(c.src[:0], nil, src, mapper)
+	c.w.begin(time.Now())
+	var ids *idSeed
+	if src.DeriveID != nil {
+		c.ids = idSeed{body: src.DeriveID}
+		ids = &c.ids
+	}
+	ev, err = c.w.write(nil, x, nil, c.src, ids, 0, &dropped)
+	if err != nil {
+		return nil, dropped, fmt.Errorf("%w: %v", ErrInvalidEvent, err)
+	}
+	return ev, dropped, nil
+}
