@@ -11,6 +11,15 @@ import (
 //go:embed dist
 var dist embed.FS
 
+// MinMemoryLimitMiB is the least linear memory, in MiB, an instance of every
+// built-in module can run in, and so the least MAPPER_MEMORY_LIMIT_MIB. Each
+// module declares 33 pages (2.06 MiB) it needs to instantiate; every fixture
+// maps within 3 MiB, and the largest fixture of each grown to the 1 MiB body
+// limit within 4 MiB, measured
+// by lowering the limit a MiB at a time. The minimum is twice that;
+// TestBuiltinWithinMinMemory maps every fixture and the grown inputs at it.
+const MinMemoryLimitMiB = 8
+
 // Builtin returns the built-in modules by file name ("nova.wasm", ...). The
 // runtime loads each under the name "builtin:" + file name. The bytes are the
 // caller's. It fails with ErrMissing when no module was built into the

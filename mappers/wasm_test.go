@@ -364,3 +364,74 @@ func BenchmarkBuiltin(b *testing.B) {
 		}
 	}
 }
+
+// TestBuiltinWithinMinMemory: at MinMemoryLimitMiB, the least memory the
+// settings accept, every built-in module instantiates and maps each of its
+// fixtures to the expected events, and its largest fixture grown to near the
+// 1 MiB body limit (a member no mapper reads) without failing.
+func TestBuiltinWithinMinMemory(t *testing.T) {
+	if _, err := Builtin(); errors.Is(err, ErrMissing) {
+		testkit.Missing(t, "the built-in mappers are not built: run make wasm (make build and make test build them)")
+	}
+	ctx := context.Background()
+	eng, err := runtime.NewEngine(ctx, runtime.Config{
+		CacheDir:    testkit.CacheDir(t),
+		MemoryLimit: MinMemoryLimitMiB << 20,
+		CallTimeout: 10 * time.Second, // memory is under test here, not time
+		PoolSize:    1,
+		Logger:      zerolog.Nop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = eng.Close(ctx) })
+	wasm, err := Builtin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range services {
+		t.Run(s, func(t *testing.T) {
+			m, err := eng.Load(ctx, "builtin:"+s+".wasm", wasm[s+".wasm"])
+			if err != nil {
+				t.Fatalf("load at %d MiB: %v", MinMemoryLimitMiB, err)
+			}
+			dir := filepath.Join(s, "testdata")
+			results, err := fixture.Run(dir, mapWith(m), false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			largest := ""
+			var size int64
+			for _, r := range results {
+				if r.Err != nil {
+					t.Errorf("at %d MiB: %v", MinMemoryLimitMiB, r.Err)
+				}
+				if fi, err := os.Stat(r.Case.In); err == nil && fi.Size() > size {
+					largest, size = r.Case.In, fi.Size()
+				}
+			}
+			if largest == "" {
+				t.Fatalf("no fixture in %s", dir)
+			}
+			b, err := os.ReadFile(largest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var doc map[string]any
+			if err := json.Unmarshal(b, &doc); err != nil {
+				t.Fatalf("%s: %v", largest, err)
+			}
+			doc["x_padding"] = strings.Repeat("x", 1<<20-len(b)-64)
+			big, err := json.Marshal(doc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(big) > 1<<20 {
+				t.Fatalf("the grown input is %d bytes, over the 1 MiB body limit", len(big))
+			}
+			if _, err := mapWith(m)(big); err != nil {
+				t.Errorf("%s grown to %d bytes, at %d MiB: %v", filepath.Base(largest), len(big), MinMemoryLimitMiB, err)
+			}
+		})
+	}
+}

@@ -441,9 +441,10 @@ func (d *daemon) sampleReady(ctx context.Context) {
 	}
 }
 
-// listen starts the HTTP server on HTTP_ADDR and, with DEBUG_PPROF, the
-// profiler's on DEBUG_PPROF_ADDR (loopback only, checked with the settings).
-// Both put every route but the probes and the metrics behind one controlAuth.
+// listen starts the HTTP server on HTTP_ADDR, within HTTP_MAX_CONNECTIONS
+// (httplimit.go), and, with DEBUG_PPROF, the profiler's on DEBUG_PPROF_ADDR
+// (loopback only, checked with the settings). Both put every route but the
+// probes and the metrics behind one controlAuth.
 func (d *daemon) listen(control http.Handler) error {
 	tok, err := controlToken(d.cfg, component(d.base, "http"))
 	if err != nil {
@@ -466,9 +467,15 @@ func (d *daemon) listen(control http.Handler) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", d.cfg.HTTPAddr, err)
 	}
-	d.ln = ln
-	d.srv = newHTTPServer(newMux(d.probes, d.reg, guard, control), 60*time.Second)
-	d.serve(d.srv, ln)
+	lim, err := newConnLimit(ln, d.cfg.HTTPMaxConnections, component(d.base, "http"), d.reg)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	d.ln = lim
+	d.srv = newHTTPServer(lim.serveLimited(newMux(d.probes, d.reg, guard, control)), 60*time.Second)
+	d.srv.ConnState = lim.connState
+	d.serve(d.srv, lim)
 	if d.cfg.DebugPprof {
 		pln, err := net.Listen("tcp", d.cfg.DebugPprofAddr)
 		if err != nil {

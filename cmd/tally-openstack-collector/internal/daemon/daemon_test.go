@@ -2,11 +2,15 @@ package daemon
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -236,4 +240,76 @@ func TestRunReleasesTheOutboxWhenHTTPCannotListen(t *testing.T) {
 		t.Fatalf("the outbox is still held after Run returned: %v", err)
 	}
 	_ = ob.Close()
+}
+
+// TestRunBoundsHTTPConnections: the daemon's HTTP listener holds
+// HTTP_MAX_CONNECTIONS at most: three times as many slow connections (request
+// heads never finished) leave no more open, displaced oldest first, and
+// /livez answers through the flood.
+func TestRunBoundsHTTPConnections(t *testing.T) {
+	const maxConns = 16
+	v := testkit.NewVhost(t)
+	cfg := daemonSettings(t, v, "http://127.0.0.1:9", "TALLY_OSC_HTTP_MAX_CONNECTIONS="+strconv.Itoa(maxConns))
+	d := runInProcess(t, cfg)
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	get := func(path string) (int, string, error) {
+		resp, err := client.Get("http://" + cfg.HTTPAddr + path)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), err
+	}
+	testkit.WaitFor(t, startLimit, "/livez to answer", func() bool {
+		select {
+		case err := <-d.done:
+			t.Fatalf("Run returned before it listened: %v\n%s", err, d.log)
+		default:
+		}
+		code, _, err := get("/livez")
+		return err == nil && code == http.StatusOK
+	})
+
+	for range 3 * maxConns {
+		c, err := net.Dial("tcp", cfg.HTTPAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		if _, err := io.WriteString(c, "GET /livez HTTP/1.1\r\nHost: slow\r\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	metric := func(body, name string) float64 {
+		m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindStringSubmatch(body)
+		if m == nil {
+			t.Fatalf("/metrics lacks %s:\n%s", name, body)
+		}
+		f, err := strconv.ParseFloat(m[1], 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	testkit.WaitUntil(t, time.Minute, "the flood displaced", func() (bool, string) {
+		code, body, err := get("/metrics")
+		if err != nil || code != http.StatusOK {
+			return false, fmt.Sprintf("/metrics: %d %v", code, err)
+		}
+		open := metric(body, "tally_collector_http_connections")
+		if open > maxConns {
+			t.Fatalf("%v connections open, over the bound %d", open, maxConns)
+		}
+		evicted := metric(body, `tally_collector_http_refused_total{reason="evicted"}`)
+		return evicted >= 2*maxConns, fmt.Sprintf("open %v, evicted %v", open, evicted)
+	})
+	if code, body, err := get("/livez"); err != nil || code != http.StatusOK || body != "ok\n" {
+		t.Fatalf("/livez during the flood: %d %q %v", code, body, err)
+	}
+
+	d.signals <- syscall.SIGTERM
+	if err := d.returned(t, 2*cfg.StopTimeout); err != nil {
+		t.Fatalf("Run after a signal: %v\n%s", err, d.log)
+	}
 }

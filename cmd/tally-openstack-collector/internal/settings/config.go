@@ -78,6 +78,9 @@ type Config struct {
 
 	UnhealthyThreshold time.Duration
 	HTTPAddr           string
+	// HTTPMaxConnections bounds the HTTP server's open connections; an
+	// eighth of them is kept for the probes.
+	HTTPMaxConnections int
 	MappersDir         string
 	LogLevel           zerolog.Level
 	LogFormat          string

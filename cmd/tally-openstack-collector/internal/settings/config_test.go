@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -227,6 +228,9 @@ func TestValidation(t *testing.T) {
 			wants: []string{"TALLY_OSC_MAPPER_CALL_TIMEOUT: \"soon\" is not a duration", "TALLY_OSC_STOP_TIMEOUT: must be positive"}},
 		{name: "flush within stop", mode: ModeDaemon, env: append([]string{"TALLY_OSC_STOP_TIMEOUT=5s", "TALLY_OSC_FLUSH_TIMEOUT=5s"}, daemonEnv...),
 			wants: []string{"must be shorter than"}},
+		{name: "flush leaves the inputs a second", mode: ModeDaemon, env: append([]string{"TALLY_OSC_STOP_TIMEOUT=5s", "TALLY_OSC_FLUSH_TIMEOUT=4001ms"}, daemonEnv...),
+			wants: []string{"TALLY_OSC_FLUSH_TIMEOUT (4.001s) must be shorter than TALLY_OSC_STOP_TIMEOUT (5s) by at least 1s"}},
+		{name: "flush and stop at their least", mode: ModeDaemon, env: append([]string{"TALLY_OSC_STOP_TIMEOUT=2s", "TALLY_OSC_FLUSH_TIMEOUT=1s"}, daemonEnv...)},
 		{name: "memory limit", mode: ModeDaemon, env: append([]string{"TALLY_OSC_MAPPER_MEMORY_LIMIT_MIB=0"}, daemonEnv...),
 			wants: []string{"TALLY_OSC_MAPPER_MEMORY_LIMIT_MIB"}},
 		{name: "flag value checked too", mode: ModeDaemon, env: daemonEnv, args: []string{"--prefetch", "none"},
@@ -703,4 +707,93 @@ func TestHTTPTokenAndFileAreExclusive(t *testing.T) {
 // a temporary file renamed into place). It is not part of the tree.
 func vanished(err error) bool {
 	return errors.Is(err, fs.ErrNotExist)
+}
+
+// TestMinimums: each setting whose small values cannot work refuses a value
+// just under its minimum, naming the setting and the minimum (start-up ends
+// with status 2), and accepts the minimum itself.
+func TestMinimums(t *testing.T) {
+	under := func(d time.Duration) string { return (d - time.Millisecond).String() }
+	cases := []struct {
+		key       string
+		under, at string
+		want      string // in the refusal, after "TALLY_OSC_<KEY>: "
+		mode      Mode
+		also      []string // other settings the value needs
+	}{
+		{key: "REPORTING_TIMEOUT", under: under(MinReportingTimeout), at: MinReportingTimeout.String(), want: "must be at least 1s"},
+		{key: "REPORTING_TIMEOUT", under: "1ns", at: "30s", want: "must be at least 1s, got 1ns"},
+		{key: "MAPPER_CALL_TIMEOUT", under: under(MinMapperCallTimeout), at: MinMapperCallTimeout.String(), want: "must be at least 50ms"},
+		{key: "MAPPER_CALL_TIMEOUT", under: "1ns", at: "250ms", want: "must be at least 50ms, got 1ns", mode: ModeOffline},
+		{key: "MAPPER_MEMORY_LIMIT_MIB", under: "7", at: "8", want: "must be between 8 and 4096, got 7"},
+		{key: "MAPPER_MEMORY_LIMIT_MIB", under: "1", at: "4096", want: "must be between 8 and 4096, got 1", mode: ModeOffline},
+		{key: "FLUSH_TIMEOUT", under: under(MinFlushTimeout), at: MinFlushTimeout.String(), want: "must be at least 1s"},
+		{key: "STOP_TIMEOUT", under: under(MinStopTimeout), at: MinStopTimeout.String(), want: "must be at least 2s",
+			also: []string{"TALLY_OSC_FLUSH_TIMEOUT=1s"}},
+		{key: "WATCHDOG_TIMEOUT", under: under(time.Second), at: "1s", want: "must be at least 1s"},
+		{key: "CHANNEL_IDLE_TIMEOUT", under: under(time.Second), at: "1s", want: "must be at least 1s"},
+		{key: "UNHEALTHY_THRESHOLD_S", under: "0", at: "1", want: "must be at least 1"},
+		{key: "HTTP_MAX_CONNECTIONS", under: "15", at: "16", want: "must be between 16 and 65536, got 15"},
+		{key: "HTTP_MAX_CONNECTIONS", under: "65537", at: "65536", want: "must be between 16 and 65536, got 65537"},
+		{key: "HTTP_ADDR", under: "127.0.0.1:99999", at: "127.0.0.1:65535", want: `"127.0.0.1:99999": the port is not a number between 0 and 65535`},
+		{key: "HTTP_ADDR", under: "127.0.0.1:-1", at: "127.0.0.1:0", want: `"127.0.0.1:-1": the port is not a number between 0 and 65535`},
+		{key: "HTTP_ADDR", under: "[::1]:http", at: "[::1]:9469", want: `"[::1]:http": the port is not a number`},
+		{key: "DEBUG_PPROF_ADDR", under: "127.0.0.1:70000", at: "127.0.0.1:1", want: `"127.0.0.1:70000": the port is not a number between 0 and 65535`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.key+"="+tc.under, func(t *testing.T) {
+			env := func(v string) []string {
+				e := append([]string{EnvPrefix + tc.key + "=" + v}, tc.also...)
+				if tc.mode == ModeDaemon {
+					e = append(e, daemonEnv...)
+				}
+				return e
+			}
+			_, err := Load(parse(t, nil), env(tc.under), tc.mode)
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("%s=%s: want *ConfigError, got %v", tc.key, tc.under, err)
+			}
+			if want := EnvPrefix + tc.key + ": " + tc.want; len(ce.Problems) != 1 || !strings.Contains(ce.Problems[0], want) {
+				t.Errorf("%s=%s: want the one problem %q, got %q", tc.key, tc.under, want, ce.Problems)
+			}
+			if _, err := Load(parse(t, nil), env(tc.at), tc.mode); err != nil {
+				t.Errorf("%s=%s (at the bound): %v", tc.key, tc.at, err)
+			}
+		})
+	}
+}
+
+// TestMinimumsDocumented: docs/settings.md's table of minimums has a row for
+// every setting with one, stating the value the code applies.
+func TestMinimumsDocumented(t *testing.T) {
+	b, err := os.ReadFile(repo + "/docs/settings.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	_, section, ok := strings.Cut(doc, "\n## Minimums\n")
+	if !ok {
+		t.Fatal("docs/settings.md has no section \"Minimums\"")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	rows := 0
+	for _, s := range table {
+		var least string
+		switch {
+		case s.minDur > 0:
+			least = s.minDur.String()
+		case s.min > 0 || s.max > 0:
+			least = strconv.FormatInt(s.min, 10)
+		default:
+			continue
+		}
+		rows++
+		if want := "| `" + s.env() + "` | `" + least + "`"; !strings.Contains(section, want) {
+			t.Errorf("docs/settings.md, \"Minimums\": no row %q", want)
+		}
+	}
+	if rows < 15 {
+		t.Errorf("only %d settings with a minimum: the table lost its bounds?", rows)
+	}
 }

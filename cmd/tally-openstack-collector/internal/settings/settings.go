@@ -3,7 +3,6 @@ package settings
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/tally-billing/tally-openstack-collector/mappers"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
 	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/broker"
@@ -71,11 +71,15 @@ type setting struct {
 	// *[]string, *bool, *int, *int64 or *time.Duration. Its type decides the
 	// parsing, and whether the flag is a switch.
 	field func(*Config) any
-	// min and max bound a whole number when either is set.
+	// min and max bound a whole number when either is set (a row with
+	// parse states the bounds its parse applies, for the docs' test).
 	min, max int64
 	// zeroOff admits a duration of 0, which turns the feature off; any
 	// other duration must be positive.
 	zeroOff bool
+	// minDur is the shortest duration that can work (0: any positive one);
+	// docs/settings.md states it with the setting.
+	minDur time.Duration
 	// oneOf lists the accepted words of a string (compared in lower case).
 	oneOf []string
 	// parse replaces the decoding by field, for text that needs a conversion
@@ -97,6 +101,37 @@ func (s setting) isBool() bool {
 	_, ok := s.field(&Config{}).(*bool)
 	return ok
 }
+
+// The minimums of the settings whose small values cannot work. A value under
+// one stops start-up with a message naming the setting and the minimum;
+// docs/settings.md states each (a test holds the page to them).
+const (
+	// MinReportingTimeout bounds REPORTING_TIMEOUT: a POST is a TLS handshake
+	// and a batch of up to BATCH_MAX events; a deadline under a second fails
+	// every batch as soon as the API or the network slows down a little, and
+	// the outbox only grows.
+	MinReportingTimeout = time.Second
+	// MinMapperCallTimeout bounds MAPPER_CALL_TIMEOUT: a built-in module maps
+	// a notification in 10 to 45 µs and a drop-in guarded one in about 100 µs
+	// (docs/performance.md), but a watched built-in call past its deadline
+	// ends the daemon (docs/abi.md), so the deadline must hold a loaded host's
+	// scheduling delays and a garbage collection of the guest as well: 50 ms is
+	// 500 times the slowest call measured, a fifth of the default.
+	MinMapperCallTimeout = 50 * time.Millisecond
+	// MinFlushTimeout bounds FLUSH_TIMEOUT: at least one POST of the outbox's
+	// head must fit.
+	MinFlushTimeout = time.Second
+	// MinInputsStop is the least part of STOP_TIMEOUT left beyond
+	// FLUSH_TIMEOUT: the inputs' stop (basic.cancel, the last commit, the
+	// acknowledgements) takes broker round trips.
+	MinInputsStop = time.Second
+	// MinStopTimeout bounds STOP_TIMEOUT: the least flush and the inputs'
+	// stop.
+	MinStopTimeout = MinFlushTimeout + MinInputsStop
+	// MinHTTPConnections bounds HTTP_MAX_CONNECTIONS: an eighth of them, two
+	// at the minimum, is kept for the probes.
+	MinHTTPConnections = 16
+)
 
 // table is every key the collector reads. The first block is the contract
 // (CONTRACT §2); the rest tunes the packages.
@@ -206,31 +241,23 @@ var table = []setting{
 	{key: "channel_queue_limit_bytes", def: "1048576", modes: channelModes, min: 4096, max: 1 << 30,
 		usage: "bytes a channel client holds until the daemon answers (publish), and the daemon holds for one slow tap, at most",
 		field: func(c *Config) any { return &c.ChannelQueueLimitBytes }},
-	{key: "unhealthy_threshold_s", def: "600", modes: daemonOnly,
+	{key: "unhealthy_threshold_s", def: "600", modes: daemonOnly, min: 1,
 		usage: "seconds of unbroken outbox unusability before /livez fails",
 		parse: func(c *Config, raw string) error {
 			n, err := wholeNumber(raw, 1, 0)
 			c.UnhealthyThreshold = time.Duration(n) * time.Second
 			return err
 		}},
-	{key: "watchdog_timeout", def: "5s", modes: daemonOnly, zeroOff: true,
+	{key: "watchdog_timeout", def: "5s", modes: daemonOnly, zeroOff: true, minDur: time.Second,
 		usage: "time without a heartbeat from the daemon's Go runtime after which its watchdog process kills it with SIGKILL, for its supervisor to restart it; 0: no watchdog process",
-		field: func(c *Config) any { return &c.WatchdogTimeout },
-		check: func(c *Config) error {
-			if c.WatchdogTimeout != 0 && c.WatchdogTimeout < time.Second {
-				return fmt.Errorf("%s is under 1s (0 turns the watchdog off)", c.WatchdogTimeout)
-			}
-			return nil
-		}},
+		field: func(c *Config) any { return &c.WatchdogTimeout }},
 	{key: "http_addr", def: "127.0.0.1:9469", modes: daemonOnly,
 		usage: "listen address of /livez, /readyz and /metrics (open) and of the mapper and dead-letter routes (control token)",
 		field: func(c *Config) any { return &c.HTTPAddr },
-		check: func(c *Config) error {
-			if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
-				return fmt.Errorf("%q is not host:port", c.HTTPAddr)
-			}
-			return nil
-		}},
+		check: func(c *Config) error { return checkHostPort(c.HTTPAddr) }},
+	{key: "http_max_connections", def: "256", modes: daemonOnly, min: MinHTTPConnections, max: 65536,
+		usage: "connections the HTTP server holds open at most; an eighth of them are kept for /livez and /readyz, and past the bound a new connection closes the oldest one not serving a request",
+		field: func(c *Config) any { return &c.HTTPMaxConnections }},
 	{key: "mappers_dir", modes: mapperModes,
 		usage: "drop-in directory of .wasm mapper modules, on top of the built-in ones",
 		field: func(c *Config) any { return &c.MappersDir },
@@ -306,14 +333,14 @@ var table = []setting{
 	{key: "control_token_file", modes: daemonOnly,
 		usage: "file holding the control token (instead of control_token); re-read when it changes",
 		field: func(c *Config) any { return &c.ControlTokenFile }},
-	{key: "mapper_memory_limit_mib", def: "64", modes: mapperModes,
+	{key: "mapper_memory_limit_mib", def: "64", modes: mapperModes, min: mappers.MinMemoryLimitMiB, max: 4096,
 		usage: "linear memory per mapper instance, MiB",
 		parse: func(c *Config, raw string) error {
-			n, err := wholeNumber(raw, 1, 4096)
+			n, err := wholeNumber(raw, mappers.MinMemoryLimitMiB, 4096) // the row's min and max
 			c.MapperMemoryLimit = uint32(n) << 20
 			return err
 		}},
-	{key: "mapper_call_timeout", def: "250ms", modes: mapperModes,
+	{key: "mapper_call_timeout", def: "250ms", modes: mapperModes, minDur: MinMapperCallTimeout,
 		usage: "deadline of one mapper call",
 		field: func(c *Config) any { return &c.MapperCallTimeout }},
 	{key: "mapper_pool_size", def: "0", modes: mapperModes, min: 0, max: 4096,
@@ -337,12 +364,7 @@ var table = []setting{
 	{key: "debug_pprof_addr", def: "127.0.0.1:9470", modes: daemonOnly,
 		usage: "listen address of the profiler; loopback only (reach it with kubectl port-forward or an SSH tunnel)",
 		field: func(c *Config) any { return &c.DebugPprofAddr },
-		check: func(c *Config) error {
-			if _, _, err := net.SplitHostPort(c.DebugPprofAddr); err != nil {
-				return fmt.Errorf("%q is not host:port", c.DebugPprofAddr)
-			}
-			return nil
-		}},
+		check: func(c *Config) error { return checkHostPort(c.DebugPprofAddr) }},
 	{key: "channel_socket_mode", def: "0660", modes: daemonOnly,
 		usage: "file mode of the channel socket, octal: who may connect at all",
 		parse: func(c *Config, raw string) error {
@@ -358,25 +380,19 @@ var table = []setting{
 			}
 			return nil
 		}},
-	{key: "channel_idle_timeout", def: "60s", modes: daemonOnly,
+	{key: "channel_idle_timeout", def: "60s", modes: daemonOnly, minDur: time.Second,
 		usage: "longest wait for a channel client's next frame (and for the rest of a frame begun); clients keep an idle connection open with PING",
-		field: func(c *Config) any { return &c.ChannelIdleTimeout },
-		check: func(c *Config) error {
-			if c.ChannelIdleTimeout < time.Second {
-				return fmt.Errorf("%s is under 1s", c.ChannelIdleTimeout)
-			}
-			return nil
-		}},
+		field: func(c *Config) any { return &c.ChannelIdleTimeout }},
 	{key: "channel_max_connections_per_uid", def: "16", modes: daemonOnly, min: 1, max: 256,
 		usage: "channel connections one uid may hold at once (of 256 in all)",
 		field: func(c *Config) any { return &c.ChannelMaxConnsPerUID }},
-	{key: "reporting_timeout", def: "30s", modes: daemonOnly,
+	{key: "reporting_timeout", def: "30s", modes: daemonOnly, minDur: MinReportingTimeout,
 		usage: "deadline of one POST to the Reporting API",
 		field: func(c *Config) any { return &c.ReportingTimeout }},
-	{key: "stop_timeout", def: "30s", modes: daemonOnly,
+	{key: "stop_timeout", def: "30s", modes: daemonOnly, minDur: MinStopTimeout,
 		usage: "budget of a graceful stop, from the signal to the outbox closed",
 		field: func(c *Config) any { return &c.StopTimeout }},
-	{key: "flush_timeout", def: "10s", modes: daemonOnly,
+	{key: "flush_timeout", def: "10s", modes: daemonOnly, minDur: MinFlushTimeout,
 		usage: "part of stop_timeout the sender may spend flushing the outbox",
 		field: func(c *Config) any { return &c.FlushTimeout }},
 }
@@ -423,10 +439,13 @@ func (s setting) decode(c *Config, raw string) error {
 		if err != nil {
 			return fmt.Errorf("%q is not a duration (like 250ms, 30s, 2m)", show)
 		}
-		if d < 0 || d == 0 && !s.zeroOff {
-			return fmt.Errorf("must be positive, got %s", show)
-		}
 		*p = d
+		switch {
+		case d < 0 || d == 0 && !s.zeroOff:
+			return fmt.Errorf("must be positive, got %s", show)
+		case d != 0 && d < s.minDur:
+			return fmt.Errorf("must be at least %s, got %s", s.minDur, show)
+		}
 	case *int:
 		n, err := wholeNumber(raw, s.min, s.max)
 		*p = int(n)

@@ -62,8 +62,9 @@ func (c *Config) validate(m Mode) []string {
 	if c.DebugPprof && !IsLoopbackAddr(c.DebugPprofAddr) {
 		add("%sDEBUG_PPROF_ADDR (%s) must be a loopback address: the profiler shows the command line, the heap and the goroutines", EnvPrefix, c.DebugPprofAddr)
 	}
-	if c.FlushTimeout > 0 && c.StopTimeout > 0 && c.FlushTimeout >= c.StopTimeout {
-		add("%sFLUSH_TIMEOUT (%s) must be shorter than %sSTOP_TIMEOUT (%s)", EnvPrefix, c.FlushTimeout, EnvPrefix, c.StopTimeout)
+	// Each under its own minimum is one problem already.
+	if c.FlushTimeout >= MinFlushTimeout && c.StopTimeout >= MinStopTimeout && c.StopTimeout-c.FlushTimeout < MinInputsStop {
+		add("%sFLUSH_TIMEOUT (%s) must be shorter than %sSTOP_TIMEOUT (%s) by at least %s, the inputs' time to stop", EnvPrefix, c.FlushTimeout, EnvPrefix, c.StopTimeout, MinInputsStop)
 	}
 	return p
 }
@@ -107,6 +108,23 @@ func checkReportingURL(raw string, insecure bool) error {
 	}
 	if u.User != nil {
 		return errors.New("must not carry credentials: use REPORTING_TOKEN")
+	}
+	return nil
+}
+
+// checkHostPort accepts a listen address as net.Listen takes it, host:port,
+// with a port number from 0 to 65535 (0: any free port).
+//
+//	checkHostPort("127.0.0.1:9469")  // nil
+//	checkHostPort(":9469")           // nil
+//	checkHostPort("127.0.0.1:99999") // the port is not a number between 0 and 65535
+func checkHostPort(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port", addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("%q: the port is not a number between 0 and 65535", addr)
 	}
 	return nil
 }
