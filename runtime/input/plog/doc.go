@@ -39,10 +39,15 @@
 // map plus a list in arrival order. Every header field is validated before
 // anything is allocated (parseHeader, then the payload length against the
 // header or against the entry's first fragment), and a message that could not
-// fit under Settings.DefragMaxBytes is refused outright. An entry is charged its
-// length, its bitmap, its tags and a fixed overhead; to make room, and once an
-// entry is older than Settings.DefragMaxAge, the oldest entries are evicted and
-// each fragment they still lacked is counted in dropped_fragments. The keys of
+// fit under Settings.DefragMaxBytes is refused outright. Nothing is sized by
+// what a header announces: an entry keeps its fragments' payloads in arrival
+// order in a buffer that grows with them (doubling, capped at the length), with
+// their indices beside them, and assembles the message when the last arrives.
+// It is charged the capacity of those buffers, its bitmap (made once 256
+// fragments arrived, for counts over 512), its tags and a fixed overhead; the
+// defragmenter's total never passes the bound. To make room, and once an entry
+// is older than Settings.DefragMaxAge, the oldest entries are evicted and each
+// fragment they still lacked is counted in dropped_fragments. The keys of
 // the last 4 096 completed messages are remembered so a late duplicate is
 // counted, not mistaken for a new message. The reader runs housekeeping (age
 // eviction, the hole detector's sweep) at least once a second, waking itself

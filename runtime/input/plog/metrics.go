@@ -101,7 +101,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 				}
 			}
 		}
-		ch <- prometheus.MustNewConstMetric(descDefragBytes, prometheus.GaugeValue, float64(s.defragBytes.Load()), l.name)
+		ch <- prometheus.MustNewConstMetric(descDefragBytes, prometheus.GaugeValue, float64(s.defragBytes.cur.Load()), l.name)
 		ch <- prometheus.MustNewConstMetric(descDefragMessages, prometheus.GaugeValue, float64(s.defragMessages.Load()), l.name)
 		ch <- prometheus.MustNewConstMetric(descTCPConnections, prometheus.GaugeValue, float64(s.tcpConnections.Load()), l.name)
 	}

@@ -123,7 +123,7 @@ func (s Settings) validate() []string {
 	if s.ReadBufferBytes < 0 {
 		bad = append(bad, "read buffer bytes < 0")
 	}
-	if s.DefragMaxBytes < entryOverhead+2 {
+	if smallest := (&header{count: 2, length: 2}).maxCost(); s.DefragMaxBytes < smallest {
 		bad = append(bad, "defrag max bytes too small")
 	}
 	if s.DefragMaxAge < 0 {

@@ -3,9 +3,11 @@ package plog
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -215,4 +217,95 @@ func TestRefusedCommandsLogSampled(t *testing.T) {
 	if lines := strings.Count(logs.String(), "plog command"); lines == 0 || lines > 5 {
 		t.Fatalf("%d log lines for %d refusals:\n%s", lines, n, logs.String())
 	}
+}
+
+// stormFragment is the first fragment of a message that announces
+// announced bytes in fragments of fragSize and never sends the rest.
+func stormFragment(id uint32, announced, fragSize int) []byte {
+	count := (announced + fragSize - 1) / fragSize
+	return (raw{typ: 1, count: uint16(count), fragSize: uint16(fragSize), id: id, length: int32(announced),
+		checksum: 0xdeadbeef, payload: bytes.Repeat([]byte{'s'}, fragSize)}).bytes()
+}
+
+// TestUDPHonestMessagesSurviveAStormOfLargeClaims: first fragments
+// announcing messages of nearly the whole defragmenter bound (1,000,000 bytes
+// each, of which 1,000 arrive), twenty between any two fragments of 100
+// honest three-fragment messages. Every honest message arrives, and the bytes
+// the defragmenter held never passed its bound. The sender waits for the
+// listener to have read what it sent every 64 datagrams, so the socket buffer
+// loses nothing and the outcome is the defragmenter's alone.
+func TestUDPHonestMessagesSurviveAStormOfLargeClaims(t *testing.T) {
+	const (
+		honest    = 100
+		perGap    = 20
+		announced = 1_000_000
+		stormFrag = 1000
+		window    = 64
+	)
+	h := newHarness(t, 0, udpOnly())
+	storm, err := net.Dial("udp", h.addr(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer storm.Close()
+	good, err := net.Dial("udp", h.addr(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer good.Close()
+	received := func(s Snapshot) uint64 {
+		var n uint64
+		for _, v := range s.V0Fragments {
+			n += v
+		}
+		return n
+	}
+	var sent uint64
+	send := func(c net.Conn, d []byte) {
+		if _, err := c.Write(d); err != nil {
+			t.Fatal(err)
+		}
+		if sent++; sent%window == 0 {
+			want := sent
+			h.waitStat(0, "the listener caught up", func(s Snapshot) bool { return received(s) >= want })
+		}
+	}
+	var ms0 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	stormID := uint32(0)
+	for i := 0; i < honest; i++ {
+		frags, err := Fragments(uint32(i+1), canonical(fmt.Sprintf("honest-%03d", i)), nil, 70)
+		if err != nil || len(frags) != 3 {
+			t.Fatalf("%d fragments, %v", len(frags), err)
+		}
+		for _, f := range frags {
+			send(good, f)
+			for range perGap {
+				stormID++
+				send(storm, stormFragment(stormID, announced, stormFrag))
+			}
+		}
+	}
+	want := sent
+	s := h.waitStat(0, "every datagram read", func(s Snapshot) bool { return received(s) >= want })
+	evs := h.events(honest)
+	var ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms1)
+	seen := map[any]bool{}
+	for _, ev := range evs {
+		seen[ev["resource_id"]] = true
+	}
+	if len(seen) != honest {
+		t.Fatalf("%d distinct honest messages of %d", len(seen), honest)
+	}
+	peak := h.srv.listeners[0].st.defragBytes.peak.Load()
+	if peak > DefaultDefragMaxBytes {
+		t.Fatalf("the defragmenter held %d bytes, bound %d", peak, DefaultDefragMaxBytes)
+	}
+	if s.V0InvalidMultipartHeader != 0 || s.SocketDrops != 0 {
+		t.Fatalf("invalid headers %d, socket drops %d", s.V0InvalidMultipartHeader, s.SocketDrops)
+	}
+	t.Logf("%d storm fragments announcing %d bytes each, %d honest messages delivered; "+
+		"defragmenter peak %d bytes, %d evictions; %d MiB allocated by the process meanwhile",
+		stormID, announced, len(seen), peak, s.Cache.Evictions, (ms1.TotalAlloc-ms0.TotalAlloc)>>20)
 }
