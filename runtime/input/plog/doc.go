@@ -53,6 +53,19 @@
 // eviction, the hole detector's sweep) at least once a second, waking itself
 // with a read deadline when the socket is quiet.
 //
+// # The TCP line budget
+//
+// A connection reads through a 64 KiB buffer and hands a line that fits in it
+// on from there; a longer line is gathered in a line buffer that grows by
+// doubling up to MaxLineBytes+1. The line buffers of a listener share
+// Settings.LineBudgetBytes (lineBudget): each connection may hold
+// budget / (2 × MaxConnections) bytes unconditionally, and growth past that
+// share is borrowed, with a compare-and-swap, from the rest of the budget and
+// returned when the line ends or the connection closes. A connection that
+// cannot borrow is closed and counted (tcp_line_budget_closed). Since at most
+// MaxConnections connections are open, the buffers never hold more than the
+// budget, and a connection within its share never depends on the others.
+//
 // # Concurrency
 //
 // The defragmenter and the hole detector belong to the UDP reader goroutine and

@@ -49,6 +49,8 @@ type stats struct {
 	tcpOverlongLines    atomic.Uint64
 	tcpTimeouts         atomic.Uint64
 	defragBytes         heldBytes
+	tcpLineBytes        heldBytes
+	tcpLineBudgetClosed atomic.Uint64
 	defragMessages      atomic.Int64
 }
 
@@ -122,6 +124,8 @@ type Snapshot struct {
 	TCPTimeouts           uint64 `json:"tcp_timeouts"`
 	DefragBytes           int64  `json:"defrag_bytes"`
 	DefragMessages        int64  `json:"defrag_messages"`
+	TCPLineBytes          int64  `json:"tcp_line_bytes"`
+	TCPLineBudgetClosed   uint64 `json:"tcp_line_budget_closed"`
 }
 
 // kafkaKeys are the seed's kafka statistics, kept by name and reported as zero.
@@ -170,6 +174,8 @@ func (s *stats) snapshot(version string) Snapshot {
 		TCPTimeouts:           s.tcpTimeouts.Load(),
 		DefragBytes:           s.defragBytes.cur.Load(),
 		DefragMessages:        s.defragMessages.Load(),
+		TCPLineBytes:          s.tcpLineBytes.cur.Load(),
+		TCPLineBudgetClosed:   s.tcpLineBudgetClosed.Load(),
 	}
 	for _, k := range kafkaKeys {
 		out.Kafka[k] = Rate{}
