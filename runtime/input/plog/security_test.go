@@ -233,7 +233,7 @@ func stormFragment(id uint32, announced, fragSize int) []byte {
 // each, of which 1,000 arrive), twenty between any two fragments of 100
 // honest three-fragment messages. Every honest message arrives, and the bytes
 // the defragmenter held never passed its bound. The sender waits for the
-// listener to have read what it sent every 64 datagrams, so the socket buffer
+// listener to have read what it sent every 32 datagrams, so the socket buffer
 // loses nothing and the outcome is the defragmenter's alone.
 func TestUDPHonestMessagesSurviveAStormOfLargeClaims(t *testing.T) {
 	const (
@@ -241,7 +241,7 @@ func TestUDPHonestMessagesSurviveAStormOfLargeClaims(t *testing.T) {
 		perGap    = 20
 		announced = 1_000_000
 		stormFrag = 1000
-		window    = 64
+		window    = 32
 	)
 	h := newHarness(t, 0, udpOnly())
 	storm, err := net.Dial("udp", h.addr(0))
