@@ -39,14 +39,32 @@
 // map plus a list in arrival order. Every header field is validated before
 // anything is allocated (parseHeader, then the payload length against the
 // header or against the entry's first fragment), and a message that could not
-// fit under Settings.DefragMaxBytes is refused outright. An entry is charged its
-// length, its bitmap, its tags and a fixed overhead; to make room, and once an
-// entry is older than Settings.DefragMaxAge, the oldest entries are evicted and
-// each fragment they still lacked is counted in dropped_fragments. The keys of
+// fit under Settings.DefragMaxBytes is refused outright. Nothing is sized by
+// what a header announces: an entry keeps its fragments' payloads in arrival
+// order in a buffer that grows with them (doubling, capped at the length), with
+// their indices beside them, and assembles the message when the last arrives.
+// It is charged the capacity of those buffers, its bitmap (made once 256
+// fragments arrived, for counts over 512), its tags and a fixed overhead; the
+// defragmenter's total never passes the bound. To make room, and once an entry
+// is older than Settings.DefragMaxAge, the oldest entries are evicted and each
+// fragment they still lacked is counted in dropped_fragments. The keys of
 // the last 4 096 completed messages are remembered so a late duplicate is
 // counted, not mistaken for a new message. The reader runs housekeeping (age
 // eviction, the hole detector's sweep) at least once a second, waking itself
 // with a read deadline when the socket is quiet.
+//
+// # The TCP line budget
+//
+// A connection reads through a 64 KiB buffer and hands a line that fits in it
+// on from there; a longer line is gathered in a line buffer that grows by
+// doubling up to MaxLineBytes+1. The line buffers of a listener share
+// Settings.LineBudgetBytes (lineBudget): each connection may hold
+// budget / (2 × MaxConnections) bytes unconditionally, and growth past that
+// share is borrowed, with a compare-and-swap, from the rest of the budget and
+// returned when the line ends or the connection closes. A connection that
+// cannot borrow is closed and counted (tcp_line_budget_closed). Since at most
+// MaxConnections connections are open, the buffers never hold more than the
+// budget, and a connection within its share never depends on the others.
 //
 // # Concurrency
 //

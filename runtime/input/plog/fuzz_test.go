@@ -48,7 +48,7 @@ func FuzzDatagrams(f *testing.F) {
 			if err != nil {
 				continue
 			}
-			if h.count > 1 && int64(h.length)+entryOverhead+int64(h.count/8+8) > maxBytes {
+			if h.count > 1 && h.maxCost() > maxBytes {
 				continue
 			}
 			if h.tagLen+len(payload) != len(dg)-headerLen {
@@ -63,14 +63,15 @@ func FuzzDatagrams(f *testing.F) {
 			if d.bytes > maxBytes || d.bytes < 0 {
 				t.Fatalf("defragmenter holds %d bytes, bound %d", d.bytes, maxBytes)
 			}
+			checkCharges(t, d)
 			var sum int64
 			entries := 0
 			for p := d.head; p != nil; p = p.next {
 				sum += p.cost
 				entries++
 			}
-			if sum != d.bytes || entries != len(d.m) || int64(entries) != st.defragMessages.Load() || sum != st.defragBytes.Load() {
-				t.Fatalf("accounting: list %d/%d bytes, map %d, gauges %d/%d", entries, sum, len(d.m), st.defragMessages.Load(), st.defragBytes.Load())
+			if sum != d.bytes || entries != len(d.m) || int64(entries) != st.defragMessages.Load() || sum != st.defragBytes.cur.Load() {
+				t.Fatalf("accounting: list %d/%d bytes, map %d, gauges %d/%d", entries, sum, len(d.m), st.defragMessages.Load(), st.defragBytes.cur.Load())
 			}
 		}
 		d.drop()

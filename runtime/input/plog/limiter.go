@@ -95,8 +95,9 @@ func trusted(set []netip.Prefix, a netip.Addr) bool {
 	return false
 }
 
-// sampledCommandLog is the logger of refused and dropped commands: at most 5
-// lines a minute per listener, whatever arrives (the counters have them all).
-func sampledCommandLog(log zerolog.Logger) zerolog.Logger {
+// sampledLog is the logger of refused and dropped commands, and of TCP
+// connections closed for the line budget: at most 5 lines a minute per
+// listener and kind, whatever arrives (the counters have them all).
+func sampledLog(log zerolog.Logger) zerolog.Logger {
 	return log.Sample(&zerolog.BurstSampler{Burst: 5, Period: time.Minute})
 }

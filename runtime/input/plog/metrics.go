@@ -64,6 +64,8 @@ var (
 	descDefragBytes      = newDesc("defrag_bytes", "Bytes held by the defragmenter.")
 	descDefragMessages   = newDesc("defrag_messages", "Incomplete messages held by the defragmenter.")
 	descTCPConnections   = newDesc("tcp_connections", "Open TCP connections.")
+	descTCPLineBytes     = newDesc("tcp_line_bytes", "Bytes held by the partial lines of the TCP connections (STAT tcp_line_bytes).")
+	descTCPClosed        = newDesc("tcp_closed_connections_total", "TCP connections the listener closed, by reason: idle_timeout (STAT tcp_timeouts), line_budget (STAT tcp_line_budget_closed).", "reason")
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
@@ -71,7 +73,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d.desc
 	}
 	for _, d := range []*prometheus.Desc{descFragments, descInvalidFragments, descInvalidChecksum,
-		descDroppedFragments, descDefragBytes, descDefragMessages, descTCPConnections} {
+		descDroppedFragments, descDefragBytes, descDefragMessages, descTCPConnections, descTCPLineBytes, descTCPClosed} {
 		ch <- d
 	}
 }
@@ -101,8 +103,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 				}
 			}
 		}
-		ch <- prometheus.MustNewConstMetric(descDefragBytes, prometheus.GaugeValue, float64(s.defragBytes.Load()), l.name)
+		ch <- prometheus.MustNewConstMetric(descDefragBytes, prometheus.GaugeValue, float64(s.defragBytes.cur.Load()), l.name)
 		ch <- prometheus.MustNewConstMetric(descDefragMessages, prometheus.GaugeValue, float64(s.defragMessages.Load()), l.name)
 		ch <- prometheus.MustNewConstMetric(descTCPConnections, prometheus.GaugeValue, float64(s.tcpConnections.Load()), l.name)
+		ch <- prometheus.MustNewConstMetric(descTCPLineBytes, prometheus.GaugeValue, float64(s.tcpLineBytes.cur.Load()), l.name)
+		ch <- prometheus.MustNewConstMetric(descTCPClosed, prometheus.CounterValue, float64(s.tcpTimeouts.Load()), l.name, closedIdleTimeout)
+		ch <- prometheus.MustNewConstMetric(descTCPClosed, prometheus.CounterValue, float64(s.tcpLineBudgetClosed.Load()), l.name, closedLineBudget)
 	}
 }

@@ -34,6 +34,7 @@ const (
 	DefaultIdleTimeout     = 60 * time.Second
 	DefaultMaxConnections  = 256
 	DefaultMaxPerSource    = 16
+	DefaultLineBudgetBytes = 32 << 20
 	DefaultBatchMax        = 1000
 	DefaultBatchLinger     = 5 * time.Millisecond
 	DefaultQueueBytes      = 32 << 20
@@ -58,6 +59,12 @@ type Settings struct {
 	// MaxConnectionsPerSource bounds the connections of one source address;
 	// more are closed at once; default 16.
 	MaxConnectionsPerSource int
+	// LineBudgetBytes bounds the bytes the partial lines of all of the
+	// listener's connections hold at once; default 32 MiB. Each connection
+	// may hold LineBudgetBytes / (2 × MaxConnections) whatever the others do;
+	// a longer line borrows the rest from what is left of the budget, and a
+	// connection that cannot borrow is closed. At least 2 × MaxLineBytes.
+	LineBudgetBytes int64
 
 	// Both
 	Workers     int           // goroutines calling the pipeline; default 2
@@ -110,10 +117,11 @@ func Merge(s, defaults Settings) Settings {
 		MaxConnections:  pick(s.MaxConnections, pick(defaults.MaxConnections, DefaultMaxConnections)),
 		MaxConnectionsPerSource: pick(s.MaxConnectionsPerSource,
 			pick(defaults.MaxConnectionsPerSource, DefaultMaxPerSource)),
-		Workers:     pick(s.Workers, pick(defaults.Workers, 2)),
-		QueueBytes:  pick64(s.QueueBytes, pick64(defaults.QueueBytes, DefaultQueueBytes)),
-		BatchMax:    pick(s.BatchMax, pick(defaults.BatchMax, DefaultBatchMax)),
-		BatchLinger: pickDur(s.BatchLinger, pickDur(defaults.BatchLinger, DefaultBatchLinger)),
+		LineBudgetBytes: pick64(s.LineBudgetBytes, pick64(defaults.LineBudgetBytes, DefaultLineBudgetBytes)),
+		Workers:         pick(s.Workers, pick(defaults.Workers, 2)),
+		QueueBytes:      pick64(s.QueueBytes, pick64(defaults.QueueBytes, DefaultQueueBytes)),
+		BatchMax:        pick(s.BatchMax, pick(defaults.BatchMax, DefaultBatchMax)),
+		BatchLinger:     pickDur(s.BatchLinger, pickDur(defaults.BatchLinger, DefaultBatchLinger)),
 	}
 }
 
@@ -123,7 +131,7 @@ func (s Settings) validate() []string {
 	if s.ReadBufferBytes < 0 {
 		bad = append(bad, "read buffer bytes < 0")
 	}
-	if s.DefragMaxBytes < entryOverhead+2 {
+	if smallest := (&header{count: 2, length: 2}).maxCost(); s.DefragMaxBytes < smallest {
 		bad = append(bad, "defrag max bytes too small")
 	}
 	if s.DefragMaxAge < 0 {
@@ -140,6 +148,9 @@ func (s Settings) validate() []string {
 	}
 	if s.MaxConnectionsPerSource < 1 {
 		bad = append(bad, "max connections per source < 1")
+	}
+	if s.LineBudgetBytes < 2*int64(s.MaxLineBytes) {
+		bad = append(bad, "line budget bytes below twice max line bytes")
 	}
 	if s.Workers < 1 {
 		bad = append(bad, "workers < 1")

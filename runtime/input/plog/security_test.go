@@ -3,15 +3,18 @@ package plog
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 )
 
@@ -215,4 +218,224 @@ func TestRefusedCommandsLogSampled(t *testing.T) {
 	if lines := strings.Count(logs.String(), "plog command"); lines == 0 || lines > 5 {
 		t.Fatalf("%d log lines for %d refusals:\n%s", lines, n, logs.String())
 	}
+}
+
+// stormFragment is the first fragment of a message that announces
+// announced bytes in fragments of fragSize and never sends the rest.
+func stormFragment(id uint32, announced, fragSize int) []byte {
+	count := (announced + fragSize - 1) / fragSize
+	return (raw{typ: 1, count: uint16(count), fragSize: uint16(fragSize), id: id, length: int32(announced),
+		checksum: 0xdeadbeef, payload: bytes.Repeat([]byte{'s'}, fragSize)}).bytes()
+}
+
+// TestUDPHonestMessagesSurviveAStormOfLargeClaims: first fragments
+// announcing messages of nearly the whole defragmenter bound (1,000,000 bytes
+// each, of which 1,000 arrive), twenty between any two fragments of 100
+// honest three-fragment messages. Every honest message arrives, and the bytes
+// the defragmenter held never passed its bound. The sender waits for the
+// listener to have read what it sent every 32 datagrams, so the socket buffer
+// loses nothing and the outcome is the defragmenter's alone.
+func TestUDPHonestMessagesSurviveAStormOfLargeClaims(t *testing.T) {
+	const (
+		honest    = 100
+		perGap    = 20
+		announced = 1_000_000
+		stormFrag = 1000
+		window    = 32
+	)
+	h := newHarness(t, 0, udpOnly())
+	storm, err := net.Dial("udp", h.addr(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer storm.Close()
+	good, err := net.Dial("udp", h.addr(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer good.Close()
+	received := func(s Snapshot) uint64 {
+		var n uint64
+		for _, v := range s.V0Fragments {
+			n += v
+		}
+		return n
+	}
+	var sent uint64
+	send := func(c net.Conn, d []byte) {
+		if _, err := c.Write(d); err != nil {
+			t.Fatal(err)
+		}
+		if sent++; sent%window == 0 {
+			want := sent
+			h.waitStat(0, "the listener caught up", func(s Snapshot) bool { return received(s) >= want })
+		}
+	}
+	var ms0 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	stormID := uint32(0)
+	for i := 0; i < honest; i++ {
+		frags, err := Fragments(uint32(i+1), canonical(fmt.Sprintf("honest-%03d", i)), nil, 70)
+		if err != nil || len(frags) != 3 {
+			t.Fatalf("%d fragments, %v", len(frags), err)
+		}
+		for _, f := range frags {
+			send(good, f)
+			for range perGap {
+				stormID++
+				send(storm, stormFragment(stormID, announced, stormFrag))
+			}
+		}
+	}
+	want := sent
+	s := h.waitStat(0, "every datagram read", func(s Snapshot) bool { return received(s) >= want })
+	evs := h.events(honest)
+	var ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms1)
+	seen := map[any]bool{}
+	for _, ev := range evs {
+		seen[ev["resource_id"]] = true
+	}
+	if len(seen) != honest {
+		t.Fatalf("%d distinct honest messages of %d", len(seen), honest)
+	}
+	peak := h.srv.listeners[0].st.defragBytes.peak.Load()
+	if peak > DefaultDefragMaxBytes {
+		t.Fatalf("the defragmenter held %d bytes, bound %d", peak, DefaultDefragMaxBytes)
+	}
+	if s.V0InvalidMultipartHeader != 0 || s.SocketDrops != 0 {
+		t.Fatalf("invalid headers %d, socket drops %d", s.V0InvalidMultipartHeader, s.SocketDrops)
+	}
+	t.Logf("%d storm fragments announcing %d bytes each, %d honest messages delivered; "+
+		"defragmenter peak %d bytes, %d evictions; %d MiB allocated by the process meanwhile",
+		stormID, announced, len(seen), peak, s.Cache.Evictions, (ms1.TotalAlloc-ms0.TotalAlloc)>>20)
+}
+
+// TestLineBudgetShares: a connection within its share is never refused, even
+// with the common part of the budget taken; growth past a share borrows from
+// the common part until it is gone; what is released can be borrowed again.
+// Five connections can hold the whole budget and no more.
+func TestLineBudgetShares(t *testing.T) {
+	var held heldBytes
+	b := newLineBudget(1000, 5, &held) // share 100, common 500
+	if b.share != 100 || b.common != 500 {
+		t.Fatalf("share %d common %d", b.share, b.common)
+	}
+	if !b.resize(0, 400) || !b.resize(0, 300) { // two connections borrow 300 + 200
+		t.Fatal("borrowing within the common part refused")
+	}
+	if b.resize(0, 101) {
+		t.Fatal("a third connection borrowed past the common part")
+	}
+	for i := 0; i < 3; i++ {
+		if !b.resize(0, 100) {
+			t.Fatalf("connection %d refused its share", 3+i)
+		}
+	}
+	if got := held.cur.Load(); got != 1000 {
+		t.Fatalf("five connections hold %d bytes, want the whole budget", got)
+	}
+	b.resize(400, 0) // the first connection's line ends
+	if !b.resize(100, 400) {
+		t.Fatal("released bytes not lent again")
+	}
+	if peak := held.peak.Load(); peak != 1000 {
+		t.Fatalf("peak %d, budget 1000", peak)
+	}
+	b.resize(400, 0)
+	b.resize(300, 0)
+	line, ok := b.appendLine(nil, bytes.Repeat([]byte("x"), 50), 1000)
+	if !ok || len(line) != 50 || cap(line) != 50 {
+		t.Fatalf("append: %v, len %d cap %d", ok, len(line), cap(line))
+	}
+	line, ok = b.appendLine(line, bytes.Repeat([]byte("x"), 60), 1000) // doubles to 110
+	if !ok || len(line) != 110 || cap(line) != 110 || held.cur.Load() != 2*100+110 {
+		t.Fatalf("append: %v, len %d cap %d, held %d", ok, len(line), cap(line), held.cur.Load())
+	}
+	if _, ok := b.appendLine(line, bytes.Repeat([]byte("x"), 1000), 2000); ok {
+		t.Fatal("a line grew past its share and the common part")
+	}
+}
+
+// TestTCPLineBudgetBoundsLongPartialLines: 24 connections each send 200 KiB
+// without a newline beside one honest connection sending 100 events. The
+// budget (2 MiB: a share of 32 KiB for each of 32 connections, 1 MiB in
+// common) holds four of those partial lines; the other connections are closed
+// and counted, a few of them logged. Every honest event arrives, and the line
+// buffers never held more than the budget.
+func TestTCPLineBudgetBoundsLongPartialLines(t *testing.T) {
+	const (
+		hostile = 24
+		partial = 200 << 10
+		honest  = 100
+		budget  = 2 << 20
+	)
+	logs := &syncWriter{}
+	o := tcpOnly(Settings{MaxConnections: 32, MaxConnectionsPerSource: 32, MaxLineBytes: 256 << 10, LineBudgetBytes: budget})
+	h := newLoggedHarness(t, 0, o, zerolog.New(logs))
+	good, err := net.Dial("tcp", h.addr(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer good.Close()
+	var wg sync.WaitGroup
+	sent := 0
+	for i := 0; i < hostile; i++ {
+		c, err := net.Dial("tcp", h.addr(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.Write(bytes.Repeat([]byte("x"), partial)) // fails once the listener closes it
+		}()
+		for range honest / hostile {
+			if _, err := good.Write(append(canonical(fmt.Sprintf("honest-%03d", sent)), '\n')); err != nil {
+				t.Fatal(err)
+			}
+			sent++
+		}
+	}
+	for ; sent < honest; sent++ {
+		if _, err := good.Write(append(canonical(fmt.Sprintf("honest-%03d", sent)), '\n')); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A connection that read its 200 KiB holds a 256 KiB buffer: 224 KiB past
+	// its share. Four of them fit in the common part; the others were closed
+	// once they could borrow no more.
+	const kept = (1 << 20) / ((256 - 32) << 10)
+	s := h.waitStat(0, "the hostile connections held or closed", func(s Snapshot) bool {
+		return s.TCPLineBudgetClosed == hostile-kept && s.TCPConnections == 1+kept && s.TCPLineBytes == kept*(256<<10)
+	})
+	wg.Wait()
+	evs := h.events(honest)
+	seen := map[any]bool{}
+	for _, ev := range evs {
+		seen[ev["resource_id"]] = true
+	}
+	if len(seen) != honest {
+		t.Fatalf("%d distinct honest events of %d", len(seen), honest)
+	}
+	peak := h.srv.listeners[0].st.tcpLineBytes.peak.Load()
+	if peak > budget {
+		t.Fatalf("line buffers held %d bytes, budget %d", peak, budget)
+	}
+	if lines := strings.Count(logs.String(), "line budget"); lines == 0 || lines > 5 {
+		t.Fatalf("%d log lines for %d closed connections", lines, s.TCPLineBudgetClosed)
+	}
+	want := fmt.Sprintf(`
+# HELP tally_collector_plog_tcp_closed_connections_total TCP connections the listener closed, by reason: idle_timeout (STAT tcp_timeouts), line_budget (STAT tcp_line_budget_closed).
+# TYPE tally_collector_plog_tcp_closed_connections_total counter
+tally_collector_plog_tcp_closed_connections_total{listener=%[1]q,reason="idle_timeout"} 0
+tally_collector_plog_tcp_closed_connections_total{listener=%[1]q,reason="line_budget"} %[2]d
+`, h.srv.Listeners()[0].Name, hostile-kept)
+	if err := testutil.GatherAndCompare(h.reg, strings.NewReader(want), "tally_collector_plog_tcp_closed_connections_total"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d connections of %d KiB partial lines beside %d honest events: %d kept, %d closed; "+
+		"line buffers peaked at %d bytes (budget %d), %d held at the end",
+		hostile, partial>>10, len(seen), kept, s.TCPLineBudgetClosed, peak, budget, s.TCPLineBytes)
 }

@@ -75,19 +75,21 @@ type commitItem struct {
 }
 
 type listener struct {
-	srv    *Server
-	net    string
-	name   string
-	set    Settings
-	chain  []pipeline.Mapper
-	byName map[string]pipeline.Mapper
-	st     stats
-	log    zerolog.Logger
-	cmdLog zerolog.Logger
+	srv     *Server
+	net     string
+	name    string
+	set     Settings
+	chain   []pipeline.Mapper
+	byName  map[string]pipeline.Mapper
+	st      stats
+	log     zerolog.Logger
+	cmdLog  zerolog.Logger
+	connLog zerolog.Logger // connections closed for the line budget, sampled
 
 	udp    *net.UDPConn
 	tcp    *net.TCPListener
-	rcvbuf int // the kernel's receive buffer, as it reports it
+	lines  *lineBudget // TCP only
+	rcvbuf int         // the kernel's receive buffer, as it reports it
 
 	queue   chan item
 	queued  atomic.Int64
@@ -188,7 +190,11 @@ func (s *Server) bind(lo Listener) (*listener, error) {
 		l.name = "tcp://" + c.Addr().String()
 	}
 	l.log = s.log.With().Str("listener", l.name).Logger()
-	l.cmdLog = sampledCommandLog(l.log)
+	l.cmdLog = sampledLog(l.log)
+	l.connLog = sampledLog(l.log)
+	if l.tcp != nil {
+		l.lines = newLineBudget(set.LineBudgetBytes, set.MaxConnections, &l.st.tcpLineBytes)
+	}
 	return l, nil
 }
 

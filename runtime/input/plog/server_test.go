@@ -633,11 +633,12 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	if err != ErrNoListeners {
 		t.Fatalf("no listeners: %v", err)
 	}
-	_, err = New(Options{Listeners: []Listener{{Network: "sctp", Address: "nope"}, {Network: UDP, Address: ":0", Settings: Settings{Workers: -1}}}})
+	_, err = New(Options{Listeners: []Listener{{Network: "sctp", Address: "nope"}, {Network: UDP, Address: ":0", Settings: Settings{Workers: -1}},
+		{Network: TCP, Address: ":0", Settings: Settings{MaxLineBytes: 1 << 20, LineBudgetBytes: 1 << 20}}}})
 	if err == nil {
 		t.Fatal("accepted")
 	}
-	for _, want := range []string{"processor is nil", "outbox is nil", `"sctp"`, `"nope"`, "workers < 1"} {
+	for _, want := range []string{"processor is nil", "outbox is nil", `"sctp"`, `"nope"`, "workers < 1", "listener 2: line budget bytes below twice max line bytes"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q: %v", want, err)
 		}
@@ -654,7 +655,7 @@ func TestMerge(t *testing.T) {
 		t.Fatalf("defaults lost: %+v", got)
 	}
 	if got.DefragMaxBytes != DefaultDefragMaxBytes || got.MaxLineBytes != 10 || got.IdleTimeout != DefaultIdleTimeout ||
-		got.MaxConnections != DefaultMaxConnections || got.BatchMax != DefaultBatchMax {
+		got.MaxConnections != DefaultMaxConnections || got.BatchMax != DefaultBatchMax || got.LineBudgetBytes != DefaultLineBudgetBytes {
 		t.Fatalf("package defaults lost: %+v", got)
 	}
 	inherit := Merge(Settings{}, defaults)

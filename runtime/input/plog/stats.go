@@ -48,8 +48,21 @@ type stats struct {
 	tcpReservedLines    atomic.Uint64
 	tcpOverlongLines    atomic.Uint64
 	tcpTimeouts         atomic.Uint64
-	defragBytes         atomic.Int64
+	defragBytes         heldBytes
+	tcpLineBytes        heldBytes
+	tcpLineBudgetClosed atomic.Uint64
 	defragMessages      atomic.Int64
+}
+
+// heldBytes is a gauge of bytes held in buffers, with its high-water mark.
+// The peak is not exported; the tests read it to check a memory bound by what
+// the package accounts rather than by sampling the gauge.
+type heldBytes struct{ cur, peak atomic.Int64 }
+
+func (h *heldBytes) add(delta int64) {
+	n := h.cur.Add(delta)
+	for p := h.peak.Load(); n > p && !h.peak.CompareAndSwap(p, n); p = h.peak.Load() {
+	}
 }
 
 // Rate is the shape the seed gives each kafka statistic: a count and the 1, 5
@@ -111,6 +124,8 @@ type Snapshot struct {
 	TCPTimeouts           uint64 `json:"tcp_timeouts"`
 	DefragBytes           int64  `json:"defrag_bytes"`
 	DefragMessages        int64  `json:"defrag_messages"`
+	TCPLineBytes          int64  `json:"tcp_line_bytes"`
+	TCPLineBudgetClosed   uint64 `json:"tcp_line_budget_closed"`
 }
 
 // kafkaKeys are the seed's kafka statistics, kept by name and reported as zero.
@@ -157,8 +172,10 @@ func (s *stats) snapshot(version string) Snapshot {
 		TCPReservedLines:      s.tcpReservedLines.Load(),
 		TCPOverlongLines:      s.tcpOverlongLines.Load(),
 		TCPTimeouts:           s.tcpTimeouts.Load(),
-		DefragBytes:           s.defragBytes.Load(),
+		DefragBytes:           s.defragBytes.cur.Load(),
 		DefragMessages:        s.defragMessages.Load(),
+		TCPLineBytes:          s.tcpLineBytes.cur.Load(),
+		TCPLineBudgetClosed:   s.tcpLineBudgetClosed.Load(),
 	}
 	for _, k := range kafkaKeys {
 		out.Kafka[k] = Rate{}

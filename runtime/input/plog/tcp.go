@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/backoff"
@@ -66,28 +67,116 @@ func (l *listener) acceptTCP(ctx context.Context) {
 	}
 }
 
+// tcpReadBuffer is each connection's read buffer. A line that fits in it is
+// handed on from there; only a longer one is gathered in a line buffer, which
+// the listener's line budget bounds.
+const tcpReadBuffer = 64 << 10
+
+// Reasons a listener closes a TCP connection, the reason label of
+// tally_collector_plog_tcp_closed_connections_total.
+const (
+	closedIdleTimeout = "idle_timeout"
+	closedLineBudget  = "line_budget"
+)
+
+// lineBudget bounds the bytes the line buffers of one listener's connections
+// hold, whatever the clients send. Each of MaxConnections connections may hold
+// share bytes (budget / (2 × MaxConnections)) whatever the others do; a line
+// buffer past its share borrows the excess from common (the rest of the
+// budget), and a connection that cannot borrow is closed. With at most
+// MaxConnections connections open, the buffers hold at most
+// MaxConnections × share + common = budget bytes, and a connection whose lines
+// fit in its read buffer and its share is never refused for the others.
+type lineBudget struct {
+	share    int64
+	common   int64
+	borrowed atomic.Int64
+	held     *heldBytes // stats.tcpLineBytes
+}
+
+func newLineBudget(budget int64, conns int, held *heldBytes) *lineBudget {
+	share := budget / (2 * int64(conns))
+	return &lineBudget{share: share, common: budget - share*int64(conns), held: held}
+}
+
+func (b *lineBudget) excess(n int64) int64 { return max(0, n-b.share) }
+
+// resize moves one connection's line buffer from from to to bytes of
+// capacity. It reports false, and changes nothing, when the growth past the
+// connection's share cannot be borrowed.
+func (b *lineBudget) resize(from, to int64) bool {
+	d := b.excess(to) - b.excess(from)
+	for d > 0 {
+		cur := b.borrowed.Load()
+		if cur+d > b.common {
+			return false
+		}
+		if b.borrowed.CompareAndSwap(cur, cur+d) {
+			break
+		}
+	}
+	if d < 0 {
+		b.borrowed.Add(d)
+	}
+	b.held.add(to - from)
+	return true
+}
+
+// appendLine appends chunk to a connection's line buffer, growing it (at
+// most doubling, never past limit) within the budget. It reports false when
+// the budget refused the growth; line is then unchanged.
+func (b *lineBudget) appendLine(line, chunk []byte, limit int) ([]byte, bool) {
+	need := len(line) + len(chunk)
+	if need > cap(line) {
+		grown := min(max(2*cap(line), need), limit)
+		if !b.resize(int64(cap(line)), int64(grown)) {
+			return line, false
+		}
+		n := make([]byte, len(line), grown)
+		copy(n, line)
+		line = n
+	}
+	return append(line, chunk...), true
+}
+
 // serveConn reads newline-separated messages. Each line must arrive in full
 // within IdleTimeout of the previous one, so a client trickling bytes holds its
 // connection no longer than one honest idle client. A line longer than
 // MaxLineBytes is skipped up to its newline and counted; the connection stays
-// open. A last line without a newline at end of stream is a message too.
+// open. A line that fits in the read buffer is handed on from there; a longer
+// one is gathered in a line buffer under the listener's line budget, and a
+// connection whose line the budget cannot hold is closed and counted. A last
+// line without a newline at end of stream is a message too.
 func (l *listener) serveConn(ctx context.Context, c net.Conn) {
-	r := bufio.NewReaderSize(c, 64<<10)
+	r := bufio.NewReaderSize(c, tcpReadBuffer)
 	var line []byte
+	defer func() { l.lines.resize(int64(cap(line)), 0) }()
 	overlong := false
 	for {
 		if l.set.IdleTimeout > 0 && len(line) == 0 && !overlong {
 			_ = c.SetReadDeadline(time.Now().Add(l.set.IdleTimeout))
 		}
 		chunk, err := r.ReadSlice('\n')
-		if !overlong {
-			if len(line)+len(chunk) > l.set.MaxLineBytes+1 ||
-				(len(line)+len(chunk) == l.set.MaxLineBytes+1 && chunk[len(chunk)-1] != '\n') {
-				overlong = true
-				line = line[:0]
-			} else {
-				line = append(line, chunk...)
+		var cur []byte // the line so far
+		switch {
+		case overlong:
+		case len(line)+len(chunk) > l.set.MaxLineBytes+1 ||
+			(len(line)+len(chunk) == l.set.MaxLineBytes+1 && chunk[len(chunk)-1] != '\n'):
+			overlong = true
+			l.lines.resize(int64(cap(line)), 0)
+			line = nil // nothing is held while the line is skipped
+		case len(line) == 0 && !errors.Is(err, bufio.ErrBufferFull):
+			cur = chunk // the whole line is in the read buffer
+		default:
+			grown, ok := l.lines.appendLine(line, chunk, l.set.MaxLineBytes+1)
+			if !ok {
+				l.st.tcpLineBudgetClosed.Add(1)
+				l.connLog.Warn().Stringer("from", c.RemoteAddr()).Int("line_bytes", len(line)+len(chunk)).
+					Int64("share_bytes", l.lines.share).Int64("budget_bytes", l.set.LineBudgetBytes).
+					Msg("plog tcp connection closed: its line is past its share of the line budget, and the rest is taken")
+				return
 			}
+			line, cur = grown, grown
 		}
 		switch {
 		case err == nil:
@@ -95,17 +184,18 @@ func (l *listener) serveConn(ctx context.Context, c net.Conn) {
 				l.st.tcpOverlongLines.Add(1)
 				overlong = false
 			} else {
-				l.line(ctx, line[:len(line)-1])
+				l.line(ctx, cur[:len(cur)-1])
 			}
 			line = line[:0]
-			if cap(line) > 64<<10 {
-				line = nil // do not keep a large buffer for the next line
+			if int64(cap(line)) > l.lines.share {
+				l.lines.resize(int64(cap(line)), 0)
+				line = nil // do not keep borrowed bytes for the next line
 			}
 		case errors.Is(err, bufio.ErrBufferFull):
 			continue
 		default:
-			if !overlong && len(line) > 0 && errors.Is(err, io.EOF) {
-				l.line(ctx, line)
+			if !overlong && len(cur) > 0 && errors.Is(err, io.EOF) {
+				l.line(ctx, cur)
 			}
 			if overlong {
 				l.st.tcpOverlongLines.Add(1)

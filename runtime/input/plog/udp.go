@@ -117,7 +117,7 @@ func (l *listener) datagram(ctx context.Context, now time.Time, d []byte, from n
 		}
 	case packetFragment:
 		h, tags, payload, err := parseHeader(d)
-		if err == nil && h.count > 1 && int64(h.length)+entryOverhead+int64(h.count/8+8) > l.set.DefragMaxBytes {
+		if err == nil && h.count > 1 && h.maxCost() > l.set.DefragMaxBytes {
 			err = ErrTooLarge
 		}
 		if err != nil {

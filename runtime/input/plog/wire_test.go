@@ -193,7 +193,7 @@ func TestDefragInOrderAndOutOfOrder(t *testing.T) {
 		if st.cacheMisses.Load() != 1 || st.cacheHits.Load() != 3 {
 			t.Fatalf("order %v: misses %d hits %d", order, st.cacheMisses.Load(), st.cacheHits.Load())
 		}
-		if d.bytes != 0 || len(d.m) != 0 || st.defragBytes.Load() != 0 || st.defragMessages.Load() != 0 {
+		if d.bytes != 0 || len(d.m) != 0 || st.defragBytes.cur.Load() != 0 || st.defragMessages.Load() != 0 {
 			t.Fatalf("order %v: defragmenter not empty: %d bytes, %d entries", order, d.bytes, len(d.m))
 		}
 		if st.v0Fragments[0].Load() != 1 || st.v0Fragments[1].Load() != 1 || st.v0Fragments[2].Load() != 2 {
@@ -274,29 +274,118 @@ func TestDefragLostFragmentEvictedByAge(t *testing.T) {
 	}
 }
 
+// TestDefragEvictsOldestForRoom: entries are charged what arrived of them;
+// the fragment that would take the total past the bound evicts the oldest
+// entry, whose missing fragments are counted.
 func TestDefragEvictsOldestForRoom(t *testing.T) {
 	d, st := newTestDefrag(3000)
 	now := time.Now()
-	a := fragmentsOf(1, bytes.Repeat([]byte("a"), 1500), 500, nil)
-	b := fragmentsOf(2, bytes.Repeat([]byte("b"), 1500), 500, nil)
-	feed(t, d, now, clientA, a[0])
-	feed(t, d, now, clientA, b[0]) // does not fit beside a: a is evicted
-	if st.cacheEvictions.Load() != 1 || len(d.m) != 1 {
-		t.Fatalf("evictions %d entries %d", st.cacheEvictions.Load(), len(d.m))
+	var m [4][]raw
+	for i := range m {
+		m[i] = fragmentsOf(uint32(i+1), bytes.Repeat([]byte{byte('a' + i)}, 1500), 500, nil)
 	}
-	if d.bytes > 3000 {
-		t.Fatalf("bound exceeded: %d", d.bytes)
+	// Each first fragment costs 160 + 8 (bitmap) + 6 (indices) + 500; a's
+	// second one 500 more: 2,522 bytes, under the bound.
+	for _, r := range []raw{m[0][0], m[0][1], m[1][0], m[2][0]} {
+		feed(t, d, now, clientA, r)
 	}
+	if st.cacheEvictions.Load() != 0 || d.bytes != 2522 {
+		t.Fatalf("evictions %d, %d bytes held", st.cacheEvictions.Load(), d.bytes)
+	}
+	feed(t, d, now, clientA, m[3][0]) // 674 more: a, the oldest, is evicted
+	if st.cacheEvictions.Load() != 1 || len(d.m) != 3 || d.bytes > 3000 {
+		t.Fatalf("evictions %d entries %d bytes %d", st.cacheEvictions.Load(), len(d.m), d.bytes)
+	}
+	if _, ok := d.m[msgKey{clientA, 1}]; ok {
+		t.Fatal("the oldest entry survived")
+	}
+	s := st.snapshot("")
 	var dropped uint64
-	for _, v := range st.snapshot("").DroppedFragments[sizeBucket(1500)] {
+	for _, v := range s.DroppedFragments[sizeBucket(1500)] {
 		dropped += v
 	}
-	if dropped != 2 {
-		t.Fatalf("dropped fragments %d, want 2", dropped)
+	if dropped != 1 || s.DroppedFragments[sizeBucket(1500)][indexBucket(2)] != 1 {
+		t.Fatalf("dropped fragments %v, want a's third", s.DroppedFragments[sizeBucket(1500)])
 	}
-	feed(t, d, now, clientA, b[1])
-	if c, ok := feed(t, d, now, clientA, b[2]); !ok || len(c.body) != 1500 {
+	feed(t, d, now, clientA, m[1][1])
+	if c, ok := feed(t, d, now, clientA, m[1][2]); !ok || !bytes.Equal(c.body, bytes.Repeat([]byte("b"), 1500)) {
 		t.Fatal("surviving message not completed")
+	}
+}
+
+// TestDefragChargesWhatArrived: a first fragment announcing nearly the whole
+// bound costs what it carried, not what it announced, and the buffers it
+// holds are what it is charged.
+func TestDefragChargesWhatArrived(t *testing.T) {
+	d, _ := newTestDefrag(1 << 20)
+	now := time.Now()
+	big := raw{typ: 1, count: 1000, fragSize: 1000, id: 1, length: 1_000_000, payload: bytes.Repeat([]byte("x"), 1000)}
+	tiny := raw{typ: 1, count: 65535, fragSize: 1, id: 2, length: 65535, payload: []byte("y")}
+	feed(t, d, now, clientA, big)
+	feed(t, d, now, clientA, tiny)
+	p := d.m[msgKey{clientA, 1}]
+	if p == nil || cap(p.data) != 1000 || p.got != nil || p.cost != entryOverhead+1000+2*4 {
+		t.Fatalf("announcing 1,000,000 bytes: data cap %d, bitmap %d words, cost %d", cap(p.data), len(p.got), p.cost)
+	}
+	q := d.m[msgKey{clientA, 2}]
+	if q == nil || q.got != nil || q.cost != entryOverhead+1+2*4 {
+		t.Fatalf("announcing 65,535 fragments: bitmap %d words, cost %d", len(q.got), q.cost)
+	}
+	if d.bytes != p.cost+q.cost {
+		t.Fatalf("%d bytes held, entries cost %d", d.bytes, p.cost+q.cost)
+	}
+	checkCharges(t, d)
+}
+
+// checkCharges asserts that every entry is charged exactly the buffers it
+// holds, and that the total is the sum of the entries.
+func checkCharges(t *testing.T, d *defrag) {
+	t.Helper()
+	var sum int64
+	for p := d.head; p != nil; p = p.next {
+		held := int64(entryOverhead+cap(p.data)+2*cap(p.order)+8*len(p.got)) + tagCost(p.tags)
+		if p.cost != held {
+			t.Fatalf("entry %v charged %d, holds %d", p.key, p.cost, held)
+		}
+		if int64(cap(p.data)) > int64(p.h.length) || cap(p.order) > p.h.count {
+			t.Fatalf("entry %v grew past its message: data %d of %d, indices %d of %d",
+				p.key, cap(p.data), p.h.length, cap(p.order), p.h.count)
+		}
+		sum += p.cost
+	}
+	if sum != d.bytes {
+		t.Fatalf("entries cost %d, defragmenter holds %d", sum, d.bytes)
+	}
+}
+
+// TestDefragManyFragmentsOutOfOrder: a message of more fragments than get a
+// bitmap at once, received backwards with duplicates, is assembled in order;
+// the duplicates are recognised before and after its bitmap exists.
+func TestDefragManyFragmentsOutOfOrder(t *testing.T) {
+	d, st := newTestDefrag(1 << 20)
+	now := time.Now()
+	msg := make([]byte, 1999)
+	for i := range msg {
+		msg[i] = byte(i * 7)
+	}
+	frags := fragmentsOf(9, msg, 2, nil) // 1,000 fragments: a 128-byte bitmap, made after 256 arrived
+	var got completed
+	dups := 0
+	for i := len(frags) - 1; i >= 0; i-- {
+		if c, ok := feed(t, d, now, clientA, frags[i]); ok {
+			got = c
+		}
+		if i%100 == 0 && i > 0 {
+			feed(t, d, now, clientA, frags[len(frags)-1]) // again
+			dups++
+		}
+		checkCharges(t, d)
+	}
+	if !bytes.Equal(got.body, msg) {
+		t.Fatal("message not assembled in order")
+	}
+	if st.v0DuplicateFrags.Load() != uint64(dups) || d.bytes != 0 {
+		t.Fatalf("duplicates %d of %d, %d bytes left", st.v0DuplicateFrags.Load(), dups, d.bytes)
 	}
 }
 

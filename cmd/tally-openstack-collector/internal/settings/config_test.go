@@ -317,6 +317,7 @@ plog:
   defaults:
     max_line_bytes: 65536
     idle_timeout: 30s
+    line_budget_bytes: 8388608
   listeners:
     - address: udp://127.0.0.1:23456
       mappers: [agent]
@@ -330,7 +331,7 @@ plog:
 	if len(c.Plog) != 2 {
 		t.Fatalf("want 2 listeners, got %+v", c.Plog)
 	}
-	if c.PlogDefaults.MaxLineBytes != 65536 || c.PlogDefaults.IdleTimeout != 30*time.Second {
+	if c.PlogDefaults.MaxLineBytes != 65536 || c.PlogDefaults.IdleTimeout != 30*time.Second || c.PlogDefaults.LineBudgetBytes != 8<<20 {
 		t.Errorf("defaults: %+v", c.PlogDefaults)
 	}
 	u, tcp := c.Plog[0], c.Plog[1]
