@@ -136,3 +136,27 @@ func TestRunReturnsWhileAReloadIsStuck(t *testing.T) {
 		t.Fatal("the stuck reload placed its module after Run and Close returned")
 	}
 }
+
+// TestRunReloadsAgainAfterAStuckReload: what triggers while a reload is
+// stuck is done once it ends, so Run goes on following the directory.
+func TestRunReloadsAgainAfterAStuckReload(t *testing.T) {
+	sc, dir := newStuckCatalog(t, 10*time.Millisecond)
+	ctx, stopRun := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- sc.Run(ctx) }()
+	defer func() {
+		stopRun()
+		if err := wait(t, ran, "Run"); err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+	wait(t, sc.entered, "the periodic reload stuck in its load")
+	if err := os.WriteFile(filepath.Join(dir, "special.wasm"), testkit.WAT(t, "testdata", "special"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sc.unstick()
+	testkit.WaitFor(t, 30*time.Second, "echo and special both active", func() bool {
+		st := sc.Status()
+		return len(st.Modules) == 2
+	})
+}
