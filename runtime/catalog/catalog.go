@@ -55,6 +55,11 @@ func ParsePromoteMode(s string) (PromoteMode, error) {
 const (
 	DefaultRefreshInterval = 30 * time.Second
 	DefaultDebounce        = 500 * time.Millisecond
+	// DefaultMaxFileSize is the default of Options.MaxFileSize: twice the
+	// largest built-in module. Compiling a module takes from about 10 to
+	// about 360 times its size in memory, by the shape of its code
+	// (docs/operations.md, "What a hostile publisher can do").
+	DefaultMaxFileSize = 4 << 20
 	// closeTimeout bounds how long a retired module may take to finish its
 	// calls in flight before it is freed.
 	closeTimeout = time.Minute
@@ -70,6 +75,11 @@ type Options struct {
 	Builtin map[string][]byte
 	// Dir is the drop-in directory (MAPPERS_DIR); "" for built-ins only.
 	Dir string
+	// MaxFileSize is the largest drop-in module file, and fixture file, that
+	// is read, in bytes (MAPPER_MAX_FILE_MIB; default DefaultMaxFileSize). A
+	// larger file is skipped, never read nor compiled, which also bounds the
+	// memory a compilation takes.
+	MaxFileSize int64
 	// Promote says whether a new version of an active module starts in shadow
 	// (default) or replaces it at once.
 	Promote PromoteMode
@@ -121,7 +131,7 @@ type fileState struct {
 	key    statKey
 	digest string
 	sha    string
-	state  string // "" (in use), "rejected" or "parked"
+	state  string // "" (in use), "rejected", "parked" or "skipped"
 	reason string
 	at     time.Time
 }
@@ -140,7 +150,10 @@ type Catalog struct {
 
 	snap atomic.Pointer[snapshot]
 
-	reloadMu sync.Mutex // serialises reloads (held across module compilation)
+	// reloadSem serialises reloads: a reload holds it, across the scan and
+	// the compilation of modules. A channel rather than a mutex so that
+	// Close and Reload wait for it no longer than their ctx.
+	reloadSem chan struct{}
 
 	mu         sync.Mutex // guards everything below; never held across a mapper call
 	gen        uint64
@@ -209,13 +222,17 @@ func newCatalog(opts Options) *Catalog {
 	if opts.SampleSize <= 0 {
 		opts.SampleSize = DefaultSampleSize
 	}
+	if opts.MaxFileSize <= 0 {
+		opts.MaxFileSize = DefaultMaxFileSize
+	}
 	return &Catalog{
-		opts:    opts,
-		log:     opts.Logger,
-		metrics: newMetrics(),
-		slots:   map[string]*slot{},
-		files:   map[string]*fileState{},
-		reloads: map[string]int{},
+		reloadSem: make(chan struct{}, 1),
+		opts:      opts,
+		log:       opts.Logger,
+		metrics:   newMetrics(),
+		slots:     map[string]*slot{},
+		files:     map[string]*fileState{},
+		reloads:   map[string]int{},
 	}
 }
 
@@ -536,24 +553,38 @@ type change struct {
 	c   content
 	ld  *loaded
 	err error
+	// skip: err says why the file was not read (or read no further):
+	// not a regular file, too large, a link out of the directory.
+	skip bool
 }
 
 // Reload scans the drop-in directory now and applies what changed. Run calls
 // it on change notifications and periodically; tests and tools may call it
-// directly. Reloads are serialised.
+// directly. Reloads are serialised: Reload waits for the one in progress, or
+// for ctx, whichever comes first (then the result's Error is ctx's).
 func (c *Catalog) Reload(ctx context.Context) ReloadResult {
 	return c.reload(ctx, "api")
 }
 
 func (c *Catalog) reload(ctx context.Context, trigger string) ReloadResult {
-	c.reloadMu.Lock()
-	defer c.reloadMu.Unlock()
 	res := ReloadResult{At: time.Now().UTC(), Trigger: trigger, OK: true}
 	if c.opts.Dir == "" {
 		return res
 	}
 	c.mu.Lock()
 	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		res.OK, res.Error = false, ErrClosed.Error()
+		return res
+	}
+	if !c.acquireReload(ctx) {
+		res.OK, res.Error = false, ctx.Err().Error()
+		return res
+	}
+	defer func() { <-c.reloadSem }()
+	c.mu.Lock()
+	closed = c.closed
 	known := make(map[string]fileState, len(c.files))
 	for p, fs := range c.files {
 		known[p] = *fs
@@ -564,7 +595,7 @@ func (c *Catalog) reload(ctx context.Context, trigger string) ReloadResult {
 		return res
 	}
 
-	list, err := scanDir(c.opts.Dir)
+	list, err := scanDir(c.opts.Dir, c.opts.MaxFileSize)
 	if err != nil {
 		// An unreadable directory changes nothing: what works keeps working.
 		res.OK, res.Changed, res.Error = false, true, err.Error()
@@ -580,14 +611,30 @@ func (c *Catalog) reload(ctx context.Context, trigger string) ReloadResult {
 	for _, f := range list {
 		seen[f.path] = true
 		fs, ok := known[f.path]
+		if f.skip != nil {
+			// Never opened. Unchanged, it is not counted nor logged again.
+			if !ok || fs.state != "skipped" || fs.key != f.key || fs.reason != f.skip.Error() {
+				changes = append(changes, &change{f: f, err: f.skip, skip: true})
+			}
+			continue
+		}
 		// The stat shortcut spares reading unchanged files; the periodic scan
 		// reads everything, for filesystems whose timestamps are coarse.
 		if ok && fs.key == f.key && trigger != "periodic" {
 			continue
 		}
-		ct, err := readContent(f.path)
+		if err := ctx.Err(); err != nil {
+			// Stopping: nothing was compiled yet, nothing changes.
+			res.OK, res.Error = false, err.Error()
+			return res
+		}
+		ct, err := readContent(f, c.opts.MaxFileSize)
 		if err != nil {
-			changes = append(changes, &change{f: f, err: err})
+			skip := errors.Is(err, ErrNotRegular) || errors.Is(err, ErrTooLarge)
+			if skip && ok && fs.state == "skipped" && fs.key == f.key && fs.reason == err.Error() {
+				continue
+			}
+			changes = append(changes, &change{f: f, err: err, skip: skip})
 			continue
 		}
 		if ok && fs.digest == ct.digest {
@@ -650,6 +697,16 @@ func (c *Catalog) reload(ctx context.Context, trigger string) ReloadResult {
 	}
 	for _, ch := range changes {
 		now := time.Now().UTC()
+		if ch.skip {
+			reason := ch.err.Error()
+			c.files[ch.f.path] = &fileState{key: ch.f.key, state: "skipped", reason: reason, at: now}
+			res.Skipped = append(res.Skipped, Rejection{File: ch.f.path, Reason: reason})
+			res.OK = false
+			c.metrics.skipped.WithLabelValues(skipReason(ch.err)).Inc()
+			c.log.Error().Str("file", ch.f.path).Str("reason", reason).
+				Msg("mapper file skipped, never read nor compiled; the other files are reloaded")
+			continue
+		}
 		if ch.err != nil {
 			reason := ch.err.Error()
 			key := ch.f.key
@@ -880,9 +937,13 @@ func (c *Catalog) Status() Status {
 // Close stops serving and frees every module, waiting for calls in flight.
 // Route keeps answering from the last snapshot, whose modules then fail with
 // runtime.ErrClosed. The Engine is the caller's to close.
+//
+// Close waits for a reload in progress, and for retired modules to finish
+// their calls, no longer than ctx: a reload stuck in a read (a file system
+// that does not answer) does not hold the stop. Past ctx, Close frees what
+// the catalogue holds and returns ctx's error; the reload, when it ends,
+// sees the catalogue closed and frees what it loaded itself.
 func (c *Catalog) Close(ctx context.Context) error {
-	c.reloadMu.Lock()
-	defer c.reloadMu.Unlock()
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -890,8 +951,56 @@ func (c *Catalog) Close(ctx context.Context) error {
 	}
 	c.closed = true
 	c.mu.Unlock()
-	c.retiring.Wait()
-	return c.closeAll(ctx)
+	var errs []error
+	if c.acquireReload(ctx) {
+		defer func() { <-c.reloadSem }()
+	} else {
+		c.log.Warn().Str("dir", c.opts.Dir).
+			Msg("a reload of the mappers directory still runs; closing without waiting for it")
+		errs = append(errs, fmt.Errorf("catalog: a reload still runs: %w", ctx.Err()))
+	}
+	retired := make(chan struct{})
+	go func() {
+		c.retiring.Wait()
+		close(retired)
+	}()
+	if !ready(ctx, retired) && len(errs) == 0 {
+		errs = append(errs, fmt.Errorf("catalog: retired modules still closing: %w", ctx.Err()))
+	}
+	errs = append(errs, c.closeAll(ctx))
+	return errors.Join(errs...)
+}
+
+// acquireReload takes reloadSem, waiting no longer than ctx; false when
+// ctx ended first. A free semaphore is taken even when ctx is done.
+func (c *Catalog) acquireReload(ctx context.Context) bool {
+	select {
+	case c.reloadSem <- struct{}{}:
+		return true
+	default:
+	}
+	select {
+	case c.reloadSem <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// ready waits for done, no longer than ctx; false when ctx ended first. A
+// closed done counts even when ctx is done.
+func ready(ctx context.Context, done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return true
+	default:
+	}
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 func (c *Catalog) closeAll(ctx context.Context) error {

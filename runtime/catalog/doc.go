@@ -27,8 +27,8 @@
 // they stay in the catalogue for its life, as the fallback of their name. A
 // built-in module is compiled and given its first instance when the first
 // call routed to it arrives (see "Built-in modules on first use"). Drop-in
-// modules are the *.wasm files of Options.Dir (symlinks followed, dot-files
-// such as a ConfigMap's ..data skipped). A drop-in nova.wasm may ship fixture
+// modules are the *.wasm files of Options.Dir (dot-files such as a
+// ConfigMap's ..data left out; see "Files that are skipped"). A drop-in nova.wasm may ship fixture
 // pairs in nova.fixtures/ beside it (*.in.json and *.out.json, see package
 // runtime/fixture); they must all pass before the module takes traffic.
 //
@@ -55,6 +55,21 @@
 //     promoted by the back door. Parked files stay out until their content
 //     changes.
 //   - An unreadable directory changes nothing.
+//
+// # Files that are skipped
+//
+// A drop-in file is read only when it is a regular file of at most
+// Options.MaxFileSize bytes, reached directly or through symbolic links that
+// resolve inside Options.Dir (a ConfigMap's keys link through ..data). The
+// scan examines each file with stat before it opens anything; the read opens
+// with O_NONBLOCK, so a FIFO cannot block it, checks the open file again
+// (fstat: regular, the size, the inode the scan saw) and reads through a
+// limit of the cap plus one byte. A fixture file is read the same way. What
+// fails this is skipped: never compiled, a FileStatus "skipped" with the
+// reason (ErrNotRegular, ErrTooLarge, ErrOutsideDir, or the error of a link
+// that cannot be resolved), logged and counted once per stat of the file.
+// A skipped file changes nothing else, like a rejected one, and never stops
+// the reload of the others.
 //
 // # Restarts
 //
@@ -143,7 +158,10 @@
 //
 // Every exported method is safe for concurrent use. Run follows the
 // directory (fsnotify on the directory itself, debounced, plus a periodic
-// scan); Reload does one scan on demand. Named gives a Mapper that stands for
+// scan); Reload does one scan on demand. Reloads run one at a time; Reload
+// and Close wait for the one in progress no longer than their ctx, and Run
+// does not wait for it at all once its ctx is done, so a read that never
+// returns (a file system that does not answer) cannot hold a stop. Named gives a Mapper that stands for
 // a module name and so follows reloads, for chains resolved once (plog).
 //
 // # Built-in modules on first use
@@ -168,6 +186,7 @@
 //
 //	tally_collector_mapper_reloads_total{result}   reloads that changed something or failed (ok, error)
 //	tally_collector_mapper_last_reload_ok          1 when the last such reload took every change
+//	tally_collector_mapper_files_skipped_total{reason}   files not read: not_regular, too_large, outside_dir, unreadable
 //	tally_collector_mapper_shadow_comparisons_total{mapper,result}   match, difference
 //	tally_collector_mapper_migrations              migrations in progress
 //	tally_collector_mapper_decisions_received_total{action,result}   decisions of other replicas: applied, deferred, ignored

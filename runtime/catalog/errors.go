@@ -27,6 +27,16 @@ var (
 	// when the daemon serves no outbox.
 	ErrNoDeadLetters = errors.New("catalog: no dead-letter area")
 
+	// ErrNotRegular is the reason a drop-in file is skipped when it is not a
+	// regular file: a FIFO, a device such as /dev/zero, a socket.
+	ErrNotRegular = errors.New("catalog: not a regular file")
+	// ErrTooLarge is the reason a drop-in file is skipped when it is larger
+	// than Options.MaxFileSize.
+	ErrTooLarge = errors.New("catalog: file larger than the size cap")
+	// ErrOutsideDir is the reason a drop-in file is skipped when it is a
+	// symbolic link that leads outside the mappers directory.
+	ErrOutsideDir = errors.New("catalog: symbolic link leads outside the mappers directory")
+
 	// ErrNoLedger is returned by the ledger route when the daemon serves no
 	// outbox.
 	ErrNoLedger = errors.New("catalog: no outbox, so no ledger")

@@ -11,6 +11,7 @@ type metrics struct {
 	shadow     *prometheus.CounterVec
 	migrations prometheus.Gauge
 	lastOK     prometheus.Gauge
+	skipped    *prometheus.CounterVec
 	decisions  *prometheus.CounterVec
 	deferred   prometheus.Gauge
 	// Built-in modules loaded on first use (lazy.go).
@@ -36,6 +37,10 @@ func newMetrics() *metrics {
 			Name: "tally_collector_mapper_last_reload_ok",
 			Help: "1 when the last reload of the drop-in mapper directory took every change, 0 when it rejected something or failed.",
 		}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tally_collector_mapper_files_skipped_total",
+			Help: "Files of the drop-in mapper directory skipped without being read, by reason (not_regular, too_large, outside_dir, unreadable); counted again only when the file's stat changes.",
+		}, []string{"reason"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tally_collector_mapper_decisions_received_total",
 			Help: "Promote and abort decisions of other replicas, by action (promote, abort) and result (applied, deferred, ignored); a deferred decision counts again when its candidate appears.",
@@ -60,6 +65,9 @@ func newMetrics() *metrics {
 	}
 	m.builtinCompiles.WithLabelValues("ok")
 	m.builtinCompiles.WithLabelValues("error")
+	for _, r := range []string{"not_regular", "too_large", "outside_dir", "unreadable"} {
+		m.skipped.WithLabelValues(r)
+	}
 	m.reloads.WithLabelValues("ok")
 	m.reloads.WithLabelValues("error")
 	m.lastOK.Set(1)
@@ -68,6 +76,6 @@ func newMetrics() *metrics {
 
 // register registers the metrics on reg (nil: nowhere), all or none.
 func (m *metrics) register(reg prometheus.Registerer) error {
-	return imetrics.Register(reg, m.reloads, m.shadow, m.migrations, m.lastOK, m.decisions, m.deferred,
+	return imetrics.Register(reg, m.reloads, m.shadow, m.migrations, m.lastOK, m.skipped, m.decisions, m.deferred,
 		m.builtinsCompiled, m.builtinCompiles)
 }

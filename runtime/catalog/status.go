@@ -168,12 +168,15 @@ type PatternStatus struct {
 }
 
 // FileStatus is a drop-in file that serves no traffic: rejected (it failed to
-// load, validate or pass its fixtures) or parked (aborted, superseded, or left
-// over from a cancelled migration). It stays so until its content changes.
+// load, validate or pass its fixtures), parked (aborted, superseded, or left
+// over from a cancelled migration) or skipped (never read: not a regular
+// file, over Options.MaxFileSize, or a link leading out of the directory).
+// It stays so until its content changes (a skipped file, until its stat
+// does).
 type FileStatus struct {
 	File   string    `json:"file"`
 	SHA256 string    `json:"sha256,omitempty"`
-	State  string    `json:"state"` // "rejected" or "parked"
+	State  string    `json:"state"` // "rejected", "parked" or "skipped"
 	Reason string    `json:"reason"`
 	At     time.Time `json:"at"`
 }
@@ -193,7 +196,10 @@ type ReloadResult struct {
 	Loaded   []string    `json:"loaded,omitempty"` // "name@version (file): active|candidate"
 	Removed  []string    `json:"removed,omitempty"`
 	Rejected []Rejection `json:"rejected,omitempty"`
-	Error    string      `json:"error,omitempty"`
+	// Skipped are the files this reload did not read: not regular files,
+	// files over the size cap, links leading out of the directory.
+	Skipped []Rejection `json:"skipped,omitempty"`
+	Error   string      `json:"error,omitempty"`
 }
 
 // Status is the catalogue as the `mappers` command and GET /mappers show it.
@@ -266,6 +272,9 @@ func (s Status) WriteText(w io.Writer) error {
 			r.At.Format(time.RFC3339), r.Trigger, res, s.Reloads["ok"], s.Reloads["error"])
 		for _, rj := range r.Rejected {
 			fmt.Fprintf(w, "  rejected %s: %s\n", rj.File, rj.Reason)
+		}
+		for _, sk := range r.Skipped {
+			fmt.Fprintf(w, "  skipped %s: %s\n", sk.File, sk.Reason)
 		}
 		if r.Error != "" {
 			fmt.Fprintf(w, "  error: %s\n", r.Error)

@@ -17,6 +17,12 @@ import (
 // rewritten in place within one timestamp tick: the periodic scan hashes
 // every file instead of trusting its stat). Without a
 // directory Run just waits. It returns nil when ctx is done.
+//
+// A reload runs beside the loop, one at a time: what triggers while one is in
+// progress is done once it ends (a periodic scan, which reads every file,
+// standing for a watch's). So Run returns as soon as ctx is done even when a
+// reload is stuck in a read (a file system that does not answer); that
+// reload gives up at its next step, changing nothing.
 func (c *Catalog) Run(ctx context.Context) error {
 	if c.opts.Dir == "" {
 		<-ctx.Done()
@@ -51,6 +57,22 @@ func (c *Catalog) Run(ctx context.Context) error {
 	debounce := time.NewTimer(time.Hour)
 	debounce.Stop()
 	defer debounce.Stop()
+	var busy chan struct{} // closed when the reload in progress ends; nil: none
+	next := ""             // the trigger that came while busy
+	reload := func(trigger string) {
+		if busy != nil {
+			if next != "periodic" {
+				next = trigger
+			}
+			return
+		}
+		done := make(chan struct{})
+		busy = done
+		go func() {
+			defer close(done)
+			c.reload(ctx, trigger)
+		}()
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -70,11 +92,18 @@ func (c *Catalog) Run(ctx context.Context) error {
 				continue
 			}
 			c.log.Warn().Err(err).Msg("mappers directory watch")
+		case <-busy:
+			busy = nil
+			if next != "" {
+				t := next
+				next = ""
+				reload(t)
+			}
 		case <-debounce.C:
-			c.reload(ctx, "watch")
+			reload("watch")
 		case <-tick.C:
 			watch()
-			c.reload(ctx, "periodic")
+			reload("periodic")
 		}
 	}
 }

@@ -95,6 +95,9 @@ type Config struct {
 	ControlToken      string
 	ControlTokenFile  string
 	MapperMemoryLimit uint32
+	// MapperMaxFileSize is the largest drop-in module file read, in bytes
+	// (catalog.Options.MaxFileSize).
+	MapperMaxFileSize int64
 	MapperCallTimeout time.Duration
 	MapperPoolSize    int
 	MapperCacheDir    string

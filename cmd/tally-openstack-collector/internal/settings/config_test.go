@@ -73,6 +73,7 @@ func TestDefaults(t *testing.T) {
 		{"LogLevel", c.LogLevel, zerolog.InfoLevel},
 		{"LogFormat", c.LogFormat, "auto"},
 		{"MapperMemoryLimit", c.MapperMemoryLimit, uint32(64 << 20)},
+		{"MapperMaxFileSize", c.MapperMaxFileSize, int64(4 << 20)},
 		{"MapperCallTimeout", c.MapperCallTimeout, 250 * time.Millisecond},
 		{"MapperPoolSize", c.MapperPoolSize, 0},
 		{"MapperBuiltinGuard", c.MapperBuiltinGuard, runtime.GuardWatched},
@@ -233,6 +234,10 @@ func TestValidation(t *testing.T) {
 		{name: "flush and stop at their least", mode: ModeDaemon, env: append([]string{"TALLY_OSC_STOP_TIMEOUT=2s", "TALLY_OSC_FLUSH_TIMEOUT=1s"}, daemonEnv...)},
 		{name: "memory limit", mode: ModeDaemon, env: append([]string{"TALLY_OSC_MAPPER_MEMORY_LIMIT_MIB=0"}, daemonEnv...),
 			wants: []string{"TALLY_OSC_MAPPER_MEMORY_LIMIT_MIB"}},
+		{name: "mapper file cap zero", mode: ModeDaemon, env: append([]string{"TALLY_OSC_MAPPER_MAX_FILE_MIB=0"}, daemonEnv...),
+			wants: []string{"TALLY_OSC_MAPPER_MAX_FILE_MIB: must be between 1 and 256, got 0"}},
+		{name: "mapper file cap too large", mode: ModeDaemon, env: append([]string{"TALLY_OSC_MAPPER_MAX_FILE_MIB=257"}, daemonEnv...),
+			wants: []string{"TALLY_OSC_MAPPER_MAX_FILE_MIB: must be between 1 and 256, got 257"}},
 		{name: "flag value checked too", mode: ModeDaemon, env: daemonEnv, args: []string{"--prefetch", "none"},
 			wants: []string{`TALLY_OSC_PREFETCH: "none"`}},
 

@@ -340,6 +340,13 @@ var table = []setting{
 			c.MapperMemoryLimit = uint32(n) << 20
 			return err
 		}},
+	{key: "mapper_max_file_mib", def: "4", modes: mapperModes,
+		usage: "largest drop-in module (and fixture) file read, MiB; a larger one is skipped, never compiled",
+		parse: func(c *Config, raw string) error {
+			n, err := wholeNumber(raw, 1, 256)
+			c.MapperMaxFileSize = n << 20
+			return err
+		}},
 	{key: "mapper_call_timeout", def: "250ms", modes: mapperModes, minDur: MinMapperCallTimeout,
 		usage: "deadline of one mapper call",
 		field: func(c *Config) any { return &c.MapperCallTimeout }},
