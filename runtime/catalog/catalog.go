@@ -879,7 +879,10 @@ func (c *Catalog) Status() Status {
 
 // Close stops serving and frees every module, waiting for calls in flight.
 // Route keeps answering from the last snapshot, whose modules then fail with
-// runtime.ErrClosed. The Engine is the caller's to close.
+// runtime.ErrClosed. The Engine is the caller's to close. Every wait ends
+// with ctx (a stop's deadline): a replaced module still finishing its calls
+// then leaves the modules unfreed, and Close answers an error wrapping
+// ctx's.
 func (c *Catalog) Close(ctx context.Context) error {
 	c.reloadMu.Lock()
 	defer c.reloadMu.Unlock()
@@ -890,7 +893,13 @@ func (c *Catalog) Close(ctx context.Context) error {
 	}
 	c.closed = true
 	c.mu.Unlock()
-	c.retiring.Wait()
+	retired := make(chan struct{})
+	go func() { c.retiring.Wait(); close(retired) }()
+	select {
+	case <-retired:
+	case <-ctx.Done():
+		return fmt.Errorf("close: a replaced mapper is still finishing its calls: %w", ctx.Err())
+	}
 	return c.closeAll(ctx)
 }
 
