@@ -488,6 +488,35 @@ func ctlCommand(ctx context.Context, name string, args ...string) *exec.Cmd {
 // killTree kills pid and all its descendants, children first found from
 // /proc, so none is orphaned before it is killed.
 func killTree(pid int) error {
+	children := processChildren()
+	var kill func(int)
+	kill = func(p int) {
+		_ = syscall.Kill(p, syscall.SIGSTOP) // no new children while we look
+		for _, c := range children[p] {
+			kill(c)
+		}
+		_ = syscall.Kill(p, syscall.SIGKILL)
+	}
+	kill(pid)
+	return nil
+}
+
+// signalTree sends sig to pid and all its descendants, found from /proc.
+func signalTree(pid int, sig syscall.Signal) {
+	children := processChildren()
+	var send func(int)
+	send = func(p int) {
+		_ = syscall.Kill(p, sig)
+		for _, c := range children[p] {
+			send(c)
+		}
+	}
+	send(pid)
+}
+
+// processChildren maps each process of the machine to its children, read
+// from /proc.
+func processChildren() map[int][]int {
 	children := map[int][]int{}
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 	for _, f := range stats {
@@ -510,14 +539,5 @@ func killTree(pid int) error {
 		}
 		children[ppid] = append(children[ppid], self)
 	}
-	var kill func(int)
-	kill = func(p int) {
-		_ = syscall.Kill(p, syscall.SIGSTOP) // no new children while we look
-		for _, c := range children[p] {
-			kill(c)
-		}
-		_ = syscall.Kill(p, syscall.SIGKILL)
-	}
-	kill(pid)
-	return nil
+	return children
 }

@@ -218,6 +218,13 @@ log.file.level = info
 			return err
 		}
 	}
+	return n.boot(distPort, func() error { return n.answers(client) })
+}
+
+// boot runs the node configured in n.dir with the Erlang distribution on
+// distPort and waits until ready answers nil, or the node exits, or
+// tlsNodeStartTimeout passes.
+func (n *TLSNode) boot(distPort int, ready func() error) error {
 	cmd := exec.Command("/usr/lib/rabbitmq/bin/rabbitmq-server")
 	cmd.Dir = n.dir
 	cmd.Env = append(n.env(),
@@ -242,7 +249,7 @@ log.file.level = info
 	go func() { _ = cmd.Wait(); close(n.exit) }()
 	deadline := time.Now().Add(tlsNodeStartTimeout)
 	for {
-		err := n.answers(client)
+		err := ready()
 		if err == nil {
 			return nil
 		}
@@ -401,15 +408,23 @@ func (b *TLSBroker) stop() {
 		_ = n.stdin.Close()
 	}
 	for _, n := range []*TLSNode{b.Optional, b.Required} {
-		if n == nil || n.cmd == nil {
-			continue
-		}
-		select {
-		case <-n.exit:
-		case <-time.After(30 * time.Second):
-			_ = killTree(n.cmd.Process.Pid)
-			<-n.exit
+		if n != nil {
+			n.waitHalted()
 		}
 	}
 	_ = os.RemoveAll(filepath.Dir(b.Dir))
+}
+
+// waitHalted waits for the node's VM to halt once its input is closed and,
+// should it still run after 30 s, kills it.
+func (n *TLSNode) waitHalted() {
+	if n.cmd == nil {
+		return
+	}
+	select {
+	case <-n.exit:
+	case <-time.After(30 * time.Second):
+		_ = killTree(n.cmd.Process.Pid)
+		<-n.exit
+	}
 }

@@ -185,7 +185,8 @@ func (c *Consumer) session(ctx context.Context) (consumed bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	defer cn.Close()
+	defer cn.closeWithin(c.opts.CloseTimeout, c.log)
+	defer cn.guard(ctx, c.opts.StopBudget+c.opts.CloseTimeout)()
 	c.m.blocked.Set(0)
 	c.m.paused.Set(0)
 	log := c.log.With().Str("broker", cn.ep.redact).Logger()

@@ -98,6 +98,12 @@ type ControlOptions struct {
 	// Reconnect schedule, heartbeat and dial timeout, as in Options.
 	ReconnectMin, ReconnectMax time.Duration
 	Heartbeat, DialTimeout     time.Duration
+	// CloseTimeout bounds how long closing the link's connection waits for
+	// the broker's answer, as in Options; default 5s. The link publishes,
+	// so a broker under a resource alarm blocks its connection and never
+	// answers its close: the socket is then closed. Run returns within
+	// CloseTimeout of its context ending.
+	CloseTimeout time.Duration
 
 	Logger     zerolog.Logger
 	Registerer prometheus.Registerer // nil: no metrics are registered
@@ -150,7 +156,7 @@ func NewControl(opts ControlOptions) (*Control, error) {
 	}
 	d := Options{TransportURL: opts.TransportURL, TLS: opts.TLS, ReconnectMin: opts.ReconnectMin,
 		ReconnectMax: opts.ReconnectMax, Heartbeat: opts.Heartbeat, DialTimeout: opts.DialTimeout,
-		QueueType: opts.QueueType, Queue: opts.Exchange + "." + opts.Replica}
+		CloseTimeout: opts.CloseTimeout, QueueType: opts.QueueType, Queue: opts.Exchange + "." + opts.Replica}
 	d.setDefaults()
 	var problems []string
 	eps, err := parseTransportURL(opts.TransportURL)
@@ -385,7 +391,8 @@ func (l *Control) session(ctx context.Context) (consumed bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	defer cn.Close()
+	defer cn.closeWithin(l.dopts.CloseTimeout, l.log)
+	defer cn.guard(ctx, l.dopts.CloseTimeout)()
 	log := l.log.With().Str("broker", cn.ep.redact).Logger()
 	connClosed := cn.NotifyClose(make(chan *amqp.Error, 1))
 	if l.dopts.QueueType == QueueQuorum {

@@ -48,7 +48,7 @@ func Dump(ctx context.Context, opts Options, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer cn.Close()
+	defer cn.closeWithin(opts.CloseTimeout, log)
 	log = log.With().Str("broker", cn.ep.redact).Logger()
 	connClosed := cn.NotifyClose(make(chan *amqp.Error, 1))
 

@@ -50,10 +50,6 @@ type batch struct {
 	deadTally ledger.Delta
 }
 
-// shutdownBudget bounds the graceful stop of a session: waiting for the
-// commit in flight, mapping what is held, committing it.
-const shutdownBudget = 10 * time.Second
-
 func (s *sess) consume() error {
 	s.tag = fmt.Sprintf("tally-openstack-collector-%d-%d", os.Getpid(), s.c.tagSeq.Add(1))
 	d, err := s.ch.Consume(s.c.opts.Queue, s.tag, false, false, false, false, nil)
@@ -583,10 +579,12 @@ func (s *sess) pause() error {
 // nothing more; then the deliveries already received are finished, in order:
 // the commit in flight is awaited and acknowledged, everything else held is
 // mapped, committed and acknowledged. Whatever cannot be finished within
-// shutdownBudget is requeued (or returned by the closing connection).
+// Options.StopBudget is requeued (or returned by the closing connection);
+// a basic.cancel the broker does not answer ends when the session's guard
+// closes the socket.
 func (s *sess) shutdown() {
 	s.stopping = true
-	deadline := time.NewTimer(shutdownBudget)
+	deadline := time.NewTimer(s.c.opts.StopBudget)
 	defer deadline.Stop()
 	if s.deliveries != nil {
 		if err := s.ch.Cancel(s.tag, false); err != nil {

@@ -40,6 +40,11 @@ const (
 	DefaultPauseMax       = 10 * time.Second
 	DefaultHeartbeat      = 10 * time.Second
 	DefaultDialTimeout    = 10 * time.Second
+	// DefaultStopBudget and DefaultCloseTimeout: the graceful stop of a
+	// session finishes what it holds within 10s, then its connection's
+	// close waits at most 5s for the broker's answer.
+	DefaultStopBudget   = 10 * time.Second
+	DefaultCloseTimeout = 5 * time.Second
 )
 
 // Options configure a Consumer (New) and the dump (Dump). The package reads no
@@ -104,6 +109,20 @@ type Options struct {
 	Heartbeat                  time.Duration
 	DialTimeout                time.Duration
 
+	// StopBudget bounds the graceful stop of a session once Run's context
+	// ended: the basic.cancel, the commit in flight, and mapping, committing
+	// and acknowledging what is held; what is not acknowledged by then is
+	// requeued (or returned by the closing connection). Default 10s.
+	StopBudget time.Duration
+	// CloseTimeout bounds how long closing a connection waits for the
+	// broker's answer (connection.close-ok), and how long the basic.cancel
+	// of a stop may wait beyond StopBudget; past it the socket is closed,
+	// and the broker returns what the connection held to the queue. A
+	// broker under a resource alarm never answers a connection it blocked.
+	// Default 5s. Run returns within StopBudget + CloseTimeout of its
+	// context ending.
+	CloseTimeout time.Duration
+
 	// Tap, when set, is shown what the consumer commits (the local channel's
 	// live tap). It is asked once per batch whether anyone listens; only then
 	// is the batch's record kept, and handed over after the batch is
@@ -161,6 +180,8 @@ func (o *Options) setDefaults() {
 	def(&o.PauseMax, DefaultPauseMax)
 	def(&o.Heartbeat, DefaultHeartbeat)
 	def(&o.DialTimeout, DefaultDialTimeout)
+	def(&o.StopBudget, DefaultStopBudget)
+	def(&o.CloseTimeout, DefaultCloseTimeout)
 }
 
 // validate lists every problem at once.

@@ -1,11 +1,13 @@
 package broker
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -60,6 +62,44 @@ func dial(opts *Options, eps []endpoint, name string, log zerolog.Logger) (*conn
 		return &conn{Connection: c, ep: ep, version: v}, nil
 	}
 	return nil, errors.Join(errs...)
+}
+
+// closeWithin closes the connection, waiting at most timeout for the
+// broker's connection.close-ok: past it the socket is closed (its I/O
+// deadline passes), whatever the broker does. A broker that blocked the
+// connection under a resource alarm reads nothing more from it and never
+// answers. The connection is closed either way, and what it held
+// unacknowledged returns to the queue; a close without the answer is
+// logged.
+func (c *conn) closeWithin(timeout time.Duration, log zerolog.Logger) {
+	err := c.CloseDeadline(time.Now().Add(timeout))
+	if err != nil && !errors.Is(err, amqp.ErrClosed) {
+		log.Warn().Err(err).Dur("close_timeout", timeout).Msg("broker connection closed without the broker's answer")
+	}
+}
+
+// guard bounds every wait on the connection once ctx has ended: bound after
+// that, unless released first, it closes the socket, so that a call waiting
+// for the broker's answer (a basic.cancel, a declare, a close) returns with
+// an error instead of waiting for a broker that stopped answering. The
+// session releases it when it returns.
+func (c *conn) guard(ctx context.Context, bound time.Duration) (release func()) {
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+		}
+		t := time.NewTimer(bound)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+			_ = c.CloseDeadline(time.Now()) // a deadline passed: every I/O fails at once
+		}
+	}()
+	return func() { close(done) }
 }
 
 // majorVersion reads the major number of a RabbitMQ version string ("3.10.8").

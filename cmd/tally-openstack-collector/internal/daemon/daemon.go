@@ -114,10 +114,10 @@ type daemon struct {
 
 	// What shutdown stops; each is set once its part runs.
 	stopHeartbeat  func()             // the heartbeat and the watchdog process
-	stopBackground context.CancelFunc // samplers, the drop-in watch, the control link
+	stopBackground context.CancelFunc // samplers, the drop-in watch
 	background     sync.WaitGroup
-	channel        *channel.Server // bound; closed by shutdown unless it ran as an input
-	stopInputs     context.CancelFunc
+	channel        *channel.Server    // bound; closed by shutdown unless it ran as an input
+	stopInputs     context.CancelFunc // the inputs and the control link
 	inputs         sync.WaitGroup
 	stopSender     context.CancelFunc
 	senderDone     chan struct{}
@@ -259,12 +259,6 @@ func (d *daemon) start(ctx context.Context) error {
 	}
 	d.p.inputs = inputs
 
-	// The control link, for the daemon's whole life: decisions taken on
-	// other replicas while this one was down are applied now.
-	if link != nil {
-		d.goBackground(func() { _ = link.Run(bgCtx) }) // returns nil when bgCtx ends
-	}
-
 	// 5. Run: the sender, then every input.
 	d.failed = make(chan failure, 3+len(inputs))
 	sendCtx, stopSender := context.WithCancel(ctx)
@@ -277,6 +271,18 @@ func (d *daemon) start(ctx context.Context) error {
 	}()
 	inCtx, stopInputs := context.WithCancel(ctx)
 	d.stopInputs = stopInputs
+	// The control link, until the stop: decisions taken on other replicas
+	// while this one was down are applied now. It stops with the inputs, so
+	// that its close, which a blocked broker may leave unanswered for its
+	// whole bound, fits in their budget (a decision taken while stopping is
+	// kept and sent after the next start).
+	if link != nil {
+		d.inputs.Add(1)
+		go func() {
+			defer d.inputs.Done()
+			_ = link.Run(inCtx) // nil once inCtx ends
+		}()
+	}
 	d.runInput(inCtx, "broker", cons)
 	for i, in := range inputs {
 		d.runInput(inCtx, fmt.Sprintf("plog[%d] %s", i, d.cfg.Plog[i].Address), in)
@@ -363,16 +369,23 @@ func (d *daemon) wait() error {
 
 // shutdown is the one way out of run: it stops, in reverse order of the
 // start, whatever runs, within STOP_TIMEOUT, and answers runErr, or the
-// first error of the stop itself.
+// first error of the stop itself. Every wait is bounded by the stop's
+// deadline but the outbox's close, which must finish for what the outbox
+// holds to be kept: the inputs get STOP_TIMEOUT - FLUSH_TIMEOUT (their
+// broker connections' closes included, stopBounds), the sender's flush
+// FLUSH_TIMEOUT, and what remains of the budget the rest; a part that does
+// not stop in time is logged and left behind, with nothing acknowledged
+// that is not committed.
 func (d *daemon) shutdown(runErr error) error {
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), d.cfg.StopTimeout)
 	defer cancelStop()
 
-	// Stop the inputs: basic.cancel, in-flight deliveries committed then acked.
+	// Stop the inputs (basic.cancel, in-flight deliveries committed then
+	// acked) and the control link.
 	if d.stopInputs != nil {
 		d.stopInputs()
 		inputsBudget := d.cfg.StopTimeout - d.cfg.FlushTimeout
-		if !waitGroupFor(&d.inputs, inputsBudget) {
+		if !waitGroupWithin(stopCtx, &d.inputs, inputsBudget) {
 			d.log.Error().Dur("waited", inputsBudget).Msg("inputs did not stop in time; unacknowledged deliveries return to the queue")
 			if runErr == nil {
 				runErr = errors.New("inputs did not stop within the stop budget")
@@ -388,7 +401,19 @@ func (d *daemon) shutdown(runErr error) error {
 	// Let the sender flush what the outbox holds, for a bounded time.
 	if d.stopSender != nil {
 		d.stopSender()
-		<-d.senderDone
+		select {
+		case <-d.senderDone:
+		case <-stopCtx.Done():
+			// Never seen: Run returns once its request in flight ends,
+			// which its context bounds. Flushing beside it would send twice.
+			d.log.Error().Msg("the sender did not stop within the stop budget; the outbox is not flushed")
+			if runErr == nil {
+				runErr = errors.New("the sender did not stop within the stop budget")
+			}
+			d.stopSender = nil
+		}
+	}
+	if d.stopSender != nil {
 		flushCtx, cancelFlush := context.WithTimeout(stopCtx, d.cfg.FlushTimeout)
 		if err := d.p.sender.Flush(flushCtx); err != nil {
 			d.log.Warn().Err(err).Int64("left_in_outbox", d.p.outbox.Depth()).Msg("flush incomplete; the rest is sent after the next start")
@@ -400,9 +425,11 @@ func (d *daemon) shutdown(runErr error) error {
 
 	if d.stopBackground != nil {
 		d.stopBackground()
-		d.background.Wait()
+		if !waitGroupWithin(stopCtx, &d.background, d.cfg.StopTimeout) {
+			d.log.Error().Msg("background work (samplers, the drop-in watch) did not stop within the stop budget")
+		}
 	}
-	d.shutdownHTTP()
+	d.shutdownHTTP(stopCtx)
 	d.closeMappers(stopCtx)
 	if err := d.closeOutbox(); err != nil && runErr == nil {
 		runErr = err
@@ -479,7 +506,7 @@ func (d *daemon) listen(control http.Handler) error {
 	if d.cfg.DebugPprof {
 		pln, err := net.Listen("tcp", d.cfg.DebugPprofAddr)
 		if err != nil {
-			d.shutdownHTTP()
+			d.shutdownHTTP(context.Background())
 			return fmt.Errorf("listen on %s (DEBUG_PPROF_ADDR): %w", d.cfg.DebugPprofAddr, err)
 		}
 		mux := http.NewServeMux()
@@ -514,8 +541,10 @@ func (d *daemon) serve(srv *http.Server, ln net.Listener) {
 	}()
 }
 
-func (d *daemon) shutdownHTTP() {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+// shutdownHTTP closes the listeners and waits, for at most 2s and not past
+// ctx's deadline, for the requests being answered.
+func (d *daemon) shutdownHTTP(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	for _, srv := range []*http.Server{d.srv, d.pprofSrv} {
 		if srv != nil {
@@ -545,13 +574,19 @@ func (d *daemon) closeOutbox() error {
 	return nil
 }
 
-func waitGroupFor(wg *sync.WaitGroup, d time.Duration) bool {
+// waitGroupWithin waits for wg for at most d and not past ctx's end, and
+// answers whether it finished.
+func waitGroupWithin(ctx context.Context, wg *sync.WaitGroup, d time.Duration) bool {
 	c := make(chan struct{})
 	go func() { wg.Wait(); close(c) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
 	select {
 	case <-c:
 		return true
-	case <-time.After(d):
+	case <-t.C:
+		return false
+	case <-ctx.Done():
 		return false
 	}
 }

@@ -117,6 +117,31 @@ func checkReleased(t *testing.T, cfg *settings.Config) int64 {
 	return ob.Depth()
 }
 
+// novaNotification is a nova notification of the fixtures in oslo's
+// envelope, with a message_id of its own numbered n (its event_id is made
+// from it).
+func novaNotification(t *testing.T, n int) []byte {
+	t.Helper()
+	fixture, err := os.ReadFile(testkit.RepoPath(t, "mappers", "nova", "testdata", "compute.instance.create.end__almanach__1.in.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inner map[string]any
+	if err := json.Unmarshal(fixture, &inner); err != nil {
+		t.Fatal(err)
+	}
+	inner["message_id"] = fmt.Sprintf("5c1a0a6e-0000-4000-8000-%012d", n)
+	innerJSON, err := json.Marshal(inner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := json.Marshal(map[string]string{"oslo.version": "2.0", "oslo.message": string(innerJSON)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return body
+}
+
 // TestRunInProcessDeliversAndStopsCleanly: the daemon started by a test in
 // its own process consumes from RabbitMQ, maps with the built-in modules and
 // delivers to the reference Reporting API; the first signal stops it with
@@ -148,26 +173,7 @@ func TestRunInProcessDeliversAndStopsCleanly(t *testing.T) {
 		return resp.StatusCode == http.StatusOK
 	})
 
-	// A nova notification of the fixtures in oslo's envelope, with the
-	// message_id its event_id is made from.
-	fixture, err := os.ReadFile(testkit.RepoPath(t, "mappers", "nova", "testdata", "compute.instance.create.end__almanach__1.in.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var inner map[string]any
-	if err := json.Unmarshal(fixture, &inner); err != nil {
-		t.Fatal(err)
-	}
-	inner["message_id"] = "5c1a0a6e-0000-4000-8000-000000000001"
-	innerJSON, err := json.Marshal(inner)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := json.Marshal(map[string]string{"oslo.version": "2.0", "oslo.message": string(innerJSON)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	v.Publish(t, "nova", "notifications.info", body)
+	v.Publish(t, "nova", "notifications.info", novaNotification(t, 1))
 	testkit.WaitFor(t, 60*time.Second, "the event at the Reporting API", func() bool {
 		st, err := api.Stats()
 		if err != nil {

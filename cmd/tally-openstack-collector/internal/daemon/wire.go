@@ -226,8 +226,24 @@ func newSender(cfg *settings.Config, log zerolog.Logger, reg prometheus.Register
 	return sender.New(ob, opts)
 }
 
+// stopBounds splits the part of STOP_TIMEOUT before the flush (the inputs'
+// budget, STOP_TIMEOUT - FLUSH_TIMEOUT) between the consumer's graceful stop
+// (drain) and the broker connections' closes (closeTimeout, at most 5s, a
+// quarter of the budget on a short one): the consumer finishes what it holds
+// within drain, its close waits at most closeTimeout for the broker's
+// answer, and it returns a closeTimeout before the budget is spent; the
+// control link, stopped with the inputs, returns within closeTimeout.
+func stopBounds(cfg *settings.Config) (drain, closeTimeout time.Duration) {
+	inputs := cfg.StopTimeout - cfg.FlushTimeout
+	closeTimeout = min(broker.DefaultCloseTimeout, inputs/4)
+	return inputs - 2*closeTimeout, closeTimeout
+}
+
 func brokerOptions(cfg *settings.Config, log zerolog.Logger, reg prometheus.Registerer) broker.Options {
+	drain, closeTimeout := stopBounds(cfg)
 	return broker.Options{
+		StopBudget:       drain,
+		CloseTimeout:     closeTimeout,
 		TransportURL:     cfg.TransportURL,
 		TLS:              cfg.TransportTLS,
 		Exchanges:        cfg.Exchanges,
@@ -276,7 +292,9 @@ func newControl(cfg *settings.Config, base zerolog.Logger, reg prometheus.Regist
 		return nil, nil
 	}
 	l := &controlLink{}
+	_, closeTimeout := stopBounds(cfg)
 	ctl, err := broker.NewControl(broker.ControlOptions{
+		CloseTimeout: closeTimeout,
 		TransportURL: cfg.TransportURL,
 		TLS:          cfg.TransportTLS,
 		Exchange:     cfg.ControlExchange,
