@@ -9,8 +9,10 @@ type Child struct {
 	Start, End       int
 }
 
-// AppendChildren appends the members (in document order, duplicates included)
-// or elements of the object or array at path to dst and returns it. For any
+// AppendChildren appends the members (in document order, duplicates included:
+// a caller that writes them out writes every duplicate, where a lookup answers
+// only the last) or elements of the object or array at path to dst and
+// returns it. For any
 // other kind, or a path that does not resolve, dst is returned unchanged. With a
 // reused dst it allocates nothing.
 func (x *Index) AppendChildren(dst []Child, path string) []Child {

@@ -3,6 +3,7 @@ package jsonindex
 import (
 	"encoding/binary"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"unicode/utf8"
 )
@@ -57,6 +58,18 @@ type Index struct {
 	valid bool
 	nodes []node
 	stack []int32
+
+	// Lookup tables of the large containers (tables.go), built by lookups:
+	// tabs holds them, tabOf gives per node 1 + the offset of its table (0:
+	// none), sized to the nodes once the first table of a Parse is built
+	// (tabsOn). The object tables hash under seed and unescape names into
+	// the buffers.
+	tabs                     []int32
+	tabOf                    []int32
+	tabsOn                   bool
+	seed                     maphash.Seed
+	seeded                   bool
+	segBuf, nameBuf, candBuf []byte
 }
 
 // Bytes returns the input last given to Parse or SetRaw.
@@ -80,6 +93,7 @@ func (x *Index) SetRaw(src []byte) {
 	x.src = src
 	x.valid = false
 	x.nodes = x.nodes[:0]
+	x.tabs, x.tabsOn = x.tabs[:0], false
 }
 
 // Reset drops the reference to the last input, keeping the buffers.
@@ -121,6 +135,7 @@ func (x *Index) Parse(src []byte) error {
 	x.valid = false
 	x.nodes = x.nodes[:0]
 	x.stack = x.stack[:0]
+	x.tabs, x.tabsOn = x.tabs[:0], false
 	if len(src) > maxInput {
 		return syntaxErr(0, "input too large")
 	}

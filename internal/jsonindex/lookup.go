@@ -5,8 +5,10 @@ import "unicode/utf8"
 // Lookup finds the value at path (ABI path syntax, see the package
 // documentation) and returns its kind and its span in Bytes(): for a string the
 // characters between the quotes, still escaped; for any other kind the JSON text
-// of the value. A path that does not resolve, or any path when the Index is not
-// Valid, yields Missing and a zero span.
+// of the value. Of members with the same name the last one is answered. A path
+// that does not resolve, or any path when the Index is not Valid, yields
+// Missing and a zero span. A lookup may build the table of a large container
+// it passes through (see the package documentation, "Cost").
 //
 //	var x jsonindex.Index
 //	_ = x.Parse([]byte(`{"payload":{"instance_id":"abc"}}`))
@@ -65,39 +67,14 @@ func resolve[P string | []byte](x *Index, path P) (int32, bool) {
 }
 
 // child returns the node of one path segment inside the container at cur: a
-// member name (esc: the segment holds backslash escapes) or an array index.
+// member name (esc: the segment holds backslash escapes), the last member of
+// that name, or an array index.
 func child[P string | []byte](x *Index, cur int32, seg P, esc bool) (int32, bool) {
-	nodes := x.nodes
-	nd := &nodes[cur]
-	switch nd.kind {
+	switch x.nodes[cur].kind {
 	case Object:
-		src := x.src
-		n := int32(len(seg))
-		for c := cur + 1; c < nd.next; c = nodes[c].next {
-			ch := &nodes[c]
-			switch {
-			case ch.keyEsc || esc:
-				if keyEqual(src[ch.key0:ch.key1], seg) {
-					return c, true
-				}
-			case ch.key1-ch.key0 == n && string(src[ch.key0:ch.key1]) == string(seg):
-				return c, true
-			}
-		}
-		return 0, false
+		return member(x, cur, seg, esc)
 	case Array:
-		idx, ok := parseIndex(seg)
-		if !ok {
-			return 0, false
-		}
-		c := cur + 1
-		for ; c < nd.next && idx > 0; c = nodes[c].next {
-			idx--
-		}
-		if c >= nd.next {
-			return 0, false
-		}
-		return c, true
+		return element(x, cur, seg)
 	}
 	return 0, false
 }
