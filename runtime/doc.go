@@ -30,9 +30,12 @@
 // A Module keeps a pool of instances, grown on demand up to Config.PoolSize.
 // Module.Map takes an idle instance (or starts one, or waits for one), writes the
 // input into guest memory (tally_alloc), calls tally_map, validates the output,
-// copies the events out with the host's "source" filled in, and puts the
-// instance back. After any failure but a guest error the instance is closed and
-// a fresh one is started by the next call that needs it.
+// writes each event out under the event contract (event.go: required members
+// checked, what breaks the contract elsewhere left out and counted in
+// Result.Dropped, strings decoded, the host's "source" filled in), and puts
+// the instance back. After any failure but a guest error or an event that
+// breaks the contract (ReasonInvalidEvent) the instance is closed and a fresh
+// one is started by the next call that needs it.
 //
 // # Input
 //

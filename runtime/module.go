@@ -122,8 +122,9 @@ func (m *Module) wantGuarded() bool {
 // Map runs the module on the input in (parsed JSON, or raw bytes set with
 // SetRaw) and returns the events with "source" filled from src, the input's
 // publisher_id and ID(). It fails with a *MapError; after any reason but
-// ReasonGuestError the instance is discarded. in is only read, and only during
-// the call.
+// ReasonGuestError and ReasonInvalidEvent the instance is discarded. in is
+// used only during the call, by one goroutine: its lookups may build member
+// tables inside it (jsonindex), so it must not be shared with another call.
 //
 // The call is bounded by Config.CallTimeout and by ctx's deadline, whichever
 // comes first; a ctx cancelled while the guest runs does not stop it early.

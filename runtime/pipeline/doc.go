@@ -23,8 +23,12 @@
 //     (msgpack, zlib, garbage) are Unparseable, reason "not_json", unless the
 //     message names a module chain (Message.Modules), whose first module then
 //     receives the bytes exactly as they arrived.
-//  3. The event type is read from the index. None: Skipped "no_event_type" (or, with
-//     Message.Canonical, a canonical event passed through).
+//  3. The event type is read from the index and decoded as a JSON reader
+//     decodes it ("compute\u002einstance.exists" is compute.instance.exists);
+//     routing, exclusions, Result.EventType and the ledger use that form.
+//     None: Skipped "no_event_type". With Message.Canonical, a canonical event
+//     is checked against the event contract (runtime.CanonicalWriter) and
+//     passed through.
 //  4. The router (or the message's own chain) picks the module; none claims the
 //     type: Skipped "unclaimed", or "versioned" for a versioned nova
 //     notification (payload.nova_object.data), so that a format no module reads
@@ -33,12 +37,16 @@
 //     (runtime.GuardedCall) unless Message.FirstDelivery says the broker
 //     will deliver it again should the process die on it (docs/abi.md, "When
 //     a built-in module runs away"). A failure (trap, timeout, memory,
-//     invalid output, ABI, guest error) is Failed with the runtime's reason and
-//     the error; the caller dead-letters the body. Events over
+//     invalid output, an event that breaks the contract in a required member
+//     (invalid_event), ABI, guest error) is Failed with the runtime's reason
+//     and the error; the caller dead-letters the body. What the contract left
+//     out of the events is counted
+//     (tally_collector_event_members_dropped_total{reason}). Events over
 //     Options.MaxEventBytes (64 KiB) are left out and counted: if nothing else
 //     remains the outcome is Skipped "event_too_large".
-//  6. With Message.DeriveID, an event without an event_id gets one derived from the
-//     body (SHA-256), so a resent message carries the same id.
+//  6. With Message.DeriveID, the runtime gives an event without an event_id
+//     one derived from the body (SHA-256, runtime.Source.DeriveID), so a
+//     resent message carries the same id.
 //
 // Every outcome is counted (tally_collector_mapped_total, _skipped_total{reason},
 // _unparseable_total{reason}, _mapper_failures_total{reason}); warnings are sampled (a

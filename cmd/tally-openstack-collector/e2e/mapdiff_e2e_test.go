@@ -107,7 +107,7 @@ func TestMapDiffCatchesBillingChange(t *testing.T) {
 	}
 
 	// vcpus read from the memory: a billing member changes.
-	out, code := diff(buildNovaVariant(t, `a.NumValue("vcpus", v[pVCPUs])`, `a.NumValue("vcpus", v[pMemoryMB])`))
+	out, code := diff(buildNovaVariant(t, `a.Quantity("vcpus", v[pVCPUs])`, `a.Quantity("vcpus", v[pMemoryMB])`))
 	if code != 1 || !strings.Contains(out, "attributes.vcpus") || !strings.Contains(out, "(billing)") ||
 		!strings.Contains(out, "billing changes: attributes.vcpus") || !strings.Contains(out, " -> ") {
 		t.Fatalf("a changed vcpus was not caught (exit %d)", code)
