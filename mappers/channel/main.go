@@ -39,6 +39,7 @@ import (
 	"unsafe"
 
 	sdk "github.com/tally-billing/tally-openstack-collector/wasm-sdk"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/contract"
 	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonstr"
 	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/secret"
 )
@@ -251,11 +252,13 @@ func writeMembers(a *sdk.Event, obj []byte) {
 		i = skipWS(obj, i+1)
 		vs := i
 		i = skipValue(obj, i)
-		if clean && !secret.IsName(key) && vs < len(obj) {
+		if clean && !secret.IsName(key) && vs < len(obj) && attributeName(key) {
 			v := obj[vs:i]
 			switch c := v[0]; {
 			case c == '"':
-				a.StrValue(key, sdk.Text(unescaped(v[1:len(v)-1])))
+				if s := unescaped(v[1 : len(v)-1]); contract.CheckAttributeText(bytesOf(s)) == contract.OK {
+					a.StrValue(key, sdk.Text(s))
+				}
 			case c == 't':
 				a.Bool(key, true)
 			case c == 'f':
@@ -270,6 +273,17 @@ func writeMembers(a *sdk.Event, obj []byte) {
 		}
 	}
 }
+
+// attributeName reports whether key may name an attribute under the event
+// contract (not blank, printable, bounded): the collector would drop it
+// otherwise.
+func attributeName(key string) bool {
+	return contract.CheckText(bytesOf(key), contract.MaxAttributeNameBytes) == contract.OK
+}
+
+// bytesOf returns s's bytes without copying, for the contract's checks,
+// which only read them.
+func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // endOfString returns the index of the closing quote of a string whose
 // content starts at i, and whether the content has no escape.
@@ -390,7 +404,7 @@ func mapText(msg, tag, at sdk.Value, out *sdk.Output) {
 	}
 	a := e.Object("attributes")
 	for _, kv := range pairs {
-		if shapeIndex(kv[0]) >= 0 || secret.IsName(kv[0]) {
+		if shapeIndex(kv[0]) >= 0 || secret.IsName(kv[0]) || !attributeName(kv[0]) {
 			continue
 		}
 		switch {
@@ -400,7 +414,7 @@ func mapText(msg, tag, at sdk.Value, out *sdk.Output) {
 			a.Bool(kv[0], false)
 		case sdk.Text(kv[1]).IsNumeric():
 			a.Quantity(kv[0], sdk.Text(kv[1])) // out of the contract's range: left out
-		default:
+		case contract.CheckAttributeText(bytesOf(kv[1])) == contract.OK:
 			a.Str(kv[0], kv[1])
 		}
 	}
