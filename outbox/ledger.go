@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"time"
 
@@ -42,6 +43,10 @@ const (
 	// transaction.
 	foldEveryDeltas = 2048
 	foldChunk       = 512
+
+	// storedAhead is how far past the delivery a timestamp may be and keep
+	// its own stored row; the window's other end is the retention.
+	storedAhead = 24 * time.Hour
 
 	// recentIdentities is how many identities of delivered events are
 	// remembered, to tell which events of a batch the Reporting API already
@@ -111,8 +116,27 @@ func (r *recentSet) drop(k int) {
 	r.batches = r.batches[k:]
 }
 
-// putDelta writes d as a new delta in txn. Called with writeMu held shared.
+// capped maps the rows of d through the ledger's Cap (admitIntake: its
+// intake counts may admit new keys), and counts and logs what it folded into
+// Other rows.
+func (o *Outbox) capped(d *ledger.Delta, admitIntake bool) *ledger.Delta {
+	d, f := o.rowCap.Apply(d, admitIntake, ledger.HourOf(ledgerNow()))
+	if f.Intake+f.Stored == 0 {
+		return d
+	}
+	if o.ledgerFolded != nil {
+		o.ledgerFolded.WithLabelValues("intake").Add(float64(f.Intake))
+		o.ledgerFolded.WithLabelValues("stored").Add(float64(f.Stored))
+	}
+	o.dropLog.Warn().Int("intake_rows", f.Intake).Int("stored_rows", f.Stored).Int("max_rows_per_hour", ledger.MaxRowsPerHour).
+		Msg("ledger: rows of an hour past its distinct keys are counted under (other)")
+	return d
+}
+
+// putDelta writes d as a new delta in txn, its rows mapped through the Cap
+// (admitting keys). Called with writeMu held shared.
 func (o *Outbox) putDelta(txn *badger.Txn, d *ledger.Delta) error {
+	d = o.capped(d, true)
 	if d.Empty() {
 		return nil
 	}
@@ -241,7 +265,7 @@ func (o *Outbox) countPassed(p *passing, evs []passed, first uint64) (*ledger.De
 		for _, e := range evs {
 			d.Row(ledger.Key{Hour: e.hour, Source: e.ev.Source, Type: e.ev.Type}).Refused++
 		}
-		return d, nil
+		return o.capped(d, false), nil
 	}
 	copied := make([]bool, len(evs)) // a copy of an event delivered before or earlier in the range
 	resent := make([]bool, len(evs)) // sent before, its deletion lost
@@ -262,12 +286,17 @@ func (o *Outbox) countPassed(p *passing, evs []passed, first uint64) (*ledger.De
 		}
 	}
 	b := &recentBatch{seq: first, ids: make([]uint64, 0, len(evs))}
+	now := ledgerNow()
+	earliest, latest := ledger.HourOf(now.Add(-o.opts.LedgerRetention)), ledger.HourOf(now.Add(storedAhead))
 	for i, e := range evs {
 		row := d.Row(ledger.Key{Hour: e.hour, Source: e.ev.Source, Type: e.ev.Type})
 		row.Delivered++
 		st := e.ev.Stored
-		if st.Hour < 0 {
-			st.Hour = 0 // an unreadable timestamp
+		if st.Hour == ledger.NoHour || st.Hour < earliest || st.Hour > latest {
+			// Unreadable, or a timestamp that would open an hour of its own
+			// far from any other: counted, under the hour of the delivery,
+			// in the row that says so.
+			st = ledger.StoredKey{Hour: ledger.HourOf(now), Project: ledger.Other, ResourceType: ledger.OutOfRange}
 		}
 		s := d.StoredRow(st)
 		s.Delivered++
@@ -279,7 +308,7 @@ func (o *Outbox) countPassed(p *passing, evs []passed, first uint64) (*ledger.De
 		}
 		b.ids = append(b.ids, e.ev.Identity)
 	}
-	return d, b
+	return o.capped(d, false), b
 }
 
 // foldLoop folds the ledger when asked, until Close.
@@ -300,6 +329,10 @@ func (o *Outbox) foldLoop() {
 // foldLedger adds the deltas into the hourly sums and drops the hours past
 // the retention.
 func (o *Outbox) foldLedger() error {
+	// The Cap forgets the hours no count is written for any more: before
+	// the retention (the stored rows' window) and before the oldest event
+	// still in the outbox (its intake rows).
+	oldest := ledgerNow().Add(-o.OldestAge())
 	o.foldMu.Lock()
 	defer o.foldMu.Unlock()
 	o.writeMu.RLock()
@@ -308,6 +341,7 @@ func (o *Outbox) foldLedger() error {
 		return ErrClosed
 	}
 	cutoff := ledger.HourOf(ledgerNow().Add(-o.opts.LedgerRetention))
+	o.rowCap.Forget(min(cutoff, ledger.HourOf(oldest)))
 	for {
 		n, err := o.foldChunk(cutoff)
 		if err != nil {
@@ -396,10 +430,32 @@ func (o *Outbox) foldChunk(cutoff int64) (int, error) {
 	return len(keys), nil
 }
 
-// loadLedger finds the last delta id and the recent delivered identities.
-// Called by Open.
+// readRows adds every row of the ledger, its hourly sums and the deltas not
+// folded yet, to all. With lenient, a value that cannot be decoded is passed
+// over (the fold drops an unreadable delta, and a reading reports it).
+func readRows(txn *badger.Txn, all *ledger.Delta, lenient bool) error {
+	for _, kind := range []byte{ledgerHour, ledgerDelta} {
+		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, Prefix: []byte{prefixLedger, kind}})
+		for it.Rewind(); it.Valid(); it.Next() {
+			if err := it.Item().Value(all.Decode); err != nil && !(lenient && errors.Is(err, ledger.ErrMalformed)) {
+				it.Close()
+				return err
+			}
+		}
+		it.Close()
+	}
+	return nil
+}
+
+// loadLedger finds the last delta id and the recent delivered identities,
+// and admits the keys of the rows stored in the Cap. Called by Open.
 func (o *Outbox) loadLedger() error {
 	return o.db.View(func(txn *badger.Txn) error {
+		rows := &ledger.Delta{}
+		if err := readRows(txn, rows, true); err != nil {
+			return err
+		}
+		o.rowCap.Learn(rows)
 		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefixLedger, ledgerDelta}})
 		var last uint64
 		for it.Rewind(); it.Valid(); it.Next() {
@@ -444,25 +500,12 @@ func (o *Outbox) Ledger(ctx context.Context, from, to time.Time) (*ledger.Delta,
 	all := &ledger.Delta{}
 	var r ledger.Reader
 	err := o.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, Prefix: []byte{prefixLedger, ledgerHour}})
-		for it.Rewind(); it.Valid(); it.Next() {
-			if err := it.Item().Value(all.Decode); err != nil {
-				it.Close()
-				return err
-			}
+		if err := readRows(txn, all, false); err != nil {
+			return err
 		}
-		it.Close()
-		it = txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, Prefix: []byte{prefixLedger, ledgerDelta}})
-		for it.Rewind(); it.Valid(); it.Next() {
-			if err := it.Item().Value(all.Decode); err != nil {
-				it.Close()
-				return err
-			}
-		}
-		it.Close()
 		// The events still in the outbox, under the hour of their segment.
 		head := o.head.Load()
-		it = txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefixEvent}})
+		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefixEvent}})
 		defer it.Close()
 		var lens []int
 		for it.Seek(seqKey(prefixEvent, o.headSeg.Load())); it.Valid(); it.Next() {
@@ -487,7 +530,7 @@ func (o *Outbox) Ledger(ctx context.Context, from, to time.Time) (*ledger.Delta,
 				hour := ledger.HourOf(time.Unix(0, seg.at))
 				for _, ev := range evs {
 					e := r.Read(ev)
-					all.Row(ledger.Key{Hour: hour, Source: e.Source, Type: e.Type}).Pending++
+					all.Row(o.rowCap.Intake(ledger.Key{Hour: hour, Source: ledger.Name(e.Source), Type: ledger.Name(e.Type)})).Pending++
 				}
 				return nil
 			})

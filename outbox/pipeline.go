@@ -400,7 +400,7 @@ func (o *Outbox) repair(ctx context.Context, closing bool) error {
 
 // putDeltaKey is putDelta returning the key written (d is not empty).
 func (o *Outbox) putDeltaKey(txn *badger.Txn, d *ledger.Delta) ([]byte, error) {
-	v, err := d.Encode()
+	v, err := o.capped(d, true).Encode()
 	if err != nil {
 		return nil, fmt.Errorf("outbox: encode ledger: %w", err)
 	}

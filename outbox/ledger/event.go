@@ -13,12 +13,17 @@ type Event struct {
 	// notification was taken, which the event does not carry).
 	Source string
 	Type   string
-	// Stored is its stored row; Hour is -1 when the timestamp is unreadable.
+	// Stored is its stored row; Hour is NoHour when the timestamp is
+	// unreadable.
 	Stored StoredKey
 	// Identity hashes (event_id, timestamp), the pair the Reporting API
 	// stores an event once for.
 	Identity uint64
 }
+
+// NoHour is the hour of an unreadable timestamp: no hour (hours are
+// multiples of 3600).
+const NoHour int64 = -1
 
 // Reader reads canonical events; its zero value is ready. Not safe for
 // concurrent use (it reuses its index and its buffer).
@@ -39,7 +44,7 @@ const maxNames = 4096
 // Read reads ev. An event that is not JSON yields empty members.
 func (r *Reader) Read(ev []byte) Event {
 	var out Event
-	out.Stored.Hour = -1
+	out.Stored.Hour = NoHour
 	if r.x.Parse(ev) != nil {
 		out.Identity = hash(ev, nil)
 		return out

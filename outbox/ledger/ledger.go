@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -140,8 +141,12 @@ func mod(a, b int64) int64 {
 	return m
 }
 
-// Row returns the intake row of k, created when missing.
+// Row returns the intake row of k, created when missing. Its source and
+// type are taken through Name, except in an hour's Other row.
 func (d *Delta) Row(k Key) *Counts {
+	if !k.IsOther() {
+		k.Source, k.Type = Name(k.Source), Name(k.Type)
+	}
 	if d.Intake == nil {
 		d.Intake = make(map[Key]*Counts)
 	}
@@ -153,8 +158,13 @@ func (d *Delta) Row(k Key) *Counts {
 	return c
 }
 
-// StoredRow returns the stored row of k, created when missing.
+// StoredRow returns the stored row of k, created when missing. Its project
+// and resource type are taken through Name, except in the rows of project
+// Other that a Cap writes.
 func (d *Delta) StoredRow(k StoredKey) *StoredCounts {
+	if !k.IsOther() || (k.ResourceType != Other && k.ResourceType != OutOfRange && k.ResourceType != TooMany) {
+		k.Project, k.ResourceType = Name(k.Project), Name(k.ResourceType)
+	}
 	if d.Stored == nil {
 		d.Stored = make(map[StoredKey]*StoredCounts)
 	}
@@ -199,6 +209,7 @@ func (d *Delta) Redirect(source, eventType, reason, skip string) bool {
 	if d == nil {
 		return false
 	}
+	source, eventType = Name(source), Name(eventType)
 	for _, k := range slices.SortedFunc(maps.Keys(d.Intake), cmpKey) {
 		c := d.Intake[k]
 		if k.Source != source || k.Type != eventType || c.DeadLettered[reason] <= 0 {
@@ -290,7 +301,16 @@ func (d *Delta) Encode() ([]byte, error) {
 	for k, c := range d.Stored {
 		w.S = append(w.S, wireStored{H: k.Hour, P: k.Project, R: k.ResourceType, StoredCounts: *c})
 	}
-	return json.Marshal(w)
+	// Without HTML escaping a name's '<', '>' and '&' take one byte, not
+	// six; the names hold no control character (Name), so a row's names
+	// take at most twice MaxNameBytes (a quote or backslash is escaped).
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(w); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // Decode adds the stored form b to d.
