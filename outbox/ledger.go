@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -430,14 +432,15 @@ func (o *Outbox) foldChunk(cutoff int64) (int, error) {
 	return len(keys), nil
 }
 
-// readRows adds every row of the ledger, its hourly sums and the deltas not
-// folded yet, to all. With lenient, a value that cannot be decoded is passed
-// over (the fold drops an unreadable delta, and a reading reports it).
-func readRows(txn *badger.Txn, all *ledger.Delta, lenient bool) error {
+// readRows passes every value of the ledger, its hourly sums and the deltas
+// not folded yet, to decode. With lenient, a value that cannot be decoded
+// is passed over (the fold drops an unreadable delta, and a reading reports
+// it).
+func readRows(txn *badger.Txn, decode func([]byte) error, lenient bool) error {
 	for _, kind := range []byte{ledgerHour, ledgerDelta} {
 		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, Prefix: []byte{prefixLedger, kind}})
 		for it.Rewind(); it.Valid(); it.Next() {
-			if err := it.Item().Value(all.Decode); err != nil && !(lenient && errors.Is(err, ledger.ErrMalformed)) {
+			if err := it.Item().Value(decode); err != nil && !(lenient && errors.Is(err, ledger.ErrMalformed)) {
 				it.Close()
 				return err
 			}
@@ -452,7 +455,7 @@ func readRows(txn *badger.Txn, all *ledger.Delta, lenient bool) error {
 func (o *Outbox) loadLedger() error {
 	return o.db.View(func(txn *badger.Txn) error {
 		rows := &ledger.Delta{}
-		if err := readRows(txn, rows, true); err != nil {
+		if err := readRows(txn, rows.Decode, true); err != nil {
 			return err
 		}
 		o.rowCap.Learn(rows)
@@ -484,23 +487,57 @@ func (o *Outbox) loadLedger() error {
 }
 
 // Ledger returns the ledger rows of the hours in [from, to) (zero: no
-// bound), with Pending filled in from the events still in the outbox.
+// bound), with Pending filled in from the events still in the outbox. It
+// holds the rows of those hours only (and one stored value at a time): a
+// reader that pages through the hours (LedgerHours) holds one page.
 func (o *Outbox) Ledger(ctx context.Context, from, to time.Time) (*ledger.Delta, error) {
-	if err := ctx.Err(); err != nil {
+	all := &ledger.Delta{}
+	var r ledger.Reader
+	err := o.readLedger(ctx, func(b []byte) error { return all.DecodeWindow(b, from, to) },
+		func(hour int64) bool { return inWindow(hour, from, to) },
+		func(hour int64, ev []byte) {
+			e := r.Read(ev)
+			all.Row(o.rowCap.Intake(ledger.Key{Hour: hour, Source: ledger.Name(e.Source), Type: ledger.Name(e.Type)})).Pending++
+		})
+	if err != nil {
 		return nil, err
 	}
+	return all, nil
+}
+
+// LedgerHours returns every hour the ledger has a row for, and the hours of
+// the events still in the outbox, in order.
+func (o *Outbox) LedgerHours(ctx context.Context) ([]int64, error) {
+	hours := map[int64]bool{}
+	err := o.readLedger(ctx, func(b []byte) error { return ledger.DecodeHours(b, hours) },
+		func(hour int64) bool { hours[hour] = true; return false }, nil)
+	if err != nil {
+		return nil, err
+	}
+	return slices.Sorted(maps.Keys(hours)), nil
+}
+
+func inWindow(hour int64, from, to time.Time) bool {
+	return (from.IsZero() || hour >= ledger.HourOf(from)) && (to.IsZero() || hour < to.Unix())
+}
+
+// readLedger passes every stored value of the ledger to decode, then, for
+// each segment still holding events in the outbox, its hour to segment and,
+// when that answers true, each of its undelivered events to pending.
+func (o *Outbox) readLedger(ctx context.Context, decode func([]byte) error, segment func(hour int64) bool, pending func(hour int64, ev []byte)) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if o.closed.Load() {
-		return nil, ErrClosed
+		return ErrClosed
 	}
 	o.writeMu.RLock()
 	defer o.writeMu.RUnlock()
 	if o.closed.Load() {
-		return nil, ErrClosed
+		return ErrClosed
 	}
-	all := &ledger.Delta{}
-	var r ledger.Reader
 	err := o.db.View(func(txn *badger.Txn) error {
-		if err := readRows(txn, all, false); err != nil {
+		if err := readRows(txn, decode, false); err != nil {
 			return err
 		}
 		// The events still in the outbox, under the hour of their segment.
@@ -523,14 +560,16 @@ func (o *Outbox) Ledger(ctx context.Context, from, to time.Time) (*ledger.Delta,
 				if seg.last() < head {
 					return nil
 				}
+				hour := ledger.HourOf(time.Unix(0, seg.at))
+				if !segment(hour) {
+					return nil
+				}
 				evs, err := seg.events(head, len(seg.lens), nil)
 				if err != nil {
 					return nil
 				}
-				hour := ledger.HourOf(time.Unix(0, seg.at))
 				for _, ev := range evs {
-					e := r.Read(ev)
-					all.Row(o.rowCap.Intake(ledger.Key{Hour: hour, Source: ledger.Name(e.Source), Type: ledger.Name(e.Type)})).Pending++
+					pending(hour, ev)
 				}
 				return nil
 			})
@@ -541,7 +580,7 @@ func (o *Outbox) Ledger(ctx context.Context, from, to time.Time) (*ledger.Delta,
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("outbox: read ledger: %w", err)
+		return fmt.Errorf("outbox: read ledger: %w", err)
 	}
-	return all.Window(from, to), nil
+	return nil
 }

@@ -314,21 +314,61 @@ func (d *Delta) Encode() ([]byte, error) {
 }
 
 // Decode adds the stored form b to d.
-func (d *Delta) Decode(b []byte) error {
+func (d *Delta) Decode(b []byte) error { return d.DecodeWindow(b, time.Time{}, time.Time{}) }
+
+// DecodeWindow adds the rows of the stored form b whose hours are in
+// [from, to) (zero: no bound, as Window) to d: a reading of some hours holds
+// only their rows.
+func (d *Delta) DecodeWindow(b []byte, from, to time.Time) error {
 	var w wire
 	if err := json.Unmarshal(b, &w); err != nil {
 		return fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
+	in := window(from, to)
 	for i := range w.I {
 		r := &w.I[i]
-		d.Row(Key{Hour: r.H, Source: r.S, Type: r.T}).Add(&r.Counts)
+		if in(r.H) {
+			d.Row(Key{Hour: r.H, Source: r.S, Type: r.T}).Add(&r.Counts)
+		}
 	}
 	for _, r := range w.S {
+		if !in(r.H) {
+			continue
+		}
 		s := d.StoredRow(StoredKey{Hour: r.H, Project: r.P, ResourceType: r.R})
 		s.Delivered += r.Delivered
 		s.Copies += r.Copies
 	}
 	return nil
+}
+
+// DecodeHours adds to hours the hour of every row of the stored form b.
+func DecodeHours(b []byte, hours map[int64]bool) error {
+	var w struct {
+		I []struct {
+			H int64 `json:"h"`
+		} `json:"i"`
+		S []struct {
+			H int64 `json:"h"`
+		} `json:"s"`
+	}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	for _, r := range w.I {
+		hours[r.H] = true
+	}
+	for _, r := range w.S {
+		hours[r.H] = true
+	}
+	return nil
+}
+
+// window reports whether an hour is in [from, to) (zero: no bound).
+func window(from, to time.Time) func(int64) bool {
+	return func(h int64) bool {
+		return (from.IsZero() || h >= HourOf(from)) && (to.IsZero() || h < to.Unix())
+	}
 }
 
 // IntakeRow is one intake row of a Report.
@@ -364,14 +404,23 @@ type Report struct {
 	Intake   []IntakeRow `json:"intake"`
 	Stored   []StoredRow `json:"stored"`
 	Problems []Problem   `json:"problems"`
+	// Next, on a page of a longer report (GET /ledger), is the first hour
+	// of the next page: ask again from it. Zero on the last page.
+	Next time.Time `json:"next,omitzero"`
+}
+
+// Append adds the rows and problems of p, the next page of the same report
+// (its hours after r's), to r.
+func (r *Report) Append(p *Report) {
+	r.Intake = append(r.Intake, p.Intake...)
+	r.Stored = append(r.Stored, p.Stored...)
+	r.Problems = append(r.Problems, p.Problems...)
 }
 
 // Window keeps the rows of the hours in [from, to) (zero: unbounded).
 func (d *Delta) Window(from, to time.Time) *Delta {
 	out := &Delta{}
-	in := func(h int64) bool {
-		return (from.IsZero() || h >= HourOf(from)) && (to.IsZero() || h < to.Unix())
-	}
+	in := window(from, to)
 	for k, c := range d.Intake {
 		if in(k.Hour) {
 			out.Row(k).Add(c)
