@@ -32,6 +32,13 @@ import (
 // a row names: events delivered today with an old timestamp stay as long as
 // any other. A reading sums every hourly key and the deltas not folded yet
 // in one view, and keeps the rows of the hours asked for.
+//
+// Every delta is mapped through the ledger's Cap (ledger.Cap) as it is
+// written: an append's counts and a dead letter's may admit new keys, a
+// delivery's and a refusal's intake counts only follow the keys their
+// events were counted under. The Cap is rebuilt at Open from every stored
+// row, and forgets the hours before the retention and before the oldest
+// event in the outbox.
 const (
 	prefixLedger = 'g'
 	ledgerDelta  = 'd'

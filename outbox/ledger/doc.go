@@ -46,5 +46,5 @@
 // prefix and a hash (Name), and a Cap admits at most MaxRowsPerHour keys per
 // hour and table, the counts of the others going to the hour's Other row.
 // A key goes to the same row for every count, so folded rows balance as the
-// others do. A report is read in pages of hours (Page) rather than whole.
+// others do. GET /ledger serves a report in pages of hours (Report.Next).
 package ledger

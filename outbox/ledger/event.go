@@ -81,11 +81,16 @@ func (r *Reader) unquote(path string) ([]byte, bool) {
 }
 
 // name answers the string member at path ("" when it is not a string), one
-// string per value while fewer than maxNames are kept.
+// string per value while fewer than maxNames are kept. A value longer than
+// MaxNameBytes is answered as the ledger names it (Name) and not kept, so
+// the kept strings take at most maxNames × MaxNameBytes bytes.
 func (r *Reader) name(path string) string {
 	b, ok := r.unquote(path)
 	if !ok {
 		return ""
+	}
+	if len(b) > MaxNameBytes {
+		return Name(string(b))
 	}
 	if s, ok := r.names[string(b)]; ok {
 		return s
