@@ -167,14 +167,6 @@ func (o *Outbox) deltaCommitted() {
 	}
 }
 
-// countEvents adds the events to d's intake rows of hour.
-func countEvents(d *ledger.Delta, r *ledger.Reader, hour int64, events [][]byte) {
-	for _, ev := range events {
-		e := r.Read(ev)
-		d.Row(ledger.Key{Hour: hour, Source: e.Source, Type: e.Type}).Events++
-	}
-}
-
 // AppendCounted is Append with the ledger: events are counted under the
 // hour of taken (when the collector took the notifications they come from;
 // zero: now), which is also their append time, and tally is added in the
