@@ -19,10 +19,11 @@ import (
 //     count of a string lands in the same row whoever counts it.
 //   - A Cap admits at most MaxRowsPerHour distinct keys per hour in each
 //     table; the counts of a key past it go to the hour's Other row.
-//   - A stored row whose hour is not within StoredWindow of the delivery is
-//     counted under the delivery's hour as Other / OutOfRange; the stored
-//     keys a Cap admits per hour of delivery are bounded too (Other /
-//     TooMany past them).
+//   - A stored row whose hour is unreadable or too far from the delivery
+//     (the outbox keeps the retention before it and a day after) is counted
+//     under the delivery's hour as Other / OutOfRange; the new stored keys a
+//     Cap admits per hour of delivery are bounded too (Other / TooMany past
+//     them).
 const (
 	// MaxNameBytes is the longest name a row keeps as it is.
 	MaxNameBytes = 128
@@ -44,7 +45,7 @@ const (
 	Other = "(other)"
 	// OutOfRange is the resource type of the stored row (project Other)
 	// that counts, under the hour of their delivery, the events whose
-	// timestamp was unreadable or not within StoredWindow of it.
+	// timestamp was unreadable or too far from it.
 	OutOfRange = "(timestamp out of range)"
 	// TooMany is the resource type of the stored row (project Other) that
 	// counts, under the hour of their delivery, the events of stored keys
@@ -297,17 +298,4 @@ func (c *Cap) Forget(cutoff int64) {
 			delete(c.stored, h)
 		}
 	}
-}
-
-// Keys is how many keys the Cap holds, intake and stored.
-func (c *Cap) Keys() (intake, stored int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, s := range c.intake {
-		intake += len(s.keys)
-	}
-	for _, s := range c.stored {
-		stored += len(s.keys)
-	}
-	return intake, stored
 }

@@ -167,3 +167,22 @@ func TestRowEncodingBound(t *testing.T) {
 		t.Fatalf("a stored row takes %d bytes (%v), bound %d", len(b), err, ledger.MaxRowBytes)
 	}
 }
+
+// Forget drops the keys of the hours before its cutoff and keeps the
+// others: the Cap holds the keys of the hours still written to only.
+func TestCapForgets(t *testing.T) {
+	c := ledger.NewCap(0)
+	h := hour.Unix()
+	for i := range 3 {
+		d := &ledger.Delta{}
+		d.Row(ledger.Key{Hour: h + int64(i)*3600, Source: "nova", Type: "t"}).Commit()
+		c.Apply(d, true, h)
+	}
+	c.Forget(h + 3600)
+	for i, want := range []bool{false, true, true} {
+		k := ledger.Key{Hour: h + int64(i)*3600, Source: "nova", Type: "t"}
+		if got := c.Intake(k) == k; got != want {
+			t.Fatalf("hour %d: kept %v, want %v", i, got, want)
+		}
+	}
+}
