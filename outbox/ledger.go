@@ -37,8 +37,8 @@ import (
 // written: an append's counts and a dead letter's may admit new keys, a
 // delivery's and a refusal's intake counts only follow the keys their
 // events were counted under. The Cap is rebuilt at Open from every stored
-// row, and forgets the hours before the retention and before the oldest
-// event in the outbox.
+// row, and forgets, at each fold, the hours no count was written to within
+// the retention (whose counts the fold drops).
 const (
 	prefixLedger = 'g'
 	ledgerDelta  = 'd'
@@ -54,7 +54,7 @@ const (
 	foldChunk       = 512
 
 	// storedAhead is how far past the delivery a timestamp may be and keep
-	// its own stored row; the window's other end is the retention.
+	// its own stored row; storedEarliest (var) is the other end.
 	storedAhead = 24 * time.Hour
 
 	// recentIdentities is how many identities of delivered events are
@@ -65,6 +65,10 @@ const (
 
 // ledgerNow is the clock of the fold (tests move it).
 var ledgerNow = time.Now
+
+// storedEarliest is the first hour a stored row keeps as its own, the
+// earliest timestamp the host accepts.
+var storedEarliest = ledger.HourOf(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC))
 
 func ledgerKey(kind byte, n uint64) []byte {
 	k := make([]byte, 10)
@@ -288,16 +292,18 @@ func (o *Outbox) countPassed(p *passing, evs []passed, first uint64) (*ledger.De
 	}
 	b := &recentBatch{seq: first, ids: make([]uint64, 0, len(evs))}
 	now := ledgerNow()
-	earliest, latest := ledger.HourOf(now.Add(-o.opts.LedgerRetention)), ledger.HourOf(now.Add(storedAhead))
+	latest := ledger.HourOf(now.Add(storedAhead))
+	outOfRange := 0
 	for i, e := range evs {
 		row := d.Row(ledger.Key{Hour: e.hour, Source: e.ev.Source, Type: e.ev.Type})
 		row.Delivered++
 		st := e.ev.Stored
-		if st.Hour == ledger.NoHour || st.Hour < earliest || st.Hour > latest {
-			// Unreadable, or a timestamp that would open an hour of its own
-			// far from any other: counted, under the hour of the delivery,
-			// in the row that says so.
+		if st.Hour == ledger.NoHour || st.Hour < storedEarliest || st.Hour > latest {
+			// Unreadable, or a timestamp no event should carry (the host
+			// refuses them): counted, under the hour of the delivery, in
+			// the row that says so.
 			st = ledger.StoredKey{Hour: ledger.HourOf(now), Project: ledger.Other, ResourceType: ledger.OutOfRange}
+			outOfRange++
 		}
 		s := d.StoredRow(st)
 		s.Delivered++
@@ -308,6 +314,9 @@ func (o *Outbox) countPassed(p *passing, evs []passed, first uint64) (*ledger.De
 			s.Copies++
 		}
 		b.ids = append(b.ids, e.ev.Identity)
+	}
+	if outOfRange > 0 && o.ledgerFolded != nil {
+		o.ledgerFolded.WithLabelValues("stored").Add(float64(outOfRange))
 	}
 	return o.capped(d, false), b
 }
@@ -330,10 +339,6 @@ func (o *Outbox) foldLoop() {
 // foldLedger adds the deltas into the hourly sums and drops the hours past
 // the retention.
 func (o *Outbox) foldLedger() error {
-	// The Cap forgets the hours no count is written for any more: before
-	// the retention (the stored rows' window) and before the oldest event
-	// still in the outbox (its intake rows).
-	oldest := ledgerNow().Add(-o.OldestAge())
 	o.foldMu.Lock()
 	defer o.foldMu.Unlock()
 	o.writeMu.RLock()
@@ -342,7 +347,7 @@ func (o *Outbox) foldLedger() error {
 		return ErrClosed
 	}
 	cutoff := ledger.HourOf(ledgerNow().Add(-o.opts.LedgerRetention))
-	o.rowCap.Forget(min(cutoff, ledger.HourOf(oldest)))
+	o.rowCap.Forget(cutoff) // the hours whose counts were all written before the retention
 	for {
 		n, err := o.foldChunk(cutoff)
 		if err != nil {
@@ -457,7 +462,7 @@ func (o *Outbox) loadLedger() error {
 		if err := readRows(txn, rows.Decode, true); err != nil {
 			return err
 		}
-		o.rowCap.Learn(rows)
+		o.rowCap.Learn(rows, ledger.HourOf(ledgerNow()))
 		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefixLedger, ledgerDelta}})
 		var last uint64
 		for it.Rewind(); it.Valid(); it.Next() {

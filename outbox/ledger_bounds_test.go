@@ -177,10 +177,10 @@ func TestLedgerCapsDistinctKeysPerHour(t *testing.T) {
 	}
 }
 
-// A timestamp the stored rows cannot place (year 1, unreadable, or further
-// from the delivery than the retention) is counted under the hour of the
+// A timestamp the stored rows cannot place (year 1, before 2000, unreadable,
+// or more than a day after the delivery) is counted under the hour of the
 // delivery in the (other) / (timestamp out of range) row, not in the first
-// hour of 1970.
+// hour of 1970; an old one from 2000 on keeps its hour.
 func TestLedgerStoredHourOutOfRange(t *testing.T) {
 	ctx := context.Background()
 	o := open(t, t.TempDir())
@@ -192,6 +192,8 @@ func TestLedgerStoredHourOutOfRange(t *testing.T) {
 		typed(2, "compute.instance.exists", "p", time.Date(1969, 12, 31, 23, 0, 0, 0, time.UTC)),
 		[]byte(`{"event_id":"ev-3","timestamp":"yesterday","event_type":"compute.instance.exists","resource_type":"instance","project_id":"p","source":{"exchange":"nova"}}`),
 		typed(4, "compute.instance.exists", "p", good),
+		typed(5, "compute.instance.exists", "p", time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)), // older than the retention: kept
+		typed(6, "compute.instance.exists", "p", now.Add(72*time.Hour)),
 	}
 	if err := o.Append(ctx, events); err != nil {
 		t.Fatal(err)
@@ -203,8 +205,9 @@ func TestLedgerStoredHourOutOfRange(t *testing.T) {
 		got[ledger.StoredKey{Hour: s.Hour.Unix(), Project: s.Project, ResourceType: s.ResourceType}] += s.Delivered
 	}
 	want := map[ledger.StoredKey]int64{
-		{Hour: ledger.HourOf(good), Project: "p", ResourceType: "instance"}:                1,
-		{Hour: ledger.HourOf(now), Project: ledger.Other, ResourceType: ledger.OutOfRange}: 3,
+		{Hour: ledger.HourOf(good), Project: "p", ResourceType: "instance"}:                                        1,
+		{Hour: ledger.HourOf(time.Date(2001, 2, 3, 4, 0, 0, 0, time.UTC)), Project: "p", ResourceType: "instance"}: 1,
+		{Hour: ledger.HourOf(now), Project: ledger.Other, ResourceType: ledger.OutOfRange}:                         4,
 	}
 	if len(got) != len(want) {
 		t.Fatalf("stored rows %v, want %v", got, want)
@@ -213,5 +216,8 @@ func TestLedgerStoredHourOutOfRange(t *testing.T) {
 		if got[k] != v {
 			t.Fatalf("stored rows %v, want %v", got, want)
 		}
+	}
+	if n := testutil.ToFloat64(outbox.FoldedCounter(o, "stored")); n != 4 {
+		t.Fatalf("%v stored rows counted as folded, want 4", n)
 	}
 }

@@ -529,7 +529,7 @@ func (o *Outbox) load(report *damageReport) error {
 func (o *Outbox) register(r prometheus.Registerer) error {
 	o.ledgerFolded = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tally_collector_ledger_folded_rows_total",
-		Help: "Rows of ledger writes counted under an hour's (other) row instead of their own: the hour (intake), or the hour of the timestamp or of the delivery (stored), had its 512 distinct keys.",
+		Help: "Ledger rows counted under an (other) row instead of their own: the hour (intake), or the hour of the timestamp or of the delivery (stored), had its 512 distinct keys; for stored, also each event whose timestamp was unreadable or out of range.",
 	}, []string{"table"})
 	o.refusedFull = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "tally_collector_outbox_full_total",

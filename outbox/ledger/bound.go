@@ -19,8 +19,8 @@ import (
 //     count of a string lands in the same row whoever counts it.
 //   - A Cap admits at most MaxRowsPerHour distinct keys per hour in each
 //     table; the counts of a key past it go to the hour's Other row.
-//   - A stored row whose hour is unreadable or too far from the delivery
-//     (the outbox keeps the retention before it and a day after) is counted
+//   - A stored row whose hour is unreadable or out of range (the outbox
+//     keeps 2000-01-01 to a day after the delivery) is counted
 //     under the delivery's hour as Other / OutOfRange; the new stored keys a
 //     Cap admits per hour of delivery are bounded too (Other / TooMany past
 //     them).
@@ -94,7 +94,8 @@ func (k StoredKey) IsOther() bool { return k.Project == Other }
 // keySet is the keys admitted in one hour of one table.
 type keySet[K comparable] struct {
 	keys map[K]struct{}
-	full bool // admits no new key: MaxRowsPerHour reached, or an Other row exists
+	full bool  // admits no new key: MaxRowsPerHour reached, or an Other row exists
+	last int64 // the hour a count was last written to it (Forget)
 }
 
 func (s *keySet[K]) has(k K) bool { _, ok := s.keys[k]; return ok }
@@ -152,13 +153,14 @@ func set[K comparable](m map[int64]*keySet[K], h int64) *keySet[K] {
 }
 
 // Learn admits every key of d, rows read back from the store, whatever the
-// bound; an hour holding an Other row, or as many keys as the bound, admits
-// no more.
-func (c *Cap) Learn(d *Delta) {
+// bound, as written at now (an hour); an hour holding an Other row, or as
+// many keys as the bound, admits no more.
+func (c *Cap) Learn(d *Delta, now int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for k := range d.Intake {
 		s := set(c.intake, k.Hour)
+		s.last = max(s.last, now)
 		if k.IsOther() {
 			s.full = true
 			continue
@@ -167,6 +169,7 @@ func (c *Cap) Learn(d *Delta) {
 	}
 	for k := range d.Stored {
 		s := set(c.stored, k.Hour)
+		s.last = max(s.last, now)
 		if k.IsOther() {
 			s.full = s.full || k.ResourceType == Other
 			continue
@@ -249,6 +252,7 @@ func (c *Cap) Intake(k Key) Key {
 func (c *Cap) intakeKey(k Key, admit bool) Key {
 	other := Key{Hour: k.Hour, Source: Other, Type: Other}
 	s := set(c.intake, k.Hour)
+	s.last = max(s.last, c.budgetHour)
 	switch {
 	case k.IsOther():
 		s.full = true
@@ -264,12 +268,12 @@ func (c *Cap) intakeKey(k Key, admit bool) Key {
 }
 
 func (c *Cap) storedKey(k StoredKey, now int64) StoredKey {
+	s := set(c.stored, k.Hour)
+	s.last = max(s.last, now)
 	if k.IsOther() {
-		s := set(c.stored, k.Hour)
 		s.full = s.full || k.ResourceType == Other
 		return k
 	}
-	s := set(c.stored, k.Hour)
 	switch {
 	case s.has(k):
 		return k
@@ -283,18 +287,19 @@ func (c *Cap) storedKey(k StoredKey, now int64) StoredKey {
 	return k
 }
 
-// Forget drops the keys of the hours before cutoff (unix seconds): no count
-// is written for them any more.
+// Forget drops the keys of the hours no count was written to since cutoff
+// (an hour): the store drops the counts written before the retention, and
+// the Cap their keys.
 func (c *Cap) Forget(cutoff int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for h := range c.intake {
-		if h < cutoff {
+	for h, s := range c.intake {
+		if s.last < cutoff {
 			delete(c.intake, h)
 		}
 	}
-	for h := range c.stored {
-		if h < cutoff {
+	for h, s := range c.stored {
+		if s.last < cutoff {
 			delete(c.stored, h)
 		}
 	}

@@ -78,7 +78,7 @@ func TestCapFoldsPastTheBound(t *testing.T) {
 		t.Fatalf("an unknown key maps to %+v", got)
 	}
 	learnt := ledger.NewCap(3)
-	learnt.Learn(written)
+	learnt.Learn(written, h)
 	for _, cp := range []*ledger.Cap{c, learnt} {
 		for i := range 5 {
 			d := &ledger.Delta{}
@@ -168,20 +168,20 @@ func TestRowEncodingBound(t *testing.T) {
 	}
 }
 
-// Forget drops the keys of the hours before its cutoff and keeps the
-// others: the Cap holds the keys of the hours still written to only.
+// Forget drops the keys of the hours no count was written to since its
+// cutoff, whatever hour they name, and keeps the others.
 func TestCapForgets(t *testing.T) {
 	c := ledger.NewCap(0)
 	h := hour.Unix()
-	for i := range 3 {
+	k := func(i int) ledger.Key { return ledger.Key{Hour: h - int64(i)*3600, Source: "nova", Type: "t"} }
+	for i := range 3 { // hour h-i written at h+i
 		d := &ledger.Delta{}
-		d.Row(ledger.Key{Hour: h + int64(i)*3600, Source: "nova", Type: "t"}).Commit()
-		c.Apply(d, true, h)
+		d.Row(k(i)).Commit()
+		c.Apply(d, true, h+int64(i)*3600)
 	}
 	c.Forget(h + 3600)
 	for i, want := range []bool{false, true, true} {
-		k := ledger.Key{Hour: h + int64(i)*3600, Source: "nova", Type: "t"}
-		if got := c.Intake(k) == k; got != want {
+		if got := c.Intake(k(i)) == k(i); got != want {
 			t.Fatalf("hour %d: kept %v, want %v", i, got, want)
 		}
 	}
