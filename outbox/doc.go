@@ -130,6 +130,10 @@
 // sequences the next append while the store syncs this one; Append and
 // AppendCounted are BeginAppendCounted followed by the wait. A large append
 // may be several transactions (units); the append is durable with its last.
+// Units are cut by Badger's bounds on a transaction, counting the segments
+// and the ledger's counts of their events together; the counts of the
+// notifications (the tally) go in the last unit, or in a unit of their own
+// when they do not fit there.
 //
 //   - Units are handed over in sequence order (appendMu), and Badger writes
 //     its requests in the order they were handed over, but answers them on

@@ -1,6 +1,10 @@
 package outbox
 
-import "time"
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // SetLedgerClock makes the ledger's fold read the time from now until the
 // returned function restores the clock.
@@ -24,4 +28,10 @@ func OpenOutboxes() int {
 // first append.
 func SetCommitAnswer(o *Outbox, f func(first, last uint64, err error) error) {
 	o.commitAnswer = f
+}
+
+// FoldedCounter is the counter of the ledger rows folded into (other), of
+// table "intake" or "stored".
+func FoldedCounter(o *Outbox, table string) prometheus.Counter {
+	return o.ledgerFolded.WithLabelValues(table)
 }

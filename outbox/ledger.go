@@ -3,7 +3,10 @@ package outbox
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -29,6 +32,13 @@ import (
 // a row names: events delivered today with an old timestamp stay as long as
 // any other. A reading sums every hourly key and the deltas not folded yet
 // in one view, and keeps the rows of the hours asked for.
+//
+// Every delta is mapped through the ledger's Cap (ledger.Cap) as it is
+// written: an append's counts and a dead letter's may admit new keys, a
+// delivery's and a refusal's intake counts only follow the keys their
+// events were counted under. The Cap is rebuilt at Open from every stored
+// row, and forgets, at each fold, the hours no count was written to within
+// the retention (whose counts the fold drops).
 const (
 	prefixLedger = 'g'
 	ledgerDelta  = 'd'
@@ -43,6 +53,10 @@ const (
 	foldEveryDeltas = 2048
 	foldChunk       = 512
 
+	// storedAhead is how far past the delivery a timestamp may be and keep
+	// its own stored row; storedEarliest (var) is the other end.
+	storedAhead = 24 * time.Hour
+
 	// recentIdentities is how many identities of delivered events are
 	// remembered, to tell which events of a batch the Reporting API already
 	// had (redeliveries come back within a prefetch window or two).
@@ -51,6 +65,10 @@ const (
 
 // ledgerNow is the clock of the fold (tests move it).
 var ledgerNow = time.Now
+
+// storedEarliest is the first hour a stored row keeps as its own, the
+// earliest timestamp the host accepts.
+var storedEarliest = ledger.HourOf(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC))
 
 func ledgerKey(kind byte, n uint64) []byte {
 	k := make([]byte, 10)
@@ -111,8 +129,27 @@ func (r *recentSet) drop(k int) {
 	r.batches = r.batches[k:]
 }
 
-// putDelta writes d as a new delta in txn. Called with writeMu held shared.
+// capped maps the rows of d through the ledger's Cap (admitIntake: its
+// intake counts may admit new keys), and counts and logs what it folded into
+// Other rows.
+func (o *Outbox) capped(d *ledger.Delta, admitIntake bool) *ledger.Delta {
+	d, f := o.rowCap.Apply(d, admitIntake, ledger.HourOf(ledgerNow()))
+	if f.Intake+f.Stored == 0 {
+		return d
+	}
+	if o.ledgerFolded != nil {
+		o.ledgerFolded.WithLabelValues("intake").Add(float64(f.Intake))
+		o.ledgerFolded.WithLabelValues("stored").Add(float64(f.Stored))
+	}
+	o.dropLog.Warn().Int("intake_rows", f.Intake).Int("stored_rows", f.Stored).Int("max_rows_per_hour", ledger.MaxRowsPerHour).
+		Msg("ledger: rows of an hour past its distinct keys are counted under (other)")
+	return d
+}
+
+// putDelta writes d as a new delta in txn, its rows mapped through the Cap
+// (admitting keys). Called with writeMu held shared.
 func (o *Outbox) putDelta(txn *badger.Txn, d *ledger.Delta) error {
+	d = o.capped(d, true)
 	if d.Empty() {
 		return nil
 	}
@@ -131,14 +168,6 @@ func (o *Outbox) deltaCommitted() {
 		case o.foldCh <- struct{}{}:
 		default:
 		}
-	}
-}
-
-// countEvents adds the events to d's intake rows of hour.
-func countEvents(d *ledger.Delta, r *ledger.Reader, hour int64, events [][]byte) {
-	for _, ev := range events {
-		e := r.Read(ev)
-		d.Row(ledger.Key{Hour: hour, Source: e.Source, Type: e.Type}).Events++
 	}
 }
 
@@ -241,7 +270,7 @@ func (o *Outbox) countPassed(p *passing, evs []passed, first uint64) (*ledger.De
 		for _, e := range evs {
 			d.Row(ledger.Key{Hour: e.hour, Source: e.ev.Source, Type: e.ev.Type}).Refused++
 		}
-		return d, nil
+		return o.capped(d, false), nil
 	}
 	copied := make([]bool, len(evs)) // a copy of an event delivered before or earlier in the range
 	resent := make([]bool, len(evs)) // sent before, its deletion lost
@@ -262,12 +291,19 @@ func (o *Outbox) countPassed(p *passing, evs []passed, first uint64) (*ledger.De
 		}
 	}
 	b := &recentBatch{seq: first, ids: make([]uint64, 0, len(evs))}
+	now := ledgerNow()
+	latest := ledger.HourOf(now.Add(storedAhead))
+	outOfRange := 0
 	for i, e := range evs {
 		row := d.Row(ledger.Key{Hour: e.hour, Source: e.ev.Source, Type: e.ev.Type})
 		row.Delivered++
 		st := e.ev.Stored
-		if st.Hour < 0 {
-			st.Hour = 0 // an unreadable timestamp
+		if st.Hour == ledger.NoHour || st.Hour < storedEarliest || st.Hour > latest {
+			// Unreadable, or a timestamp no event should carry (the host
+			// refuses them): counted, under the hour of the delivery, in
+			// the row that says so.
+			st = ledger.StoredKey{Hour: ledger.HourOf(now), Project: ledger.Other, ResourceType: ledger.OutOfRange}
+			outOfRange++
 		}
 		s := d.StoredRow(st)
 		s.Delivered++
@@ -279,7 +315,10 @@ func (o *Outbox) countPassed(p *passing, evs []passed, first uint64) (*ledger.De
 		}
 		b.ids = append(b.ids, e.ev.Identity)
 	}
-	return d, b
+	if outOfRange > 0 && o.ledgerFolded != nil {
+		o.ledgerFolded.WithLabelValues("stored").Add(float64(outOfRange))
+	}
+	return o.capped(d, false), b
 }
 
 // foldLoop folds the ledger when asked, until Close.
@@ -308,6 +347,7 @@ func (o *Outbox) foldLedger() error {
 		return ErrClosed
 	}
 	cutoff := ledger.HourOf(ledgerNow().Add(-o.opts.LedgerRetention))
+	o.rowCap.Forget(cutoff) // the hours whose counts were all written before the retention
 	for {
 		n, err := o.foldChunk(cutoff)
 		if err != nil {
@@ -396,10 +436,33 @@ func (o *Outbox) foldChunk(cutoff int64) (int, error) {
 	return len(keys), nil
 }
 
-// loadLedger finds the last delta id and the recent delivered identities.
-// Called by Open.
+// readRows passes every value of the ledger, its hourly sums and the deltas
+// not folded yet, to decode. With lenient, a value that cannot be decoded
+// is passed over (the fold drops an unreadable delta, and a reading reports
+// it).
+func readRows(txn *badger.Txn, decode func([]byte) error, lenient bool) error {
+	for _, kind := range []byte{ledgerHour, ledgerDelta} {
+		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, Prefix: []byte{prefixLedger, kind}})
+		for it.Rewind(); it.Valid(); it.Next() {
+			if err := it.Item().Value(decode); err != nil && !(lenient && errors.Is(err, ledger.ErrMalformed)) {
+				it.Close()
+				return err
+			}
+		}
+		it.Close()
+	}
+	return nil
+}
+
+// loadLedger finds the last delta id and the recent delivered identities,
+// and admits the keys of the rows stored in the Cap. Called by Open.
 func (o *Outbox) loadLedger() error {
 	return o.db.View(func(txn *badger.Txn) error {
+		rows := &ledger.Delta{}
+		if err := readRows(txn, rows.Decode, true); err != nil {
+			return err
+		}
+		o.rowCap.Learn(rows, ledger.HourOf(ledgerNow()))
 		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefixLedger, ledgerDelta}})
 		var last uint64
 		for it.Rewind(); it.Valid(); it.Next() {
@@ -428,41 +491,62 @@ func (o *Outbox) loadLedger() error {
 }
 
 // Ledger returns the ledger rows of the hours in [from, to) (zero: no
-// bound), with Pending filled in from the events still in the outbox.
+// bound), with Pending filled in from the events still in the outbox. It
+// holds the rows of those hours only (and one stored value at a time): a
+// reader that pages through the hours (LedgerHours) holds one page.
 func (o *Outbox) Ledger(ctx context.Context, from, to time.Time) (*ledger.Delta, error) {
-	if err := ctx.Err(); err != nil {
+	all := &ledger.Delta{}
+	var r ledger.Reader
+	err := o.readLedger(ctx, func(b []byte) error { return all.DecodeWindow(b, from, to) },
+		func(hour int64) bool { return inWindow(hour, from, to) },
+		func(hour int64, ev []byte) {
+			e := r.Read(ev)
+			all.Row(o.rowCap.Intake(ledger.Key{Hour: hour, Source: ledger.Name(e.Source), Type: ledger.Name(e.Type)})).Pending++
+		})
+	if err != nil {
 		return nil, err
 	}
+	return all, nil
+}
+
+// LedgerHours returns every hour the ledger has a row for, and the hours of
+// the events still in the outbox, in order.
+func (o *Outbox) LedgerHours(ctx context.Context) ([]int64, error) {
+	hours := map[int64]bool{}
+	err := o.readLedger(ctx, func(b []byte) error { return ledger.DecodeHours(b, hours) },
+		func(hour int64) bool { hours[hour] = true; return false }, nil)
+	if err != nil {
+		return nil, err
+	}
+	return slices.Sorted(maps.Keys(hours)), nil
+}
+
+func inWindow(hour int64, from, to time.Time) bool {
+	return (from.IsZero() || hour >= ledger.HourOf(from)) && (to.IsZero() || hour < to.Unix())
+}
+
+// readLedger passes every stored value of the ledger to decode, then, for
+// each segment still holding events in the outbox, its hour to segment and,
+// when that answers true, each of its undelivered events to pending.
+func (o *Outbox) readLedger(ctx context.Context, decode func([]byte) error, segment func(hour int64) bool, pending func(hour int64, ev []byte)) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if o.closed.Load() {
-		return nil, ErrClosed
+		return ErrClosed
 	}
 	o.writeMu.RLock()
 	defer o.writeMu.RUnlock()
 	if o.closed.Load() {
-		return nil, ErrClosed
+		return ErrClosed
 	}
-	all := &ledger.Delta{}
-	var r ledger.Reader
 	err := o.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, Prefix: []byte{prefixLedger, ledgerHour}})
-		for it.Rewind(); it.Valid(); it.Next() {
-			if err := it.Item().Value(all.Decode); err != nil {
-				it.Close()
-				return err
-			}
+		if err := readRows(txn, decode, false); err != nil {
+			return err
 		}
-		it.Close()
-		it = txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, Prefix: []byte{prefixLedger, ledgerDelta}})
-		for it.Rewind(); it.Valid(); it.Next() {
-			if err := it.Item().Value(all.Decode); err != nil {
-				it.Close()
-				return err
-			}
-		}
-		it.Close()
 		// The events still in the outbox, under the hour of their segment.
 		head := o.head.Load()
-		it = txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefixEvent}})
+		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefixEvent}})
 		defer it.Close()
 		var lens []int
 		for it.Seek(seqKey(prefixEvent, o.headSeg.Load())); it.Valid(); it.Next() {
@@ -480,14 +564,16 @@ func (o *Outbox) Ledger(ctx context.Context, from, to time.Time) (*ledger.Delta,
 				if seg.last() < head {
 					return nil
 				}
+				hour := ledger.HourOf(time.Unix(0, seg.at))
+				if !segment(hour) {
+					return nil
+				}
 				evs, err := seg.events(head, len(seg.lens), nil)
 				if err != nil {
 					return nil
 				}
-				hour := ledger.HourOf(time.Unix(0, seg.at))
 				for _, ev := range evs {
-					e := r.Read(ev)
-					all.Row(ledger.Key{Hour: hour, Source: e.Source, Type: e.Type}).Pending++
+					pending(hour, ev)
 				}
 				return nil
 			})
@@ -498,7 +584,7 @@ func (o *Outbox) Ledger(ctx context.Context, from, to time.Time) (*ledger.Delta,
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("outbox: read ledger: %w", err)
+		return fmt.Errorf("outbox: read ledger: %w", err)
 	}
-	return all.Window(from, to), nil
+	return nil
 }

@@ -151,6 +151,7 @@ type Outbox struct {
 	recent     recentSet     // guarded by readMu
 	passReader ledger.Reader // guarded by readMu
 	appReader  ledger.Reader // guarded by appendMu
+	rowCap     *ledger.Cap   // the keys each hour of the ledger admitted (ledger.Cap)
 
 	closed    atomic.Bool
 	reclaimCh chan struct{}
@@ -158,6 +159,7 @@ type Outbox struct {
 	wg        sync.WaitGroup
 
 	refusedFull    prometheus.Counter
+	ledgerFolded   *prometheus.CounterVec
 	refusedIO      prometheus.Counter
 	damaged        prometheus.Counter
 	reclaims       prometheus.Counter
@@ -310,6 +312,7 @@ func Open(opts Options) (*Outbox, error) {
 		spareTxn:  make(chan *badger.Txn),
 		foldCh:    make(chan struct{}, 1),
 		done:      make(chan struct{}),
+		rowCap:    ledger.NewCap(0),
 	}
 	fail := func(err error) (*Outbox, error) {
 		db.Close()
@@ -524,6 +527,10 @@ func (o *Outbox) load(report *damageReport) error {
 }
 
 func (o *Outbox) register(r prometheus.Registerer) error {
+	o.ledgerFolded = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tally_collector_ledger_folded_rows_total",
+		Help: "Ledger rows counted under an (other) row instead of their own: the hour (intake), or the hour of the timestamp or of the delivery (stored), had its 512 distinct keys; for stored, also each event whose timestamp was unreadable or out of range.",
+	}, []string{"table"})
 	o.refusedFull = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "tally_collector_outbox_full_total",
 		Help: "Appends refused because the outbox holds BUFFER_MAX_EVENTS events.",
@@ -553,8 +560,10 @@ func (o *Outbox) register(r prometheus.Registerer) error {
 		Name: "tally_collector_deadletter_undeliverable_dropped_total",
 		Help: "Undeliverable bodies (oversized, undecodable, refused by their decoder) acknowledged without being kept: their budget, DEADLETTER_UNDELIVERABLE_MAX_EVENTS or _MAX_BYTES, was spent.",
 	})
+	o.ledgerFolded.WithLabelValues("intake")
+	o.ledgerFolded.WithLabelValues("stored")
 	cs := []prometheus.Collector{
-		o.refusedFull, o.refusedIO, o.damaged, o.reclaims, o.reclaimSeconds, o.deadRefused, o.undelivDropped,
+		o.refusedFull, o.refusedIO, o.damaged, o.reclaims, o.reclaimSeconds, o.deadRefused, o.undelivDropped, o.ledgerFolded,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tally_collector_deadletter_undeliverable",
 			Help: "Dead letters held that no replay can deliver (oversized, undecodable, refused by their decoder); they count against their own budget, not DEADLETTER_MAX_EVENTS.",

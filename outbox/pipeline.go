@@ -146,21 +146,18 @@ func (o *Outbox) beginAppend(ctx context.Context, events [][]byte, taken time.Ti
 		u = &unit{first: o.lastSeq + 1, last: o.lastSeq}
 		return nil
 	}
-	partFrom := 0 // index in events of the first event of the unit being written
-	// send hands the unit to the store. Any error before the hand-off
-	// settles the unit as failed, with the same consequences as a failed
-	// write.
-	send := func(final bool, failed error) {
+	// The ledger's counts of a unit are written in its transaction and
+	// count against Badger's limits like its segments: ud holds the counts
+	// of the unit's events, udBytes bounds their stored size (deltaCost).
+	ud := &ledger.Delta{}
+	var udBytes int64
+	// send hands the unit to the store with the counts d. Any error before
+	// the hand-off settles the unit as failed, with the same consequences as
+	// a failed write.
+	send := func(final bool, d *ledger.Delta, failed error) {
 		err := func() error {
 			if failed != nil {
 				return failed
-			}
-			d := &ledger.Delta{}
-			part := events[partFrom : partFrom+int(u.events())]
-			countEvents(d, &o.appReader, hour, part)
-			partFrom += len(part)
-			if final {
-				d.Add(tally)
 			}
 			if !d.Empty() {
 				k, err := o.putDeltaKey(txn, d)
@@ -205,11 +202,32 @@ func (o *Outbox) beginAppend(ctx context.Context, events [][]byte, taken time.Ti
 	maxCount, maxBytes := o.db.MaxBatchCount(), o.db.MaxBatchSize()
 	var pending, txnBytes int64
 	for rest := events; len(rest) > 0; {
-		// Cut the next segment.
+		// Cut the next segment, its counts in sd: at most a quarter of the
+		// transaction's bytes for each.
 		n, raw := 0, 0
+		sd := &ledger.Delta{}
+		var sdBytes int64
 		for n < len(rest) && n < segmentMaxEvents && (n == 0 || raw+len(rest[n]) <= segmentMaxBytes) {
+			e := o.appReader.Read(rest[n])
+			k := ledger.Key{Hour: hour, Source: ledger.Name(e.Source), Type: ledger.Name(e.Type)}
+			cost := int64(0)
+			if sd.Intake[k] == nil {
+				cost = rowCost(k)
+			}
+			if n > 0 && sdBytes+cost > maxBytes/4 {
+				break
+			}
+			sd.Row(k).Events++
+			sdBytes += cost
 			raw += len(rest[n])
 			n++
+		}
+		// What the segment's counts add to the unit's.
+		add := int64(0)
+		for k := range sd.Intake {
+			if ud.Intake[k] == nil {
+				add += rowCost(k)
+			}
 		}
 		// Segments are encoded one after the other into segBuf; the
 		// transactions hold slices of it until they settle (a growth leaves
@@ -224,31 +242,53 @@ func (o *Outbox) beginAppend(ctx context.Context, events [][]byte, taken time.Ti
 		// durable on its own; a caller that sees an error later resends the
 		// whole batch, which the Reporting API counts as duplicates.
 		entry := int64(len(k) + len(val) + txnEntryOverhead)
-		if pending > 0 && (pending+2 >= int64(maxCount) || txnBytes+entry+txnEntryOverhead*2 >= maxBytes) {
-			send(false, nil)
+		if pending > 0 && (pending+3 >= int64(maxCount) || txnBytes+entry+udBytes+add+txnEntryOverhead*3 >= maxBytes) {
+			send(false, ud, nil)
 			if err := open(); err != nil {
 				// The units sent settle on their own; this append failed.
 				o.failAfter(p, err)
 				return p
 			}
 			pending, txnBytes = 0, 0
+			ud, udBytes, add = &ledger.Delta{}, 0, sdBytes
 		}
 		if err := txn.Set(k, val); err != nil {
 			u.last += uint64(n) // counted as this unit's: a repair rolls them back
 			u.size += int64(raw)
 			*bufp = segBuf
-			send(true, err)
+			send(true, nil, err)
 			return p
 		}
 		u.keys = append(u.keys, k)
 		pending++
 		txnBytes += entry
+		ud.Add(sd)
+		udBytes += add
 		u.last += uint64(n)
 		u.size += int64(raw)
 		rest = rest[n:]
 	}
 	*bufp = segBuf
-	send(true, nil)
+	// The tally goes with the last unit when it fits there, else in a unit
+	// of its own (a value under Badger's value threshold counts whole in
+	// the transaction, one above it is a pointer to the value log).
+	if !tally.Empty() && u.events() > 0 {
+		tv, err := tally.Encode()
+		if err != nil {
+			send(true, nil, fmt.Errorf("outbox: encode ledger: %w", err))
+			return p
+		}
+		if txnBytes+udBytes+o.deltaCost(int64(len(tv)))+txnEntryOverhead*3 >= maxBytes {
+			send(false, ud, nil)
+			if err := open(); err != nil {
+				o.failAfter(p, err)
+				return p
+			}
+			ud = &ledger.Delta{}
+		}
+	}
+	ud.Add(tally)
+	send(true, ud, nil)
 	if cap(o.scratch) > 4*segmentMaxBytes {
 		o.scratch = nil
 	}
@@ -398,9 +438,22 @@ func (o *Outbox) repair(ctx context.Context, closing bool) error {
 	return nil
 }
 
+// rowCost bounds what the stored form of an events row of k takes: its
+// names, each byte escaped at most to two, and its counts.
+func rowCost(k ledger.Key) int64 { return int64(2*(len(k.Source)+len(k.Type))) + 256 }
+
+// deltaCost is what a delta value of n bytes counts in a transaction: all of
+// it under Badger's value threshold, a pointer into the value log above.
+func (o *Outbox) deltaCost(n int64) int64 {
+	if n < o.db.Opts().ValueThreshold {
+		return n + txnEntryOverhead
+	}
+	return 2 * txnEntryOverhead
+}
+
 // putDeltaKey is putDelta returning the key written (d is not empty).
 func (o *Outbox) putDeltaKey(txn *badger.Txn, d *ledger.Delta) ([]byte, error) {
-	v, err := d.Encode()
+	v, err := o.capped(d, true).Encode()
 	if err != nil {
 		return nil, fmt.Errorf("outbox: encode ledger: %w", err)
 	}

@@ -38,4 +38,13 @@
 // An intake row balances when consumed = committed + skipped + dead_lettered
 // (every notification accounted for once) and events = delivered + refused +
 // damaged + pending, pending being the events still in the outbox.
+//
+// # Bounds
+//
+// Names and hours come from what publishers send; the rows they key are
+// bounded all the same (bound.go): a long or unprintable name is folded to a
+// prefix and a hash (Name), and a Cap admits at most MaxRowsPerHour keys per
+// hour and table, the counts of the others going to the hour's Other row.
+// A key goes to the same row for every count, so folded rows balance as the
+// others do. GET /ledger serves a report in pages of hours (Report.Next).
 package ledger

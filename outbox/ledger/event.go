@@ -13,12 +13,17 @@ type Event struct {
 	// notification was taken, which the event does not carry).
 	Source string
 	Type   string
-	// Stored is its stored row; Hour is -1 when the timestamp is unreadable.
+	// Stored is its stored row; Hour is NoHour when the timestamp is
+	// unreadable.
 	Stored StoredKey
 	// Identity hashes (event_id, timestamp), the pair the Reporting API
 	// stores an event once for.
 	Identity uint64
 }
+
+// NoHour is the hour of an unreadable timestamp: no hour (hours are
+// multiples of 3600).
+const NoHour int64 = -1
 
 // Reader reads canonical events; its zero value is ready. Not safe for
 // concurrent use (it reuses its index and its buffer).
@@ -39,7 +44,7 @@ const maxNames = 4096
 // Read reads ev. An event that is not JSON yields empty members.
 func (r *Reader) Read(ev []byte) Event {
 	var out Event
-	out.Stored.Hour = -1
+	out.Stored.Hour = NoHour
 	if r.x.Parse(ev) != nil {
 		out.Identity = hash(ev, nil)
 		return out
@@ -76,11 +81,16 @@ func (r *Reader) unquote(path string) ([]byte, bool) {
 }
 
 // name answers the string member at path ("" when it is not a string), one
-// string per value while fewer than maxNames are kept.
+// string per value while fewer than maxNames are kept. A value longer than
+// MaxNameBytes is answered as the ledger names it (Name) and not kept, so
+// the kept strings take at most maxNames × MaxNameBytes bytes.
 func (r *Reader) name(path string) string {
 	b, ok := r.unquote(path)
 	if !ok {
 		return ""
+	}
+	if len(b) > MaxNameBytes {
+		return Name(string(b))
 	}
 	if s, ok := r.names[string(b)]; ok {
 		return s

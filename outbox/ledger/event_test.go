@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
@@ -51,6 +52,24 @@ func TestReaderBoundsItsNames(t *testing.T) {
 	}
 	if n := ledger.ReaderNames(&r); n > ledger.MaxNames {
 		t.Fatalf("the Reader keeps %d names, more than its bound", n)
+	}
+}
+
+// A long value is answered as the ledger names it (folded), and the Reader
+// keeps no long string: its names take at most MaxNames × MaxNameBytes
+// bytes whatever passes.
+func TestReaderKeepsNoLongName(t *testing.T) {
+	var r ledger.Reader
+	long := strings.Repeat("t", 64<<10)
+	for i := 0; i < 200; i++ {
+		typ := fmt.Sprint(i) + long
+		ev := fmt.Sprintf(`{"event_id":"x","event_type":%q,"timestamp":"2026-01-05T10:00:00Z","project_id":"p","resource_type":"instance","source":{"exchange":"nova"}}`, typ)
+		if got := r.Read([]byte(ev)).Type; got != ledger.Name(typ) {
+			t.Fatalf("event %d: type %.40q, want %q", i, got, ledger.Name(typ))
+		}
+	}
+	if n := ledger.ReaderNameBytes(&r); n > ledger.MaxNames*ledger.MaxNameBytes {
+		t.Fatalf("the Reader keeps %d bytes of names", n)
 	}
 }
 

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -140,8 +141,12 @@ func mod(a, b int64) int64 {
 	return m
 }
 
-// Row returns the intake row of k, created when missing.
+// Row returns the intake row of k, created when missing. Its source and
+// type are taken through Name, except in an hour's Other row.
 func (d *Delta) Row(k Key) *Counts {
+	if !k.IsOther() {
+		k.Source, k.Type = Name(k.Source), Name(k.Type)
+	}
 	if d.Intake == nil {
 		d.Intake = make(map[Key]*Counts)
 	}
@@ -153,8 +158,13 @@ func (d *Delta) Row(k Key) *Counts {
 	return c
 }
 
-// StoredRow returns the stored row of k, created when missing.
+// StoredRow returns the stored row of k, created when missing. Its project
+// and resource type are taken through Name, except in the rows of project
+// Other that a Cap writes.
 func (d *Delta) StoredRow(k StoredKey) *StoredCounts {
+	if !k.IsOther() || (k.ResourceType != Other && k.ResourceType != OutOfRange && k.ResourceType != TooMany) {
+		k.Project, k.ResourceType = Name(k.Project), Name(k.ResourceType)
+	}
 	if d.Stored == nil {
 		d.Stored = make(map[StoredKey]*StoredCounts)
 	}
@@ -199,6 +209,7 @@ func (d *Delta) Redirect(source, eventType, reason, skip string) bool {
 	if d == nil {
 		return false
 	}
+	source, eventType = Name(source), Name(eventType)
 	for _, k := range slices.SortedFunc(maps.Keys(d.Intake), cmpKey) {
 		c := d.Intake[k]
 		if k.Source != source || k.Type != eventType || c.DeadLettered[reason] <= 0 {
@@ -290,25 +301,74 @@ func (d *Delta) Encode() ([]byte, error) {
 	for k, c := range d.Stored {
 		w.S = append(w.S, wireStored{H: k.Hour, P: k.Project, R: k.ResourceType, StoredCounts: *c})
 	}
-	return json.Marshal(w)
+	// Without HTML escaping a name's '<', '>' and '&' take one byte, not
+	// six; the names hold no control character (Name), so a row's names
+	// take at most twice MaxNameBytes (a quote or backslash is escaped).
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(w); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // Decode adds the stored form b to d.
-func (d *Delta) Decode(b []byte) error {
+func (d *Delta) Decode(b []byte) error { return d.DecodeWindow(b, time.Time{}, time.Time{}) }
+
+// DecodeWindow adds the rows of the stored form b whose hours are in
+// [from, to) (zero: no bound, as Window) to d: a reading of some hours holds
+// only their rows.
+func (d *Delta) DecodeWindow(b []byte, from, to time.Time) error {
 	var w wire
 	if err := json.Unmarshal(b, &w); err != nil {
 		return fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
+	in := window(from, to)
 	for i := range w.I {
 		r := &w.I[i]
-		d.Row(Key{Hour: r.H, Source: r.S, Type: r.T}).Add(&r.Counts)
+		if in(r.H) {
+			d.Row(Key{Hour: r.H, Source: r.S, Type: r.T}).Add(&r.Counts)
+		}
 	}
 	for _, r := range w.S {
+		if !in(r.H) {
+			continue
+		}
 		s := d.StoredRow(StoredKey{Hour: r.H, Project: r.P, ResourceType: r.R})
 		s.Delivered += r.Delivered
 		s.Copies += r.Copies
 	}
 	return nil
+}
+
+// DecodeHours adds to hours the hour of every row of the stored form b.
+func DecodeHours(b []byte, hours map[int64]bool) error {
+	var w struct {
+		I []struct {
+			H int64 `json:"h"`
+		} `json:"i"`
+		S []struct {
+			H int64 `json:"h"`
+		} `json:"s"`
+	}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	for _, r := range w.I {
+		hours[r.H] = true
+	}
+	for _, r := range w.S {
+		hours[r.H] = true
+	}
+	return nil
+}
+
+// window reports whether an hour is in [from, to) (zero: no bound).
+func window(from, to time.Time) func(int64) bool {
+	return func(h int64) bool {
+		return (from.IsZero() || h >= HourOf(from)) && (to.IsZero() || h < to.Unix())
+	}
 }
 
 // IntakeRow is one intake row of a Report.
@@ -344,14 +404,23 @@ type Report struct {
 	Intake   []IntakeRow `json:"intake"`
 	Stored   []StoredRow `json:"stored"`
 	Problems []Problem   `json:"problems"`
+	// Next, on a page of a longer report (GET /ledger), is the first hour
+	// of the next page: ask again from it. Zero on the last page.
+	Next time.Time `json:"next,omitzero"`
+}
+
+// Append adds the rows and problems of p, the next page of the same report
+// (its hours after r's), to r.
+func (r *Report) Append(p *Report) {
+	r.Intake = append(r.Intake, p.Intake...)
+	r.Stored = append(r.Stored, p.Stored...)
+	r.Problems = append(r.Problems, p.Problems...)
 }
 
 // Window keeps the rows of the hours in [from, to) (zero: unbounded).
 func (d *Delta) Window(from, to time.Time) *Delta {
 	out := &Delta{}
-	in := func(h int64) bool {
-		return (from.IsZero() || h >= HourOf(from)) && (to.IsZero() || h < to.Unix())
-	}
+	in := window(from, to)
 	for k, c := range d.Intake {
 		if in(k.Hour) {
 			out.Row(k).Add(c)

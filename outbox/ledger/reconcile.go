@@ -33,8 +33,21 @@ type Reconciliation struct {
 }
 
 // Reconcile compares the stored rows of d with api, the Reporting API's
-// counts (events per StoredKey) for the same hours.
+// counts (events per StoredKey) for the same hours. The API's keys are named
+// as the ledger names them (Name), and those the ledger has no row for, in
+// an hour whose keys past the bound were folded, are added into that hour's
+// Other row: the ledger counted them there.
 func Reconcile(d *Delta, api map[StoredKey]int64, from, to time.Time) *Reconciliation {
+	named := make(map[StoredKey]int64, len(api))
+	for k, n := range api {
+		k.Project, k.ResourceType = Name(k.Project), Name(k.ResourceType)
+		other := StoredKey{Hour: k.Hour, Project: Other, ResourceType: Other}
+		if d.Stored[k] == nil && d.Stored[other] != nil {
+			k = other
+		}
+		named[k] += n
+	}
+	api = named
 	r := &Reconciliation{From: from, To: to, Differences: []Difference{}, DifferingHours: []time.Time{}}
 	keys := map[StoredKey]bool{}
 	for k := range d.Stored {

@@ -61,18 +61,31 @@ func (cl *Client) ListDeadLetters(ctx context.Context, after uint64, limit int) 
 }
 
 // Ledger is GET /ledger: the completeness ledger of the hours in [from, to)
-// (zero: no bound), every row.
+// (zero: no bound), every row, read page after page (each answer is
+// decoded as it arrives, without a bound on its size).
 func (cl *Client) Ledger(ctx context.Context, from, to time.Time) (*ledger.Report, error) {
-	q := url.Values{}
-	if !from.IsZero() {
-		q.Set("from", from.UTC().Format(time.RFC3339))
+	rep := &ledger.Report{From: from, To: to, Intake: []ledger.IntakeRow{}, Stored: []ledger.StoredRow{}, Problems: []ledger.Problem{}}
+	for {
+		q := url.Values{}
+		if !from.IsZero() {
+			q.Set("from", from.UTC().Format(time.RFC3339))
+		}
+		if !to.IsZero() {
+			q.Set("to", to.UTC().Format(time.RFC3339))
+		}
+		var page ledger.Report
+		if err := cl.send(ctx, http.MethodGet, "/ledger?"+q.Encode(), nil, &page, true); err != nil {
+			return rep, err
+		}
+		rep.Append(&page)
+		if page.Next.IsZero() {
+			return rep, nil
+		}
+		if !from.IsZero() && !page.Next.After(from) {
+			return rep, fmt.Errorf("catalog client: GET /ledger: the next page (%s) does not follow %s", page.Next.Format(time.RFC3339), from.Format(time.RFC3339))
+		}
+		from = page.Next
 	}
-	if !to.IsZero() {
-		q.Set("to", to.UTC().Format(time.RFC3339))
-	}
-	var rep ledger.Report
-	err := cl.do(ctx, http.MethodGet, "/ledger?"+q.Encode(), nil, &rep)
-	return &rep, err
 }
 
 // ShowDeadLetter is GET /deadletters/{seq}.
@@ -111,6 +124,12 @@ func (cl *Client) Purge(ctx context.Context, opts PurgeOptions) (PurgeReport, er
 // failed request is decoded too (a partial replay report), then the error
 // built from it returned.
 func (cl *Client) do(ctx context.Context, method, path string, body []byte, out any) error {
+	return cl.send(ctx, method, path, body, out, false)
+}
+
+// send is do; with stream, a successful answer is decoded as it is read,
+// whatever its size, instead of read whole within 64 MiB first.
+func (cl *Client) send(ctx context.Context, method, path string, body []byte, out any, stream bool) error {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -134,6 +153,12 @@ func (cl *Client) do(ctx context.Context, method, path string, body []byte, out 
 		return fmt.Errorf("catalog client: %s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
+	if stream && resp.StatusCode/100 == 2 {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return fmt.Errorf("catalog client: %s %s: decode answer: %w", method, path, err)
+		}
+		return nil
+	}
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return fmt.Errorf("catalog client: %s %s: read answer: %w", method, path, err)

@@ -31,6 +31,12 @@ type HandlerOptions struct {
 // maxListLimit bounds one page of GET /deadletters.
 const maxListLimit = 1000
 
+// LedgerPageHours is how many hours with rows one answer of GET /ledger
+// holds at most; the answer names the first hour of the next page (Next).
+// An hour holds at most 2 × (ledger.MaxRowsPerHour + 1) rows and two more,
+// so a page is bounded whatever publishers sent.
+const LedgerPageHours = 24
+
 type handler struct {
 	c        *Catalog
 	opts     HandlerOptions
@@ -48,7 +54,8 @@ type handler struct {
 //	POST /deadletters/replay       Replay; optional body {"seqs":[...]}
 //	POST /deadletters/purge        PurgeDeadLetters; body {"from":N,"to":N,"mapper":"..","older_than":"72h"} or {"all":true}
 //	GET  /ledger?from=T&to=T       the completeness ledger of the hours in [from, to) (RFC 3339, each optional),
-//	                               every row (ledger.Report, ungrouped)
+//	                               every row (ledger.Report, ungrouped) of the first LedgerPageHours hours
+//	                               with rows; "next" names the first hour of the next page
 //
 // The handler authenticates no one: every route, the reading ones included
 // (dead letters hold whole notifications), must be mounted behind the
@@ -255,15 +262,35 @@ func (h *handler) ledger(w http.ResponseWriter, r *http.Request) {
 			*p.t = t
 		}
 	}
-	d, err := h.opts.Outbox.Ledger(r.Context(), from, to)
+	// One page: the first LedgerPageHours hours with rows from from on.
+	hours, err := h.opts.Outbox.LedgerHours(r.Context())
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
-	rep, err := ledger.NewReport(d, from, to, "")
+	pageTo, n := to, 0
+	var next time.Time
+	for _, hour := range hours {
+		if (!from.IsZero() && hour < ledger.HourOf(from)) || (!to.IsZero() && hour >= to.Unix()) {
+			continue
+		}
+		if n == LedgerPageHours {
+			next = time.Unix(hour, 0).UTC()
+			pageTo = next
+			break
+		}
+		n++
+	}
+	d, err := h.opts.Outbox.Ledger(r.Context(), from, pageTo)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	rep, err := ledger.NewReport(d, from, pageTo, "")
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	rep.Next = next
 	writeJSON(w, http.StatusOK, rep)
 }

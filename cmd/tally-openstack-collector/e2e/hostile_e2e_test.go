@@ -227,3 +227,41 @@ func TestEndToEndUndeliverableFloodNeverPauses(t *testing.T) {
 		t.Errorf("stop: exit %d", code)
 	}
 }
+
+// Forty notifications no module claims, each with a distinct event type of
+// nearly 1 MiB of '<', among 100 ordinary ones: every one is acknowledged
+// and counted, and the ledger balances. Their intake rows are keyed by the
+// types folded to a prefix and a hash, so the counts of a commit stay small;
+// before, a commit's counts were hundreds of MiB, the store refused the
+// commit, and the batch came back for ever.
+func TestEndToEndLongEventTypesAreCounted(t *testing.T) {
+	e := setupE2E(t)
+	exchange := e.corpus.exchanges()[0]
+	const n, long = 100, 40
+	bodies := make([]hostileBody, long)
+	for i := range bodies {
+		typ := fmt.Sprintf("hostile.%02d.", i) + strings.Repeat("<", pipeline.DefaultMaxBodyBytes-256)
+		bodies[i] = hostileBody{body: []byte(`{"event_type":"` + typ + `","payload":{}}`)}
+	}
+	publishRaw(t, e.v, e.corpus, e.prefix, 0, n/2)
+	publishBodies(t, e.v, exchange, bodies)
+	publishRaw(t, e.v, e.corpus, e.prefix, n/2, n)
+	e.waitDelivered(t, n, 3*time.Minute)
+	e.checkExactSet(t, n)
+	testkit.WaitFor(t, 2*time.Minute, "every delivery acknowledged", func() bool {
+		return sum(e.c.metrics(t), "tally_collector_acked_total") >= n+long
+	})
+	if got := sum(e.c.metrics(t), "tally_collector_outbox_refused_total"); got != 0 {
+		t.Errorf("outbox_refused_total = %v, want 0", got)
+	}
+	tot, table := e.c.checkLedger(t)
+	if tot.Consumed < n+long || tot.Skipped[pipeline.ReasonUnclaimed] < long || tot.Delivered < n {
+		t.Errorf("ledger totals %+v, want at least %d consumed, %d unclaimed, %d delivered", tot, n+long, long, n)
+	}
+	if len(table) > 64<<10 {
+		t.Errorf("the ledger's table takes %d bytes", len(table))
+	}
+	if code, _ := e.c.p.stop(t, 40*time.Second); code != 0 {
+		t.Errorf("stop: exit %d", code)
+	}
+}
