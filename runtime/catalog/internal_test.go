@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/tally-billing/tally-openstack-collector/runtime"
@@ -104,5 +105,25 @@ func TestMigrationCountersAreBounded(t *testing.T) {
 	}
 	if _, ok := m.types.Load(otherTypes); !ok {
 		t.Error("no overflow bucket")
+	}
+}
+
+// An event type longer than any an event may carry is routed, but neither
+// kept in the route cache nor counted under its own name in a migration.
+func TestLongEventTypesAreNotKept(t *testing.T) {
+	long := strings.Repeat("x", maxCachedTypeBytes+1)
+	m := &migration{}
+	tc := m.counters(long)
+	if tc != m.counters(otherTypes) || m.ntypes.Load() != 1 {
+		t.Errorf("a long event type got counters of its own")
+	}
+	if _, ok := m.types.Load(long); ok {
+		t.Errorf("a long event type is kept by name")
+	}
+	s := newSnapshot(1, nil, nil)
+	s.route(long)
+	s.route("compute.instance.exists")
+	if _, ok := s.cache.Load(long); ok || s.cached.Load() != 1 {
+		t.Errorf("route cache: long type kept %v, %d cached, want only the short one", ok, s.cached.Load())
 	}
 }

@@ -60,7 +60,7 @@ func (m *migration) counters(eventType string) *typeCounters {
 	if v, ok := m.types.Load(eventType); ok {
 		return v.(*typeCounters)
 	}
-	if m.ntypes.Load() >= maxShadowTypes {
+	if m.ntypes.Load() >= maxShadowTypes || len(eventType) > maxCachedTypeBytes {
 		eventType = otherTypes
 	}
 	v, loaded := m.types.LoadOrStore(eventType, new(typeCounters))

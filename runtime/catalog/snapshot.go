@@ -12,10 +12,16 @@ import (
 	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/contract"
 )
 
 // maxCachedRoutes bounds the per-snapshot route cache.
 const maxCachedRoutes = 4096
+
+// maxCachedTypeBytes bounds the event types the route cache and a
+// migration's counters keep by name: the longest event type an event may
+// carry under the event contract.
+const maxCachedTypeBytes = contract.MaxIDBytes
 
 // maxRetries bounds how often a call that met a retired module is routed again.
 const maxRetries = 3
@@ -86,7 +92,9 @@ func (s *snapshot) route(eventType string) (*route, bool) {
 			}
 		}
 	}
-	if s.cached.Add(1) <= maxCachedRoutes {
+	// Bounded in count and in size: an event type longer than any real one
+	// (a publisher's choice) is routed every time instead of kept.
+	if len(eventType) <= maxCachedTypeBytes && s.cached.Add(1) <= maxCachedRoutes {
 		s.cache.Store(eventType, r)
 	}
 	return r, r != nil

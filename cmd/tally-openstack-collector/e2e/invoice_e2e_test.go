@@ -92,10 +92,10 @@ func TestEndToEndOddValuesReachNoInvoice(t *testing.T) {
 	if got := sum(m, "tally_collector_deadletters"); got != float64(len(refused)) {
 		t.Errorf("dead letters %v, want %d", got, len(refused))
 	}
-	for reason, want := range map[string]int{"negative": 3, "out_of_range": 1, "not_finite": 1} {
-		if got := sum(m, "tally_collector_event_members_dropped_total", `reason="`+reason+`"`); got < float64(want) {
-			t.Errorf("event_members_dropped_total{%s} = %v, want %d", reason, got, want)
-		}
+	// nova's module leaves the odd quantities out itself (sdk Quantity), so
+	// the host's check has nothing left to drop.
+	if got := sum(m, "tally_collector_event_members_dropped_total"); got != 0 {
+		t.Errorf("event_members_dropped_total = %v, want 0: the built-in module writes nothing the contract drops", got)
 	}
 	if got := sum(m, "tally_collector_skipped_total", `reason="unclaimed"`); got < 1 {
 		t.Errorf("the escaped excluded type was not skipped as unclaimed: %v", got)
@@ -104,7 +104,7 @@ func TestEndToEndOddValuesReachNoInvoice(t *testing.T) {
 	if err != nil || code != 200 {
 		t.Fatalf("GET /deadletters: %d %v", code, err)
 	}
-	if n := strings.Count(body, `"reason":"invalid_event"`); n != len(refused) {
+	if n := strings.Count(strings.ReplaceAll(body, " ", ""), `"reason":"invalid_event"`); n != len(refused) {
 		t.Errorf("%d dead letters with reason invalid_event, want %d:\n%s", n, len(refused), body)
 	}
 	tot, _ := e.c.checkLedger(t)

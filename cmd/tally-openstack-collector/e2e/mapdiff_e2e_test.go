@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -74,10 +75,14 @@ func captureNova(t *testing.T, b bins) (string, int) {
 		_ = dump.Wait()
 	}()
 	testkit.WaitFor(t, 30*time.Second, "the dump bound to nova", func() bool { return strings.Contains(logs.String(), "dump bound") })
-	files, err := filepath.Glob(testkit.RepoPath(t, "mappers", "nova", "testdata", "*.in.json"))
-	if err != nil || len(files) < 10 {
-		t.Fatalf("nova fixtures: %v (%d)", err, len(files))
+	all, err := filepath.Glob(testkit.RepoPath(t, "mappers", "nova", "testdata", "*.in.json"))
+	if err != nil || len(all) < 10 {
+		t.Fatalf("nova fixtures: %v (%d)", err, len(all))
 	}
+	// The odd values' pair holds 1e999, which Python's json reads as an
+	// infinity and writes as Infinity, not JSON: the capture would not hold
+	// it as a notification.
+	files := slices.DeleteFunc(all, func(f string) bool { return strings.Contains(f, "odd_values") })
 	ids := testkit.OsloNotify(t, append([]string{"--url", v.OsloURL(), "--exchange", "nova"}, files...)...)
 	testkit.WaitFor(t, 30*time.Second, "every notification in the capture", func() bool {
 		b, _ := os.ReadFile(capture)
