@@ -94,7 +94,7 @@ var requiredMembers = [...]string{"event_id", "timestamp", "event_type", "servic
 type eventWriter struct {
 	members, attrs []jsonindex.Child
 	path           []byte
-	name, text     []byte   // decoded scratch
+	text           []byte   // decoded scratch
 	names, anames  [][]byte // decoded member names; nil: written again later
 	last           map[string]int
 	// until is the latest timestamp accepted, in the contract's form

@@ -89,7 +89,6 @@ type instance struct {
 	ev       eventWriter      // the event contract, applied to each event
 	ids      idSeed           // derives event ids (Source.DeriveID)
 	children []jsonindex.Child
-	members  []jsonindex.Child
 	path     []byte
 	src      []byte // the "source" member of this call
 	buf      []byte // events being built

@@ -84,40 +84,36 @@ func (v Value) Raw() []byte { return v.raw }
 // it, is s: "compute\u002einstance.exists" equals "compute.instance.exists".
 // A value without escapes is compared as it is, without decoding.
 func (v Value) Equal(s string) bool {
-	if v.kind != String {
-		return false
-	}
-	if !hasBackslash(v.raw) {
-		return string(v.raw) == s
-	}
 	var buf [256]byte
-	return string(jsonstr.AppendUnescaped(buf[:0], v.raw)) == s
+	t, ok := v.text(buf[:0])
+	return ok && string(t) == s
 }
 
 // HasPrefix reports whether v is a string whose decoded text begins with s.
 func (v Value) HasPrefix(s string) bool {
-	if v.kind != String {
-		return false
-	}
-	t := v.raw
-	if hasBackslash(t) {
-		var buf [256]byte
-		t = jsonstr.AppendUnescaped(buf[:0], t)
-	}
-	return len(t) >= len(s) && string(t[:len(s)]) == s
+	var buf [256]byte
+	t, ok := v.text(buf[:0])
+	return ok && len(t) >= len(s) && string(t[:len(s)]) == s
 }
 
 // HasSuffix reports whether v is a string whose decoded text ends with s.
 func (v Value) HasSuffix(s string) bool {
+	var buf [256]byte
+	t, ok := v.text(buf[:0])
+	return ok && len(t) >= len(s) && string(t[len(t)-len(s):]) == s
+}
+
+// text returns the decoded text of a string value: its raw bytes when they
+// hold no escape, else their decoding appended to buf. ok is false for any
+// other kind.
+func (v Value) text(buf []byte) (t []byte, ok bool) {
 	if v.kind != String {
-		return false
+		return nil, false
 	}
-	t := v.raw
-	if hasBackslash(t) {
-		var buf [256]byte
-		t = jsonstr.AppendUnescaped(buf[:0], t)
+	if !hasBackslash(v.raw) {
+		return v.raw, true
 	}
-	return len(t) >= len(s) && string(t[len(t)-len(s):]) == s
+	return jsonstr.AppendUnescaped(buf, v.raw), true
 }
 
 // hasBackslash reports whether raw string content holds a JSON escape.
