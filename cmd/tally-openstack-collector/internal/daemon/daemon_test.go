@@ -88,6 +88,24 @@ func runInProcess(t *testing.T, cfg *settings.Config) *inProcess {
 	return d
 }
 
+// waitReady waits for /readyz to answer ok; Run returning first fails t.
+func (d *inProcess) waitReady(t *testing.T) {
+	t.Helper()
+	testkit.WaitFor(t, startLimit, "/readyz to answer ok", func() bool {
+		select {
+		case err := <-d.done:
+			t.Fatalf("Run returned before it was ready: %v\n%s", err, d.log)
+		default:
+		}
+		resp, err := http.Get("http://" + d.cfg.HTTPAddr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+}
+
 // returned waits for Run's answer.
 func (d *inProcess) returned(t *testing.T, limit time.Duration) error {
 	t.Helper()
@@ -159,19 +177,7 @@ func TestRunInProcessDeliversAndStopsCleanly(t *testing.T) {
 
 	cfg := daemonSettings(t, v, srv.URL)
 	d := runInProcess(t, cfg)
-	testkit.WaitFor(t, startLimit, "/readyz to answer ok", func() bool {
-		select {
-		case err := <-d.done:
-			t.Fatalf("Run returned before it was ready: %v\n%s", err, d.log)
-		default:
-		}
-		resp, err := http.Get("http://" + cfg.HTTPAddr + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	d.waitReady(t)
 
 	v.Publish(t, "nova", "notifications.info", novaNotification(t, 1))
 	testkit.WaitFor(t, 60*time.Second, "the event at the Reporting API", func() bool {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"syscall"
@@ -113,19 +112,7 @@ func TestRunStopBoundedUnderMemoryAlarm(t *testing.T) {
 
 	node.MemoryAlarm(t)
 	d := runInProcess(t, cfg)
-	testkit.WaitFor(t, startLimit, "/readyz to answer ok", func() bool {
-		select {
-		case err := <-d.done:
-			t.Fatalf("Run returned before it was ready: %v\n%s", err, d.log)
-		default:
-		}
-		resp, err := http.Get("http://" + cfg.HTTPAddr + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	d.waitReady(t)
 	testkit.WaitUntil(t, time.Minute, "the events at the Reporting API", func() (bool, string) {
 		st, err := api.Stats()
 		if err != nil {
