@@ -67,9 +67,9 @@ func TestEndToEndOddValuesReachNoInvoice(t *testing.T) {
 	}
 	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
 		var ev struct {
-			EventID    string             `json:"event_id"`
-			EventType  string             `json:"event_type"`
-			Action     string             `json:"action"`
+			EventID    string         `json:"event_id"`
+			EventType  string         `json:"event_type"`
+			Action     string         `json:"action"`
 			Attributes map[string]any `json:"attributes"`
 		}
 		_ = json.Unmarshal([]byte(line), &ev)
