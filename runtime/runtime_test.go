@@ -316,6 +316,18 @@ func TestMapAllocations(t *testing.T) {
 	if a := testing.AllocsPerRun(200, func() { fm.Map(ctx, x, src) }); a > 2 {
 		t.Fatalf("fieldmap Map allocates %v times per call, want at most 2 (the output copy)", a)
 	}
+	// The event contract's checks of every member allocate nothing.
+	mirror := load(t, e, "mirror", runtime.WithGuard(runtime.GuardNever))
+	full := index(t, `{"events":[{"event_id":"e","timestamp":"2024-05-01T12:00:00.5Z","event_type":"compute.instance.exists",`+
+		`"service":"nova","resource_type":"instance","resource_id":"r","project_id":"p","user_id":"u","action":"exists",`+
+		`"attributes":{"vcpus":4,"memory_mb":2048,"flavor_name":"m1","launched_at":"2024-05-01T11:00:00Z","seats":-1,"x":null}}]}`)
+	res, err := mirror.Map(ctx, full, src)
+	if err != nil || len(res.Events) != 1 || res.Dropped.Total() != 2 {
+		t.Fatalf("mirror: %s, dropped %v, %v", res.Events, res.Dropped, err)
+	}
+	if a := testing.AllocsPerRun(200, func() { mirror.Map(ctx, full, src) }); a > 2 {
+		t.Fatalf("mirror Map of a full event allocates %v times per call, want at most 2 (the output copy)", a)
+	}
 }
 
 func TestGuardUntrustedEarnsTrust(t *testing.T) {

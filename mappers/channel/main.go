@@ -28,7 +28,8 @@
 // last segment of the type (".start" and ".end" dropped first). Without an
 // id the collector derives one from the message, so a message sent again
 // yields the same event. Attributes keep strings, numbers and booleans;
-// nested objects and arrays are left out, and so is every member whose name
+// nested objects and arrays are left out, and so are numbers outside the
+// event contract (negative, non-finite, over 2^53-1), and every member whose name
 // suggests a credential by the collector's one rule (wasm-sdk/secret:
 // password, token, secret, cookie, api_key, Authorization and the like).
 package main

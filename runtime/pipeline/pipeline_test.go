@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -335,5 +336,61 @@ func TestMetricsRegisteredOnce(t *testing.T) {
 	_, err := pipeline.New(pipeline.Options{Router: pipeline.Chain{f.nova}, Logger: zerolog.Nop(), Registerer: f.reg})
 	if err == nil || !strings.Contains(err.Error(), "tally_collector_mapped_total") {
 		t.Fatalf("second pipeline: %v", err)
+	}
+}
+
+// The event type is routed, excluded and reported as a JSON reader decodes
+// it, and the event carries the decoded form.
+func TestEscapedEventTypeRoutedDecoded(t *testing.T) {
+	f := newFixture(t, pipeline.Options{})
+	ctx := context.Background()
+	const tmpl = `{"message_id":"esc-1","event_type":%q,"timestamp":"2024-05-01 12:00:00","_context_project_id":"p1","payload":{"instance_id":"i-1","tenant_id":"p1","vcpus":-1,"memory_mb":2048}}`
+	raw := func(et string) []byte { return []byte(strings.Replace(fmt.Sprintf(tmpl, "ET"), `"ET"`, `"`+et+`"`, 1)) }
+	r := f.p.Process(ctx, pipeline.Message{Body: raw(`compute\u002einstance.exists`)})
+	if r.Outcome != pipeline.Mapped || r.EventType != "compute.instance.exists" || len(r.Events) != 1 {
+		t.Fatalf("escaped type: %v %q %q (%v)", r.Outcome, r.Reason, r.EventType, r.Err)
+	}
+	ev := decode(t, r.Events[0])
+	if ev["event_type"] != "compute.instance.exists" || ev["action"] != "exists" {
+		t.Errorf("event %v", ev)
+	}
+	if a := ev["attributes"].(map[string]any); a["vcpus"] != nil || a["memory_mb"] != 2048.0 {
+		t.Errorf("attributes %v: a negative vcpus must be left out", a)
+	}
+	// nova's manifest excludes compute.instance.*.samples: escaped or not.
+	r = f.p.Process(ctx, pipeline.Message{Body: raw(`compute.instance.delete.sample\u0073`)})
+	if r.Outcome != pipeline.Skipped || r.Reason != pipeline.ReasonUnclaimed || r.EventType != "compute.instance.delete.samples" {
+		t.Errorf("escaped excluded type: %v %q %q", r.Outcome, r.Reason, r.EventType)
+	}
+}
+
+// A canonical event a plog client sends is held to the event contract: what
+// breaks it in an attribute is left out and counted, a missing required
+// member makes a dead letter.
+func TestCanonicalEventContract(t *testing.T) {
+	f := newFixture(t, pipeline.Options{})
+	ctx := context.Background()
+	const good = `{"timestamp":"2024-05-01T12:00:00Z","event_type":"backup.done","service":"backup","resource_type":"backup","resource_id":"b1","project_id":"p1","action":"done","attributes":{"size_gb":-5,"kwh":1e999,"note":"ok"}}`
+	r := f.p.Process(ctx, pipeline.Message{Body: []byte(good), Exchange: "plog", Canonical: true, DeriveID: true})
+	if r.Outcome != pipeline.Mapped || len(r.Events) != 1 {
+		t.Fatalf("%v %q %v", r.Outcome, r.Reason, r.Err)
+	}
+	if a := decode(t, r.Events[0])["attributes"].(map[string]any); len(a) != 1 || a["note"] != "ok" {
+		t.Errorf("attributes %v, want only note", a)
+	}
+	for reason, want := range map[string]float64{"negative": 1, "not_finite": 1, "null": 0} {
+		if got := testkit.Metric(t, f.reg, "tally_collector_event_members_dropped_total", reason); got != want {
+			t.Errorf("dropped{%s} = %v, want %v", reason, got, want)
+		}
+	}
+	for _, bad := range []string{
+		strings.Replace(good, `"timestamp":"2024-05-01T12:00:00Z",`, "", 1),
+		strings.Replace(good, `"project_id":"p1"`, `"project_id":" "`, 1),
+		strings.Replace(good, `"project_id":"p1"`, `"project_id":"p\u0000"`, 1),
+	} {
+		r := f.p.Process(ctx, pipeline.Message{Body: []byte(bad), Exchange: "plog", Canonical: true, DeriveID: true})
+		if r.Outcome != pipeline.Failed || r.Reason != "invalid_event" || !errors.Is(r.Err, runtime.ErrInvalidEvent) {
+			t.Errorf("%s: %v %q %v, want a dead letter (invalid_event)", bad, r.Outcome, r.Reason, r.Err)
+		}
 	}
 }

@@ -419,10 +419,27 @@ func OfflineMappers(ctx context.Context, cfg *settings.Config, base zerolog.Logg
 // daemon's HTTP server, behind the daemon's controlAuth (newMux).
 func (m *Mappers) controlHandler(ob outboxHandle, log zerolog.Logger) http.Handler {
 	return catalog.NewHandler(m.Catalog, catalog.HandlerOptions{
-		Outbox:   ob,
-		Pipeline: m.Pipeline,
-		Logger:   log,
+		Outbox:        ob,
+		Pipeline:      m.Pipeline,
+		ReplayMessage: replayMessage,
+		Logger:        log,
 	})
+}
+
+// replayMessage is the message a dead letter is replayed as: what its input
+// made of it. The plog listeners and the local channel have the collector
+// name events that carry no id from the message (DeriveID), so a replay
+// gives the ids the first attempt would have; plog accepts a canonical event
+// as it is.
+func replayMessage(d outbox.StoredDeadLetter) pipeline.Message {
+	m := pipeline.Message{Body: d.Body, Exchange: d.Exchange, RoutingKey: d.RoutingKey, Compression: d.Compression}
+	switch d.Exchange {
+	case plog.Exchange:
+		m.Canonical, m.DeriveID = true, true
+	case channel.Exchange:
+		m.DeriveID = true
+	}
+	return m
 }
 
 // controlToken is the token of CONTROL_TOKEN or CONTROL_TOKEN_FILE; nil when

@@ -6,7 +6,10 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tally-billing/tally-openstack-collector/cmd/tally-openstack-collector/internal/settings"
+	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
+	"github.com/tally-billing/tally-openstack-collector/runtime/input/channel"
+	"github.com/tally-billing/tally-openstack-collector/runtime/input/plog"
 )
 
 // An empty CONTROL_EXCHANGE leaves the control link off.
@@ -23,6 +26,25 @@ func TestBuiltinModuleOptions(t *testing.T) {
 	for _, g := range []runtime.Guard{runtime.GuardWatched, runtime.GuardAlways} {
 		if opts := builtinModuleOptions(&settings.Config{MapperBuiltinGuard: g}); len(opts) != 1 {
 			t.Errorf("%v: %d module options", g, len(opts))
+		}
+	}
+}
+
+// A dead letter is replayed as its input made the message: plog's with a
+// canonical event accepted and ids derived, the channel's with ids derived,
+// the broker's as an AMQP delivery.
+func TestReplayMessageFollowsTheInput(t *testing.T) {
+	for _, c := range []struct {
+		exchange            string
+		canonical, deriveID bool
+	}{
+		{plog.Exchange, true, true},
+		{channel.Exchange, false, true},
+		{"nova", false, false},
+	} {
+		m := replayMessage(outbox.StoredDeadLetter{DeadLetter: outbox.DeadLetter{Body: []byte("b"), Exchange: c.exchange, RoutingKey: "rk"}})
+		if m.Canonical != c.canonical || m.DeriveID != c.deriveID || string(m.Body) != "b" || m.RoutingKey != "rk" || m.Exchange != c.exchange {
+			t.Errorf("%s: %+v", c.exchange, m)
 		}
 	}
 }
