@@ -1,0 +1,195 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
+)
+
+// largeBody is the size from which the short run publishes a hostile
+// notification alone, once everything before it is acknowledged: a batch
+// whose dead letters add up to more than the outbox's largest transaction
+// (15% of a Badger memory table, about 1.2 MiB with the defaults) is
+// refused as a whole and requeued, again and again, so that consumption
+// stops. The long run (TALLY_HOSTILE_FLOOD=1, make fuzz) publishes them in
+// the flood like the others, to find that bound until it is lifted.
+const largeBody = 64 << 10
+
+// hostileEnvInt is the integer in the environment variable name, or def.
+func hostileEnvInt(t *testing.T, name string, def uint64) uint64 {
+	t.Helper()
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", name, s, err)
+	}
+	return v
+}
+
+// A hostile publisher, along every dimension it controls (hostilegen_test.go:
+// the length of each string, the number of distinct event types and
+// projects, nesting depth, arrays of many members, numbers out of every
+// range, bodies and events just under and over their limits), among
+// ordinary notifications: the daemon never exits, every hostile
+// notification is settled (acknowledged, and counted in a ledger that
+// balances), every ordinary one reaches the Reporting API exactly once, and
+// the peak resident set stays within the documented budget.
+//
+// TALLY_HOSTILE_N notes along the dimensions (300) and TALLY_HOSTILE_DISTINCT
+// distinct event types and projects (500 each) make the short run of make
+// test, which publishes the notes of 64 KiB and more one at a time
+// (largeBody); make fuzz runs it long, and floods with those too
+// (TALLY_HOSTILE_FLOOD=1). TALLY_HOSTILE_SEED replays a run: a failure names
+// its seed.
+func TestEndToEndHostilePublisherSuite(t *testing.T) {
+	seed := hostileEnvInt(t, "TALLY_HOSTILE_SEED", uint64(time.Now().UnixNano()))
+	n := int(hostileEnvInt(t, "TALLY_HOSTILE_N", 300))
+	distinct := int(hostileEnvInt(t, "TALLY_HOSTILE_DISTINCT", 500))
+	floodLarge := hostileEnvInt(t, "TALLY_HOSTILE_FLOOD", 0)
+	flood := floodLarge == 1
+	replay := fmt.Sprintf("TALLY_HOSTILE_SEED=%d TALLY_HOSTILE_N=%d TALLY_HOSTILE_DISTINCT=%d TALLY_HOSTILE_FLOOD=%d", seed, n, distinct, floodLarge)
+	t.Logf("hostile publisher: %s", replay)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("replay this run with %s go test -count=1 -run '^TestEndToEndHostilePublisherSuite$' ./cmd/tally-openstack-collector/e2e", replay)
+		}
+	})
+
+	e := setupE2E(t)
+	notes := newHostileGen(seed, e.corpus).notes(n, distinct)
+	perDim := map[string]int{}
+	var hostileBytes, largest int64
+	bodies := make([]hostileBody, len(notes))
+	for i, h := range notes {
+		bodies[i] = hostileBody{body: h.body(), exchange: h.exchange}
+		perDim[h.dim]++
+		hostileBytes += int64(len(bodies[i].body))
+		largest = max(largest, int64(len(bodies[i].body)))
+	}
+	dims := make([]string, 0, len(perDim))
+	for d, k := range perDim {
+		dims = append(dims, fmt.Sprintf("%s: %d", d, k))
+	}
+	sort.Strings(dims)
+	t.Logf("%d hostile notifications (%d MiB): %s", len(notes), hostileBytes>>20, strings.Join(dims, ", "))
+
+	const rounds, perRound = 10, 20
+	const ordinary = rounds * perRound
+	total := ordinary + len(notes)
+	published := 0
+	start := time.Now()
+	// Ordinary notifications round by round, the hostile ones among them.
+	for r := range rounds {
+		publishRaw(t, e.v, e.corpus, e.prefix, r*perRound, (r+1)*perRound)
+		published += perRound
+		var small, large []hostileBody
+		for _, b := range bodies[r*len(bodies)/rounds : (r+1)*len(bodies)/rounds] {
+			if !flood && len(b.body) >= largeBody {
+				large = append(large, b)
+			} else {
+				small = append(small, b)
+			}
+		}
+		publishBodies(t, e.v, "", small)
+		published += len(small)
+		for _, b := range large {
+			// One at a time, once everything before it is settled, so that
+			// no commit holds two (see largeBody).
+			testkit.WaitUntil(t, time.Minute, "everything published so far acknowledged", func() (bool, string) {
+				acked := sum(e.c.metrics(t), "tally_collector_acked_total")
+				return acked >= float64(published), fmt.Sprintf("%v of %d acknowledged", acked, published)
+			})
+			publishBodies(t, e.v, "", []hostileBody{b})
+			published++
+		}
+		if !e.c.p.running() {
+			t.Fatalf("the collector exited after round %d of %d: %v", r+1, rounds, e.c.p.err)
+		}
+	}
+	t.Logf("published %d notifications in %s", total, time.Since(start).Round(time.Millisecond))
+
+	limit := 3*time.Minute + time.Duration(total)*20*time.Millisecond
+	want := make(map[string]bool, ordinary)
+	for i := range ordinary {
+		want[messageID(e.prefix, i)] = true
+	}
+	testkit.WaitUntil(t, limit, "every ordinary notification at the Reporting API", func() (bool, string) {
+		if !e.c.p.running() {
+			t.Fatalf("the collector exited: %v", e.c.p.err)
+		}
+		events, _ := e.api.events(t)
+		got := 0
+		for _, ev := range events {
+			if want[ev.EventID] {
+				got++
+			}
+		}
+		return got >= ordinary, fmt.Sprintf("%d of %d ordinary notifications delivered", got, ordinary)
+	})
+	// At least: a delivery the broker gives again (after a lost connection)
+	// is counted again.
+	testkit.WaitUntil(t, limit, "every notification acknowledged", func() (bool, string) {
+		acked := sum(e.c.metrics(t), "tally_collector_acked_total")
+		return acked >= float64(total), fmt.Sprintf("%v of %d acknowledged", acked, total)
+	})
+	t.Logf("all settled %s after the first publish", time.Since(start).Round(time.Millisecond))
+
+	// Exactly once: each ordinary notification's event, and no event twice.
+	events, raw := e.api.events(t)
+	seen := map[string]int{}
+	for _, ev := range events {
+		seen[ev.EventID]++
+	}
+	for id := range want {
+		if seen[id] != 1 {
+			t.Errorf("ordinary notification %s stored %d times, want once", id, seen[id])
+		}
+	}
+	for id, k := range seen {
+		if k > 1 {
+			t.Errorf("event %.80s stored %d times", id, k)
+		}
+	}
+	if strings.Contains(string(raw), secretFor(e.prefix)) {
+		t.Error("a context token reached the Reporting API")
+	}
+
+	m := e.c.metrics(t)
+	compiled := int(sum(m, "tally_collector_mapper_builtins_compiled"))
+	// Large and deep notifications grow the instances; the budget counts
+	// them at their limit, and the deliveries held at the largest body.
+	budget := residentBudget(compiled, budgetInputs{largestBody: largest, instancesAtLimit: true})
+	hwm := int64(procStatus(t, e.c.p.cmd.Process.Pid, "VmHWM")) << 10
+	t.Logf("collector peak resident set (VmHWM): %d MiB (budget %d MiB, %d modules compiled); %d events at the API "+
+		"(%d ordinary); unparseable %v, skipped %v, mapper failures %v, dead letters %v",
+		hwm>>20, budget>>20, compiled, len(events), ordinary, sum(m, "tally_collector_unparseable_total"),
+		sum(m, "tally_collector_skipped_total"), sum(m, "tally_collector_mapper_failures_total"), sum(m, "tally_collector_deadletters"))
+	if hwm > budget {
+		t.Errorf("peak resident set %d MiB, over the documented budget of %d MiB", hwm>>20, budget>>20)
+	}
+
+	// Every notification is settled in a ledger that balances: mapped,
+	// skipped or dead-lettered, none left in between.
+	tot, _ := e.c.checkLedger(t)
+	if tot.Consumed < int64(total) || tot.Delivered < ordinary {
+		t.Errorf("ledger totals %+v, want at least %d consumed and %d delivered", tot, total, ordinary)
+	}
+	if code, _, err := e.c.get("/readyz"); err != nil || code != 200 {
+		t.Errorf("readyz after the run: %d %v", code, err)
+	}
+	if !e.c.p.running() {
+		t.Fatalf("the collector exited: %v", e.c.p.err)
+	}
+	if code, _ := e.c.p.stop(t, 40*time.Second); code != 0 {
+		t.Errorf("stop: exit %d", code)
+	}
+}
