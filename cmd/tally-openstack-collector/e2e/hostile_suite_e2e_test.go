@@ -12,15 +12,6 @@ import (
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
-// largeBody is the size from which the short run publishes a hostile
-// notification alone, once everything before it is acknowledged: a batch
-// whose dead letters add up to more than the outbox's largest transaction
-// (15% of a Badger memory table, about 1.2 MiB with the defaults) is
-// refused as a whole and requeued, again and again, so that consumption
-// stops. The long run (TALLY_HOSTILE_FLOOD=1, make fuzz) publishes them in
-// the flood like the others, to find that bound until it is lifted.
-const largeBody = 64 << 10
-
 // hostileEnvInt is the integer in the environment variable name, or def.
 func hostileEnvInt(t *testing.T, name string, def uint64) uint64 {
 	t.Helper()
@@ -46,17 +37,13 @@ func hostileEnvInt(t *testing.T, name string, def uint64) uint64 {
 //
 // TALLY_HOSTILE_N notes along the dimensions (300) and TALLY_HOSTILE_DISTINCT
 // distinct event types and projects (500 each) make the short run of make
-// test, which publishes the notes of 64 KiB and more one at a time
-// (largeBody); make fuzz runs it long, and floods with those too
-// (TALLY_HOSTILE_FLOOD=1). TALLY_HOSTILE_SEED replays a run: a failure names
-// its seed.
+// test; make fuzz runs it long. TALLY_HOSTILE_SEED replays a run: a
+// failure names its seed.
 func TestEndToEndHostilePublisherSuite(t *testing.T) {
 	seed := hostileEnvInt(t, "TALLY_HOSTILE_SEED", uint64(time.Now().UnixNano()))
 	n := int(hostileEnvInt(t, "TALLY_HOSTILE_N", 300))
 	distinct := int(hostileEnvInt(t, "TALLY_HOSTILE_DISTINCT", 500))
-	floodLarge := hostileEnvInt(t, "TALLY_HOSTILE_FLOOD", 0)
-	flood := floodLarge == 1
-	replay := fmt.Sprintf("TALLY_HOSTILE_SEED=%d TALLY_HOSTILE_N=%d TALLY_HOSTILE_DISTINCT=%d TALLY_HOSTILE_FLOOD=%d", seed, n, distinct, floodLarge)
+	replay := fmt.Sprintf("TALLY_HOSTILE_SEED=%d TALLY_HOSTILE_N=%d TALLY_HOSTILE_DISTINCT=%d", seed, n, distinct)
 	t.Logf("hostile publisher: %s", replay)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -65,57 +52,37 @@ func TestEndToEndHostilePublisherSuite(t *testing.T) {
 	})
 
 	e := setupE2E(t)
-	notes := newHostileGen(seed, e.corpus).notes(n, distinct)
+	gen := newHostileGen(seed, e.corpus)
+	const rounds, perRound = 10, 20
+	const ordinary = rounds * perRound
+	total := ordinary + n + 2*distinct
 	perDim := map[string]int{}
 	var hostileBytes, largest int64
-	bodies := make([]hostileBody, len(notes))
-	for i, h := range notes {
-		bodies[i] = hostileBody{body: h.body(), exchange: h.exchange}
-		perDim[h.dim]++
-		hostileBytes += int64(len(bodies[i].body))
-		largest = max(largest, int64(len(bodies[i].body)))
+	start := time.Now()
+	// Ordinary notifications round by round, a round's share of the hostile
+	// ones among them, made as the round comes.
+	for r := range rounds {
+		publishRaw(t, e.v, e.corpus, e.prefix, r*perRound, (r+1)*perRound)
+		notes := gen.notes(n*(r+1)/rounds-n*r/rounds, distinct*(r+1)/rounds-distinct*r/rounds)
+		bodies := make([]hostileBody, len(notes))
+		for i, h := range notes {
+			bodies[i] = hostileBody{body: h.body(), exchange: h.exchange}
+			perDim[h.dim]++
+			hostileBytes += int64(len(bodies[i].body))
+			largest = max(largest, int64(len(bodies[i].body)))
+		}
+		publishBodies(t, e.v, "", bodies)
+		if !e.c.p.running() {
+			t.Fatalf("the collector exited after round %d of %d: %v", r+1, rounds, e.c.p.err)
+		}
 	}
 	dims := make([]string, 0, len(perDim))
 	for d, k := range perDim {
 		dims = append(dims, fmt.Sprintf("%s: %d", d, k))
 	}
 	sort.Strings(dims)
-	t.Logf("%d hostile notifications (%d MiB): %s", len(notes), hostileBytes>>20, strings.Join(dims, ", "))
-
-	const rounds, perRound = 10, 20
-	const ordinary = rounds * perRound
-	total := ordinary + len(notes)
-	published := 0
-	start := time.Now()
-	// Ordinary notifications round by round, the hostile ones among them.
-	for r := range rounds {
-		publishRaw(t, e.v, e.corpus, e.prefix, r*perRound, (r+1)*perRound)
-		published += perRound
-		var small, large []hostileBody
-		for _, b := range bodies[r*len(bodies)/rounds : (r+1)*len(bodies)/rounds] {
-			if !flood && len(b.body) >= largeBody {
-				large = append(large, b)
-			} else {
-				small = append(small, b)
-			}
-		}
-		publishBodies(t, e.v, "", small)
-		published += len(small)
-		for _, b := range large {
-			// One at a time, once everything before it is settled, so that
-			// no commit holds two (see largeBody).
-			testkit.WaitUntil(t, time.Minute, "everything published so far acknowledged", func() (bool, string) {
-				acked := sum(e.c.metrics(t), "tally_collector_acked_total")
-				return acked >= float64(published), fmt.Sprintf("%v of %d acknowledged", acked, published)
-			})
-			publishBodies(t, e.v, "", []hostileBody{b})
-			published++
-		}
-		if !e.c.p.running() {
-			t.Fatalf("the collector exited after round %d of %d: %v", r+1, rounds, e.c.p.err)
-		}
-	}
-	t.Logf("published %d notifications in %s", total, time.Since(start).Round(time.Millisecond))
+	t.Logf("published %d notifications in %s, %d hostile (%d MiB, the largest %d bytes): %s",
+		total, time.Since(start).Round(time.Millisecond), total-ordinary, hostileBytes>>20, largest, strings.Join(dims, ", "))
 
 	limit := 3*time.Minute + time.Duration(total)*20*time.Millisecond
 	want := make(map[string]bool, ordinary)
@@ -143,7 +110,30 @@ func TestEndToEndHostilePublisherSuite(t *testing.T) {
 	})
 	t.Logf("all settled %s after the first publish", time.Since(start).Round(time.Millisecond))
 
-	// Exactly once: each ordinary notification's event, and no event twice.
+	m := e.c.metrics(t)
+	compiled := int(sum(m, "tally_collector_mapper_builtins_compiled"))
+	// Large and deep notifications grow the instances; the budget counts
+	// them at their limit, and the deliveries held at the largest body.
+	budget := residentBudget(compiled, budgetInputs{largestBody: largest, instancesAtLimit: true})
+	hwm := int64(procStatus(t, e.c.p.cmd.Process.Pid, "VmHWM")) << 10
+	t.Logf("collector peak resident set (VmHWM): %d MiB (budget %d MiB, %d modules compiled); "+
+		"unparseable %v, skipped %v, mapper failures %v, dead letters %v",
+		hwm>>20, budget>>20, compiled, sum(m, "tally_collector_unparseable_total"),
+		sum(m, "tally_collector_skipped_total"), sum(m, "tally_collector_mapper_failures_total"), sum(m, "tally_collector_deadletters"))
+	if hwm > budget {
+		t.Errorf("peak resident set %d MiB, over the documented budget of %d MiB", hwm>>20, budget>>20)
+	}
+
+	// Every notification is settled in a ledger that balances: mapped,
+	// skipped or dead-lettered, none left in between.
+	tot := e.c.checkLedgerBalanced(t)
+	t.Logf("ledger balanced %s after the first publish: %d consumed, %d committed, %d dead-lettered, %d skipped, %d delivered",
+		time.Since(start).Round(time.Millisecond), tot.Consumed, tot.Committed, tot.DeadTotal(), tot.SkippedTotal(), tot.Delivered)
+	if tot.Consumed < int64(total) || tot.Delivered < ordinary {
+		t.Errorf("ledger totals %+v, want at least %d consumed and %d delivered", tot, total, ordinary)
+	}
+	// Exactly once, with the outbox empty: each ordinary notification's
+	// event, and no event twice.
 	events, raw := e.api.events(t)
 	seen := map[string]int{}
 	for _, ev := range events {
@@ -163,26 +153,6 @@ func TestEndToEndHostilePublisherSuite(t *testing.T) {
 		t.Error("a context token reached the Reporting API")
 	}
 
-	m := e.c.metrics(t)
-	compiled := int(sum(m, "tally_collector_mapper_builtins_compiled"))
-	// Large and deep notifications grow the instances; the budget counts
-	// them at their limit, and the deliveries held at the largest body.
-	budget := residentBudget(compiled, budgetInputs{largestBody: largest, instancesAtLimit: true})
-	hwm := int64(procStatus(t, e.c.p.cmd.Process.Pid, "VmHWM")) << 10
-	t.Logf("collector peak resident set (VmHWM): %d MiB (budget %d MiB, %d modules compiled); %d events at the API "+
-		"(%d ordinary); unparseable %v, skipped %v, mapper failures %v, dead letters %v",
-		hwm>>20, budget>>20, compiled, len(events), ordinary, sum(m, "tally_collector_unparseable_total"),
-		sum(m, "tally_collector_skipped_total"), sum(m, "tally_collector_mapper_failures_total"), sum(m, "tally_collector_deadletters"))
-	if hwm > budget {
-		t.Errorf("peak resident set %d MiB, over the documented budget of %d MiB", hwm>>20, budget>>20)
-	}
-
-	// Every notification is settled in a ledger that balances: mapped,
-	// skipped or dead-lettered, none left in between.
-	tot, _ := e.c.checkLedger(t)
-	if tot.Consumed < int64(total) || tot.Delivered < ordinary {
-		t.Errorf("ledger totals %+v, want at least %d consumed and %d delivered", tot, total, ordinary)
-	}
 	if code, _, err := e.c.get("/readyz"); err != nil || code != 200 {
 		t.Errorf("readyz after the run: %d %v", code, err)
 	}

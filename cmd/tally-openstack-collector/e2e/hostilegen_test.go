@@ -81,7 +81,9 @@ type hostileGen struct {
 	rng    *rand.Rand
 	corpus *corpus
 	prefix string // of every message_id, so that no id meets an ordinary one
-	seq    int
+	seq    int    // notes made
+	dim    int    // notes made along the dimensions, which take turns
+	types  int    // distinct event types made
 }
 
 func newHostileGen(seed uint64, c *corpus) *hostileGen {
@@ -205,21 +207,24 @@ func (g *hostileGen) base(dim string) hostileNote {
 	}
 }
 
-// notes is n notes along the dimensions (each dimension in turn, its
-// parameters drawn), then distinct notes of as many distinct event types
-// (no module claims them) and as many of distinct projects (claimed), all
-// shuffled together.
+// notes is n notes along the dimensions (each dimension in turn, carried
+// on from the last call, its parameters drawn), then distinct notes of as
+// many new event types (no module claims them) and as many of new projects
+// (claimed), all shuffled together. A run calls it once a round, so that
+// only a round's bodies are in memory.
 func (g *hostileGen) notes(n, distinct int) []hostileNote {
 	out := make([]hostileNote, 0, n+2*distinct)
-	for i := range n {
-		d := hostileDims[i%len(hostileDims)]
+	for range n {
+		d := hostileDims[g.dim%len(hostileDims)]
+		g.dim++
 		note := g.base(d.name)
 		d.make(g, &note)
 		out = append(out, note)
 	}
-	for i := range distinct {
+	for range distinct {
 		note := g.base("distinct event types")
-		note.eventType = fmt.Sprintf("hostile.%s.type%d", g.prefix, i)
+		note.eventType = fmt.Sprintf("hostile.%s.type%d", g.prefix, g.types)
+		g.types++
 		out = append(out, note)
 		note = g.base("distinct projects")
 		p := jsonString(fmt.Sprintf("%016x%016x", g.rng.Uint64(), g.rng.Uint64()))
