@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"sort"
@@ -24,6 +25,28 @@ func hostileEnvInt(t *testing.T, name string, def uint64) uint64 {
 		t.Fatalf("%s=%q: %v", name, s, err)
 	}
 	return v
+}
+
+// logFirstErrors logs the first max distinct errors of a daemon's JSON log
+// (the last few KiB a failed test prints may hold only a notification's
+// padding), each cut to 600 bytes.
+func logFirstErrors(t *testing.T, out string, max int) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, line := range strings.Split(out, "\n") {
+		if len(seen) == max {
+			return
+		}
+		if !strings.Contains(line, `"level":"error"`) && !strings.Contains(line, `"level":"fatal"`) {
+			continue
+		}
+		var rec struct{ Component, Message, Error string }
+		if json.Unmarshal([]byte(line), &rec) != nil || seen[rec.Component+rec.Message+rec.Error] {
+			continue
+		}
+		seen[rec.Component+rec.Message+rec.Error] = true
+		t.Logf("collector logged: %.600s", line)
+	}
 }
 
 // A hostile publisher, along every dimension it controls (hostilegen_test.go:
@@ -52,6 +75,11 @@ func TestEndToEndHostilePublisherSuite(t *testing.T) {
 	})
 
 	e := setupE2E(t)
+	t.Cleanup(func() {
+		if t.Failed() {
+			logFirstErrors(t, e.c.p.out.String(), 8)
+		}
+	})
 	gen := newHostileGen(seed, e.corpus)
 	const rounds, perRound = 10, 20
 	const ordinary = rounds * perRound
