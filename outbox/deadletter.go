@@ -123,12 +123,21 @@ func (o *Outbox) appendDeadLetters(ctx context.Context, letters []DeadLetter, ta
 	// Badger refuses a transaction past its limits (15% of a memory table,
 	// about 1.2 MiB with the defaults): letters that together pass them are
 	// written in several transactions, each durable on its own, the ledger's
-	// counts with the last. A failure after the first leaves those written;
+	// counts with the first, so that counts too large for a transaction
+	// leave nothing written. A failure after the first leaves those written;
 	// the caller requeues the batch, and its next delivery keeps them again
 	// (a replay delivers both copies under one id).
-	for lo := 0; ; {
-		hi := o.deadLetterPart(values, lo)
-		final := hi == len(values)
+	var reserved int64 // the ledger's counts, in the first transaction
+	if !tally.Empty() {
+		v, err := tally.Encode()
+		if err != nil {
+			return fmt.Errorf("outbox: encode ledger: %w", err)
+		}
+		reserved = int64(len(v) + 2*txnEntryOverhead)
+	}
+	for lo, first := 0, true; ; first = false {
+		hi := o.deadLetterPart(values, lo, reserved)
+		reserved = 0
 		var last uint64
 		err := o.db.Update(func(txn *badger.Txn) error {
 			if hi > lo {
@@ -140,13 +149,16 @@ func (o *Outbox) appendDeadLetters(ctx context.Context, letters []DeadLetter, ta
 					return err
 				}
 			}
-			if !final {
+			if !first {
 				return nil
 			}
 			return o.putDelta(txn, tally)
 		})
 		if err != nil {
 			return o.refuse(err)
+		}
+		if first && !tally.Empty() {
+			o.deltaCommitted()
 		}
 		if hi > lo {
 			var size int64
@@ -156,30 +168,27 @@ func (o *Outbox) appendDeadLetters(ctx context.Context, letters []DeadLetter, ta
 			o.deadLettersCommitted(last, size)
 			o.undeliverableCommitted(values[lo:hi], undeliv[lo:hi])
 		}
-		if final {
+		if hi == len(values) {
 			break
 		}
 		lo = hi
-	}
-	if !tally.Empty() {
-		o.deltaCommitted()
 	}
 	o.setHealth(nil)
 	return nil
 }
 
 // deadLetterPart is the end of the part of values, from lo, that one
-// transaction holds: at least one letter, then as many as keep it within
-// three quarters of Badger's limits, each letter counted with its
-// undeliverable marker; the rest is left for the last sequence and the
-// ledger's rows.
-func (o *Outbox) deadLetterPart(values [][]byte, lo int) int {
+// transaction holds beside reserved bytes of other writes: as many letters
+// as keep it within three quarters of Badger's limits, each counted with its
+// undeliverable marker (the rest is left for the last sequence), and at
+// least one when nothing is reserved.
+func (o *Outbox) deadLetterPart(values [][]byte, lo int, reserved int64) int {
 	maxCount, maxBytes := o.db.MaxBatchCount()*3/4, o.db.MaxBatchSize()*3/4
-	var n, size int64
+	n, size := int64(1), reserved
 	hi := lo
 	for hi < len(values) {
 		entry := int64(2*9 + len(values[hi]) + 8 + 2*txnEntryOverhead)
-		if hi > lo && (n+2 >= maxCount || size+entry >= maxBytes) {
+		if (hi > lo || reserved > 0) && (n+2 >= maxCount || size+entry >= maxBytes) {
 			break
 		}
 		n += 2
