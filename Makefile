@@ -8,7 +8,8 @@
 #                test modules, runs the linters and the tests, every package
 #                but the end-to-end one under the race detector
 #   make lint    go vet and staticcheck
-#   make fuzz    every fuzz target for FUZZTIME (default 30s) each
+#   make fuzz    every fuzz target for FUZZTIME (default 30s) each, then the
+#                hostile-publisher suite's long run (HOSTILE_N, HOSTILE_DISTINCT)
 #   make bench   the benchmarks
 
 SHELL := /bin/bash
@@ -105,11 +106,21 @@ test-race: $(TEST_WASM)
 # FUZZTIME (go test -fuzz takes one target of one package at a time). The
 # committed corpus (testdata/fuzz/FuzzX/ beside the test) runs first; an input
 # that fails is written there, to be kept once fixed. fuzz-short is the part of
-# make test: a few seconds each (a fixed number of executions).
+# make test: a few seconds each (a fixed number of executions), without the
+# hostile-publisher suite's long run (its short run is part of test-go).
+#
+# fuzz-hostile is that long run: TestEndToEndHostilePublisherSuite with
+# HOSTILE_N notifications along the generator's dimensions and HOSTILE_DISTINCT
+# distinct event types and projects (as TALLY_HOSTILE_N, TALLY_HOSTILE_DISTINCT).
+# Its seed is printed; TALLY_HOSTILE_SEED=<seed> replays a run.
 FUZZTIME ?= 30s
 FUZZMINIMIZETIME ?= 10s
-.PHONY: fuzz fuzz-short
-fuzz:
+HOSTILE_N ?= 3000
+HOSTILE_DISTINCT ?= 5000
+.PHONY: fuzz fuzz-targets fuzz-short fuzz-hostile
+fuzz: fuzz-targets fuzz-hostile
+
+fuzz-targets:
 	@set -eo pipefail; for f in $$(grep -rl --include='*_test.go' --exclude-dir=.cache --exclude-dir=.git '^func Fuzz' . | sort); do \
 		for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
 			echo "fuzz: $$(dirname $$f) $$t for $(FUZZTIME)"; \
@@ -117,12 +128,16 @@ fuzz:
 		done; \
 	done
 
+fuzz-hostile: $(TEST_WASM)
+	TALLY_HOSTILE_N=$(HOSTILE_N) TALLY_HOSTILE_DISTINCT=$(HOSTILE_DISTINCT) \
+		$(GO) test -count=1 -v -run '^TestEndToEndHostilePublisherSuite$$' -timeout 60m ./cmd/tally-openstack-collector/e2e
+
 # fuzz-short counts executions instead of seconds: with a duration, Go 1.26's
 # fuzz coordinator can fail a target at the deadline with "context deadline
 # exceeded" and no input (go.dev/issue/75804, fixed in Go 1.27), which a
 # loaded machine makes likely. A count has no deadline to race.
 fuzz-short:
-	$(MAKE) fuzz FUZZTIME=3000x FUZZMINIMIZETIME=200x
+	$(MAKE) fuzz-targets FUZZTIME=3000x FUZZMINIMIZETIME=200x
 
 lint: $(STATICCHECK)
 	$(GO) vet ./...

@@ -54,7 +54,9 @@ type StoredDeadLetter struct {
 	DeadLetter
 }
 
-// AppendDeadLetters commits letters in one synced transaction. They do not
+// AppendDeadLetters commits letters in a synced transaction, or in several
+// when together they pass Badger's largest (each durable on its own: after
+// a failure, those before it stay written). They do not
 // count against MaxEvents but against MaxDeadLetters and MaxDeadLetterBytes:
 // past either, nothing is written and the error wraps both ErrFull and
 // ErrDeadLettersFull (the consumer pauses as at the event bound), unless the
@@ -79,7 +81,7 @@ func (o *Outbox) appendDeadLetters(ctx context.Context, letters []DeadLetter, ta
 	if o.closed.Load() {
 		return ErrClosed
 	}
-	values, size, err := encodeDeadLetters(letters, true)
+	values, _, err := encodeDeadLetters(letters, true)
 	if err != nil {
 		return fmt.Errorf("outbox: encode dead letters: %w", err)
 	}
@@ -101,7 +103,7 @@ func (o *Outbox) appendDeadLetters(ctx context.Context, letters []DeadLetter, ta
 	if err := o.deadRoom(n, replayable); err != nil {
 		return err
 	}
-	values, undeliv, dropped, gone := o.undeliverableRoom(letters, values)
+	values, undeliv, _, gone := o.undeliverableRoom(letters, values)
 	if len(gone) > 0 && tally != nil {
 		// The ledger files a dropped body as skipped, not as a dead letter
 		// held; its counts still ride in this transaction.
@@ -118,31 +120,82 @@ func (o *Outbox) appendDeadLetters(ctx context.Context, letters []DeadLetter, ta
 	if o.closed.Load() {
 		return ErrClosed
 	}
-	var last uint64
-	err = o.db.Update(func(txn *badger.Txn) error {
-		var err error
-		if len(values) > 0 {
-			if last, err = o.setDeadLetters(txn, values); err != nil {
-				return err
-			}
-			if err := o.markUndeliverable(txn, last, values, undeliv); err != nil {
-				return err
-			}
-		}
-		return o.putDelta(txn, tally)
-	})
-	if err != nil {
-		return o.refuse(err)
-	}
+	// Badger refuses a transaction past its limits (15% of a memory table,
+	// about 1.2 MiB with the defaults): letters that together pass them are
+	// written in several transactions, each durable on its own, the ledger's
+	// counts with the first, so that counts too large for a transaction
+	// leave nothing written. A failure after the first leaves those written;
+	// the caller requeues the batch, and its next delivery keeps them again
+	// (a replay delivers both copies under one id).
+	var reserved int64 // the ledger's counts, in the first transaction
 	if !tally.Empty() {
-		o.deltaCommitted()
+		v, err := tally.Encode()
+		if err != nil {
+			return fmt.Errorf("outbox: encode ledger: %w", err)
+		}
+		reserved = int64(len(v) + 2*txnEntryOverhead)
 	}
-	if len(values) > 0 {
-		o.deadLettersCommitted(last, size-dropped)
-		o.undeliverableCommitted(values, undeliv)
+	for lo, first := 0, true; ; first = false {
+		hi := o.deadLetterPart(values, lo, reserved)
+		reserved = 0
+		var last uint64
+		err := o.db.Update(func(txn *badger.Txn) error {
+			if hi > lo {
+				var err error
+				if last, err = o.setDeadLetters(txn, values[lo:hi]); err != nil {
+					return err
+				}
+				if err := o.markUndeliverable(txn, last, values[lo:hi], undeliv[lo:hi]); err != nil {
+					return err
+				}
+			}
+			if !first {
+				return nil
+			}
+			return o.putDelta(txn, tally)
+		})
+		if err != nil {
+			return o.refuse(err)
+		}
+		if first && !tally.Empty() {
+			o.deltaCommitted()
+		}
+		if hi > lo {
+			var size int64
+			for _, v := range values[lo:hi] {
+				size += int64(len(v))
+			}
+			o.deadLettersCommitted(last, size)
+			o.undeliverableCommitted(values[lo:hi], undeliv[lo:hi])
+		}
+		if hi == len(values) {
+			break
+		}
+		lo = hi
 	}
 	o.setHealth(nil)
 	return nil
+}
+
+// deadLetterPart is the end of the part of values, from lo, that one
+// transaction holds beside reserved bytes of other writes: as many letters
+// as keep it within three quarters of Badger's limits, each counted with its
+// undeliverable marker (the rest is left for the last sequence), and at
+// least one when nothing is reserved.
+func (o *Outbox) deadLetterPart(values [][]byte, lo int, reserved int64) int {
+	maxCount, maxBytes := o.db.MaxBatchCount()*3/4, o.db.MaxBatchSize()*3/4
+	n, size := int64(1), reserved
+	hi := lo
+	for hi < len(values) {
+		entry := int64(2*9 + len(values[hi]) + 8 + 2*txnEntryOverhead)
+		if (hi > lo || reserved > 0) && (n+2 >= maxCount || size+entry >= maxBytes) {
+			break
+		}
+		n += 2
+		size += entry
+		hi++
+	}
+	return hi
 }
 
 // undeliverableRoom leaves out of values the Undeliverable letters past

@@ -162,3 +162,42 @@ func TestDeadLetterCredentialsRedactedOnDisk(t *testing.T) {
 		}
 	}
 }
+
+// Dead letters that together pass Badger's largest transaction (15% of a
+// memory table, about 1.2 MiB with the defaults) are written in several:
+// four letters of 600 KiB, two of them undeliverable, are all kept, with
+// their bodies and their budget's counts. Before, the one transaction was
+// refused ("Txn is too big to fit into one request"), so a batch holding
+// them was requeued again and again and consumption stopped.
+func TestAppendDeadLettersLargerThanATransaction(t *testing.T) {
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	o := open(t, t.TempDir(), func(op *outbox.Options) { op.Registerer = reg })
+	defer o.Close()
+	big := letters(4, 600<<10)
+	big[1].Undeliverable, big[3].Undeliverable = true, true
+	if err := o.AppendDeadLetters(ctx, big); err != nil {
+		t.Fatalf("four letters of 600 KiB: %v", err)
+	}
+	if n := o.DeadLetterCount(); n != 4 {
+		t.Fatalf("%d dead letters held, want 4", n)
+	}
+	got, err := o.ListDeadLetters(ctx, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 4 {
+		t.Fatalf("listed %d letters, want 4", len(got))
+	}
+	for i, l := range got {
+		if !bytes.Equal(l.Body, big[i].Body) || l.Undeliverable != big[i].Undeliverable {
+			t.Errorf("letter %d: body of %d bytes, undeliverable %v; want %d bytes, %v", i, len(l.Body), l.Undeliverable, len(big[i].Body), big[i].Undeliverable)
+		}
+	}
+	if g := gauge(t, reg, "tally_collector_deadletter_undeliverable"); g != 2 {
+		t.Errorf("deadletter_undeliverable = %v, want 2", g)
+	}
+	if o.Healthy() != nil {
+		t.Errorf("outbox unhealthy after the append: %v", o.Healthy())
+	}
+}

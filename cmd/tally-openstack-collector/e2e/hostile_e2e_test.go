@@ -16,14 +16,16 @@ import (
 )
 
 // hostileBody is one message a hostile or broken publisher sends: a body
-// and the kombu "compression" header it comes with (empty: none).
+// and the kombu "compression" header it comes with (empty: none), and the
+// exchange it goes to when not the one publishBodies is given.
 type hostileBody struct {
 	body        []byte
 	compression string
+	exchange    string
 }
 
-// publishBodies publishes bodies to exchange with routing key
-// notifications.info, persistent, confirmed.
+// publishBodies publishes bodies to exchange (or each to its own) with
+// routing key notifications.info, persistent, confirmed.
 func publishBodies(t *testing.T, v *vhost, exchange string, bodies []hostileBody) {
 	t.Helper()
 	ch, err := v.Conn(t).Channel()
@@ -41,7 +43,11 @@ func publishBodies(t *testing.T, v *vhost, exchange string, bodies []hostileBody
 		if b.compression != "" {
 			p.Headers = amqp.Table{"compression": b.compression}
 		}
-		d, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, "notifications.info", false, false, p)
+		x := exchange
+		if b.exchange != "" {
+			x = b.exchange
+		}
+		d, err := ch.PublishWithDeferredConfirmWithContext(ctx, x, "notifications.info", false, false, p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -65,30 +71,64 @@ var bombPayload = []byte(`{"event_type":"hostile.bomb","payload":{}}`)
 // stream asking for a large window.
 func decoderBombs(t *testing.T) []hostileBody {
 	return []hostileBody{
-		{testkit.XZDictBomb(t, bombPayload, 40), pipeline.CodecLZMA},
-		{testkit.LZMADictBomb(t, bombPayload, 0xffffffff), pipeline.CodecLZMA},
-		{testkit.ZstdSegmentBomb(bombPayload), pipeline.CodecZstd},
-		{testkit.BrotliLargeWindow(), pipeline.CodecBrotli},
+		{body: testkit.XZDictBomb(t, bombPayload, 40), compression: pipeline.CodecLZMA},
+		{body: testkit.LZMADictBomb(t, bombPayload, 0xffffffff), compression: pipeline.CodecLZMA},
+		{body: testkit.ZstdSegmentBomb(bombPayload), compression: pipeline.CodecZstd},
+		{body: testkit.BrotliLargeWindow(), compression: pipeline.CodecBrotli},
 	}
 }
 
-// residentBudget is the peak resident memory docs/operations.md ("What a
-// hostile publisher can do") allows a collector with the defaults on this
+// budgetInputs is what the resident-memory budget depends on besides the
+// modules compiled: the largest body the broker delivers (zero: notifications
+// of a few KiB, 16 KiB counted), whether the notifications may grow the
+// modules' instances to their memory limit (large or deep ones do; kilobyte
+// ones leave them at about 2.4 MiB, 4 MiB counted), and the inputs besides
+// the broker that are on, each counted at its bound: plog listeners (none by
+// default) and the uids connected to the local channel (off by default).
+type budgetInputs struct {
+	largestBody      int64
+	instancesAtLimit bool
+	plogListeners    int
+	channelUIDs      int
+}
+
+// residentBudget is the peak resident memory docs/operations.md ("The
+// resident-memory budget") allows a collector with the defaults on this
 // host (one mapping worker and one instance per module per CPU) with
-// compiled built-in modules in memory, for notifications of a few KiB.
-func residentBudget(compiled int) int64 {
+// compiled built-in modules in memory. Each constant is a row of that
+// table.
+func residentBudget(compiled int, in budgetInputs) int64 {
 	const (
-		base         = 64 << 20 // the process at rest, outbox open
-		module       = 20 << 20 // a compiled built-in module's code
-		instance     = 4 << 20  // an instance's linear memory after mapping kilobyte notifications
-		badger       = 28 << 20 // the outbox's memory tables and caches
-		decoderState = 17 << 20 // brotli's, the largest (pipeline.DecoderMemory)
-		output       = 4 * (pipeline.DefaultMaxBodyBytes + 1)
-		prefetch     = 100 * (16 << 10) // PREFETCH × bodies of at most 16 KiB
-		rest         = 32 << 20         // batches, HTTP, metrics, the collector's heap headroom
+		base          = 64 << 20 // the process at rest, outbox open
+		module        = 20 << 20 // a compiled built-in module's code
+		instance      = 4 << 20  // an instance's linear memory after mapping kilobyte notifications
+		instanceLimit = 64 << 20 // MAPPER_MEMORY_LIMIT_MIB
+		badger        = 28 << 20 // the outbox's memory tables and caches
+		decoderState  = 17 << 20 // brotli's, the largest (pipeline.DecoderMemory)
+		output        = 4 * (pipeline.DefaultMaxBodyBytes + 1)
+		prefetch      = 100              // PREFETCH deliveries held
+		smallBody     = 16 << 10         // a notification of a few KiB, counted
+		rest          = 32 << 20         // batches, metrics, the collector's heap headroom
+		http          = 256 * (20 << 10) // HTTP_MAX_CONNECTIONS × about 20 KiB
+		ledger        = 8 << 20          // the ledger's rows of a batch and of a read (TestEndToEndHostilePublisherSuite)
+		// A plog listener: its TCP line budget (32 MiB), 64 KiB of read
+		// buffer for each of its 256 connections, its UDP defragmenter (1 MiB).
+		plogListener = 32<<20 + 256*(64<<10) + 1<<20
+		channelUID   = 16 * (64<<10 + 1052672) // CHANNEL_MAX_CONNECTIONS_PER_UID × (read buffer + largest frame)
+		channelMsgs  = 32 << 20                // messages read and not yet answered, all connections
 	)
 	cpus := int64(goruntime.GOMAXPROCS(0))
-	return base + int64(compiled)*(module+cpus*instance) + badger + cpus*(decoderState+output) + prefetch + rest
+	inst := int64(instance)
+	if in.instancesAtLimit {
+		inst = instanceLimit
+	}
+	b := base + int64(compiled)*(module+cpus*inst) + badger + cpus*(decoderState+output) +
+		prefetch*max(smallBody, in.largestBody) + rest + http + ledger
+	b += int64(in.plogListeners) * plogListener
+	if in.channelUIDs > 0 {
+		b += int64(min(in.channelUIDs, 16))*channelUID + channelMsgs
+	}
+	return b
 }
 
 // A publisher that sends decoder bombs among ordinary notifications costs
@@ -123,7 +163,7 @@ func TestEndToEndDecoderBombsAmongOrdinaryNotifications(t *testing.T) {
 		t.Errorf(`unparseable_total{reason="decoder_limit"} = %v, want %d`, got, rounds*bombsPerRound)
 	}
 	compiled := int(sum(m, "tally_collector_mapper_builtins_compiled"))
-	budget := residentBudget(compiled)
+	budget := residentBudget(compiled, budgetInputs{})
 	hwm := int64(procStatus(t, e.c.p.cmd.Process.Pid, "VmHWM")) << 10
 	t.Logf("collector peak resident set (VmHWM) after %d bombs among %d notifications: %d MiB (budget %d MiB, %d modules compiled)",
 		rounds*bombsPerRound, n, hwm>>20, budget>>20, compiled)
