@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -67,25 +68,31 @@ const (
 	mEventID
 )
 
-func memberOf(name []byte) member {
-	switch string(name) {
-	case "event_type", "service", "resource_type", "resource_id", "project_id", "action":
-		return mRequired
-	case "event_id":
-		return mEventID
-	case "timestamp":
-		return mTimestamp
-	case "user_id":
-		return mOptional
-	case "attributes":
-		return mAttributes
-	case "source":
-		return mSource
+func memberOf(name []byte) (kind member, required int) {
+	for i, n := range requiredMembers {
+		if string(name) == n {
+			switch i {
+			case 0:
+				return mEventID, i
+			case 1:
+				return mTimestamp, i
+			}
+			return mRequired, i
+		}
 	}
-	return mUnknown
+	switch string(name) {
+	case "user_id":
+		return mOptional, -1
+	case "attributes":
+		return mAttributes, -1
+	case "source":
+		return mSource, -1
+	}
+	return mUnknown, -1
 }
 
-// requiredMembers are checked for presence, in this order.
+// requiredMembers are checked for presence, in this order (event_id and
+// timestamp first: memberOf gives them kinds of their own).
 var requiredMembers = [...]string{"event_id", "timestamp", "event_type", "service",
 	"resource_type", "resource_id", "project_id", "action"}
 
@@ -154,7 +161,7 @@ func (w *eventWriter) write(dst []byte, x *jsonindex.Index, path []byte, src []b
 			drops[contract.Duplicate]++
 			continue
 		}
-		kind := memberOf(name)
+		kind, req := memberOf(name)
 		switch kind {
 		case mSource:
 			continue
@@ -188,10 +195,8 @@ func (w *eventWriter) write(dst []byte, x *jsonindex.Index, path []byte, src []b
 			dst = dst[:begin]
 			return dst, fmt.Errorf("%s %s", name, describe(v, doc, mb))
 		}
-		for r, n := range requiredMembers {
-			if n == string(name) {
-				have[r] = true
-			}
+		if req >= 0 {
+			have[req] = true
 		}
 		dst = append(dst, '"')
 		dst = append(dst, name...)
@@ -225,7 +230,7 @@ func describe(v contract.Violation, doc []byte, mb jsonindex.Child) string {
 	case contract.WrongType:
 		return "is a JSON " + mb.Kind.String() + ", not a string"
 	case contract.TooLong:
-		return fmt.Sprintf("is %d bytes long, over %d", mb.End-mb.Start, contract.MaxIDBytes)
+		return fmt.Sprintf("is over %d bytes (%d as written)", contract.MaxIDBytes, mb.End-mb.Start)
 	case contract.BadTimestamp:
 		val := doc[mb.Start:mb.End]
 		if len(val) > 40 {
@@ -356,14 +361,7 @@ func (w *eventWriter) appendString(dst, doc []byte, mb jsonindex.Child) []byte {
 	return jsonstr.AppendQuotedBytes(dst, w.decode(raw))
 }
 
-func hasEscape(raw []byte) bool {
-	for _, c := range raw {
-		if c == '\\' {
-			return true
-		}
-	}
-	return false
-}
+func hasEscape(raw []byte) bool { return bytes.IndexByte(raw, '\\') >= 0 }
 
 // markLast returns names (reused) with names[j] the decoded name of
 // members[j], or nil when a later member has the same name (the last one

@@ -64,7 +64,7 @@ func TestContractRefusesRequiredMembers(t *testing.T) {
 		{"project_id", `"\u00a0\u3000"`, "project_id is blank"},
 		{"project_id", `null`, "project_id is null"},
 		{"project_id", `42`, "project_id is a JSON number, not a string"},
-		{"resource_id", `"` + strings.Repeat("r", contract.MaxIDBytes+1) + `"`, "resource_id is 256 bytes long, over 255"},
+		{"resource_id", `"` + strings.Repeat("r", contract.MaxIDBytes+1) + `"`, "resource_id is over 255 bytes (256 as written)"},
 		{"event_type", `""`, "event_type is blank"},
 		{"event_id", "", "event_id missing"},
 		{"action", `{}`, "action is a JSON object, not a string"},
