@@ -195,17 +195,28 @@ func TestRunInProcessDeliversAndStopsCleanly(t *testing.T) {
 	if err := d.returned(t, 2*cfg.StopTimeout); err != nil {
 		t.Fatalf("Run after a signal: %v\n%s", err, d.log)
 	}
+	checkCleanStop(t, d, v)
+	if !strings.Contains(d.log.String(), `"message":"stopped"`) {
+		t.Errorf("the log lacks the stop:\n%s", d.log)
+	}
+}
+
+// checkCleanStop checks what a clean stop leaves: the log says the inputs
+// stopped, the outbox flushed and closed; nothing is left in the outbox, and
+// no delivery is left unacknowledged on the queue.
+func checkCleanStop(t *testing.T, d *inProcess, v *testkit.Vhost) {
+	t.Helper()
 	log := d.log.String()
-	for _, want := range []string{`"message":"inputs stopped; every delivery taken was committed and acknowledged"`, `"message":"flushed"`, `"message":"outbox closed"`, `"message":"stopped"`} {
+	for _, want := range []string{`"message":"inputs stopped; every delivery taken was committed and acknowledged"`, `"message":"flushed"`, `"message":"outbox closed"`} {
 		if !strings.Contains(log, want) {
 			t.Errorf("the log lacks %s:\n%s", want, log)
 		}
 	}
-	if depth := checkReleased(t, cfg); depth != 0 {
+	if depth := checkReleased(t, d.cfg); depth != 0 {
 		t.Errorf("%d events left in the outbox after a clean stop", depth)
 	}
-	if ready, ok := v.QueueState(t, cfg.Queue); !ok || ready != 0 {
-		t.Errorf("queue %s: %d ready (exists %v), want the delivery acknowledged", cfg.Queue, ready, ok)
+	if ready, ok := v.QueueState(t, d.cfg.Queue); !ok || ready != 0 {
+		t.Errorf("queue %s: %d ready (exists %v), want every delivery acknowledged", d.cfg.Queue, ready, ok)
 	}
 }
 

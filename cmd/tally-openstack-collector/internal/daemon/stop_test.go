@@ -131,18 +131,7 @@ func TestRunStopBoundedUnderMemoryAlarm(t *testing.T) {
 		t.Fatalf("Run after a signal: %v\n%s", err, d.log)
 	}
 	t.Logf("stopped %s after the signal, STOP_TIMEOUT %s", time.Since(start).Round(time.Millisecond), cfg.StopTimeout)
-	log := d.log.String()
-	for _, want := range []string{`"message":"inputs stopped; every delivery taken was committed and acknowledged"`, `"message":"flushed"`, `"message":"outbox closed"`} {
-		if !strings.Contains(log, want) {
-			t.Errorf("the log lacks %s:\n%s", want, log)
-		}
-	}
-	if depth := checkReleased(t, cfg); depth != 0 {
-		t.Errorf("%d events left in the outbox", depth)
-	}
-	if ready, ok := v.QueueState(t, cfg.Queue); !ok || ready != 0 {
-		t.Errorf("queue %s: %d ready (exists %v), want every delivery acknowledged", cfg.Queue, ready, ok)
-	}
+	checkCleanStop(t, d, v)
 	if st, err := api.Stats(); err != nil || st.Accepted != notifications {
 		t.Errorf("Reporting API after the stop: %+v %v, want %d accepted", st, err, notifications)
 	}
