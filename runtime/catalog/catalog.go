@@ -165,8 +165,10 @@ type Catalog struct {
 	closed     bool
 
 	// Decisions across restarts (state.go): saved is what the last run
-	// decided, used by the start-up scan only; lastSaved the record as last
-	// written; scanned is set once the directory was read.
+	// decided, used by the first scan that reads the directory (at start-up,
+	// or later when the directory was missing or unreadable then) and
+	// dropped after it; lastSaved the record as last written; scanned is set
+	// once the directory was read.
 	saved     *savedState
 	lastSaved []byte
 	scanned   bool
@@ -279,7 +281,6 @@ func (c *Catalog) start(ctx context.Context) error {
 		c.reload(ctx, "start")
 	}
 	c.mu.Lock()
-	c.saved = nil
 	_ = c.save() // logged
 	c.mu.Unlock()
 	return nil
@@ -603,6 +604,12 @@ func (c *Catalog) reload(ctx context.Context, trigger string) ReloadResult {
 		return res
 	}
 	c.mu.Lock()
+	// The first read of the directory places its files against the saved
+	// decisions, as a start does: a directory that appears after a start
+	// without it (a volume mounted late) resumes the last run's decisions
+	// instead of taking every file as new (an aborted version back in
+	// shadow, the version in service a candidate again).
+	first := !c.scanned
 	c.scanned = true
 	c.mu.Unlock()
 	seen := map[string]bool{}
@@ -683,7 +690,7 @@ func (c *Catalog) reload(ctx context.Context, trigger string) ReloadResult {
 			fs.key = f.key
 		}
 	}
-	if trigger == "start" && c.saved != nil {
+	if first && c.saved != nil {
 		// The version each name had in service goes in first, then its
 		// candidate, then the rest, so that every other version of a name
 		// is placed against the version the last run kept.
@@ -721,7 +728,10 @@ func (c *Catalog) reload(ctx context.Context, trigger string) ReloadResult {
 			continue
 		}
 		c.files[ch.f.path] = &fileState{key: ch.f.key, digest: ch.c.digest, sha: ch.c.sha, at: now}
-		c.place(ch.ld, trigger == "start", &res)
+		c.place(ch.ld, first, &res)
+	}
+	if first {
+		c.saved = nil // used by the first read only
 	}
 	res.Changed = len(changes) > 0 || len(removed) > 0
 	if res.Changed {

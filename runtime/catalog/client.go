@@ -192,5 +192,12 @@ func (cl *Client) send(ctx context.Context, method, path string, body []byte, ou
 	default:
 		return fmt.Errorf("catalog client: %s %s: %s: %s", method, path, resp.Status, eb.Error)
 	}
-	return fmt.Errorf("catalog client: %s %s: %w: %s", method, path, sentinel, eb.Error)
+	// The daemon's message often begins with the same sentinel's words (it
+	// wrapped the same error): they are said once.
+	detail := strings.TrimPrefix(eb.Error, sentinel.Error())
+	detail = strings.TrimPrefix(detail, ": ")
+	if detail == "" {
+		return fmt.Errorf("catalog client: %s %s: %w", method, path, sentinel)
+	}
+	return fmt.Errorf("catalog client: %s %s: %w: %s", method, path, sentinel, detail)
 }

@@ -203,6 +203,8 @@ func TestHTTPRoutes(t *testing.T) {
 	}
 	if _, err := cl.ShowDeadLetter(ctx, 12345); !errors.Is(err, outbox.ErrNotFound) {
 		t.Errorf("show unknown: %v", err)
+	} else if n := strings.Count(err.Error(), outbox.ErrNotFound.Error()); n != 1 || !strings.Contains(err.Error(), "dead letter 12345") {
+		t.Errorf("show unknown: the cause said %d times, or the letter not named: %v", n, err)
 	}
 	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/mappers/flaky/promote", nil)
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
@@ -393,6 +395,8 @@ func TestPurgeDeadLetters(t *testing.T) {
 	}
 	if _, err := cl.Purge(ctx, catalog.PurgeOptions{}); !errors.Is(err, catalog.ErrInvalidPurge) {
 		t.Fatalf("empty purge over HTTP: %v", err)
+	} else if n := strings.Count(err.Error(), catalog.ErrInvalidPurge.Error()); n != 1 || !strings.Contains(err.Error(), "give a sequence range") {
+		t.Errorf("empty purge over HTTP: the cause said %d times, or the fix left out: %v", n, err)
 	}
 	if rep, err := cl.Purge(ctx, catalog.PurgeOptions{All: true}); err != nil || rep.Purged != 6 || ob.DeadLetterCount() != 0 {
 		t.Fatalf("purge all: %+v %v", rep, err)

@@ -96,7 +96,10 @@
 //   - a name with nothing saved is taken as at a first start.
 //
 // Nothing is saved before the directory was read once, so a start that
-// cannot read it (a volume not mounted yet) does not erase the decisions. An
+// cannot read it (a volume not mounted yet) does not erase the decisions:
+// the built-ins serve, and the first scan that reads the directory, when it
+// appears, places its files against the saved decisions as the start-up
+// scan would have. An
 // unreadable or unknown record is logged and ignored (a first start); a
 // failed save is logged, and the decisions hold in memory until the next
 // change saves them. The record is a few hundred bytes and is written only

@@ -252,3 +252,51 @@ func TestStartWithoutTheDirectoryKeepsTheDecisions(t *testing.T) {
 		t.Fatalf("the migration was lost: %+v", m)
 	}
 }
+
+// TestDirectoryAppearingAfterStartResumesTheDecisions: a start without the
+// directory (a volume mounted late) serves the built-ins; when the directory
+// appears, its files are placed against the last run's decisions, as at a
+// start that could read it: the version promoted over the built-in serves
+// again, and an aborted version stays parked instead of shadowing again.
+func TestDirectoryAppearingAfterStartResumesTheDecisions(t *testing.T) {
+	k := newCollector(t, map[string][]byte{"echo.wasm": wasm(t, "echo_v1"), "flaky.wasm": wasm(t, "flaky_v1")})
+	c := k.start()
+	drop(t, k.dir, "echo.wasm", "echo_v2")
+	drop(t, k.dir, "flaky.wasm", "flaky_v2")
+	reload(t, c)
+	if _, err := c.Promote(context.Background(), "echo"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Abort(context.Background(), "flaky"); err != nil {
+		t.Fatal(err)
+	}
+	k.stop()
+
+	aside := k.dir + ".aside"
+	if err := os.Rename(k.dir, aside); err != nil {
+		t.Fatal(err)
+	}
+	c = k.start()
+	if m := mustModule(t, c, "echo"); m.State != catalog.StateActive || m.Active.ID != "echo@1.0.0" {
+		t.Fatalf("without the directory the built-in serves: %+v", m)
+	}
+	if err := os.Rename(aside, k.dir); err != nil {
+		t.Fatal(err)
+	}
+	reload(t, c)
+	if m := mustModule(t, c, "echo"); m.State != catalog.StateActive || m.Active.ID != "echo@2.0.0" {
+		t.Errorf("the version promoted before the restart should serve again: %+v", m)
+	}
+	if m := mustModule(t, c, "flaky"); m.State != catalog.StateActive || m.Migration != nil {
+		t.Errorf("an aborted version came back into shadow: %+v", m)
+	}
+	if f, ok := fileState(c.Status(), k.dir, "flaky.wasm"); !ok || f.State != "parked" || !strings.Contains(f.Reason, "aborted") {
+		t.Errorf("the aborted file should stay parked with its reason: %+v", c.Status().Files)
+	}
+	// Later changes are changes while running: a new version shadows.
+	drop(t, k.dir, "echo.wasm", "echo_v1b")
+	reload(t, c)
+	if m := mustModule(t, c, "echo"); m.Migration == nil || m.Migration.Candidate.ID != "echo@1.0.1" {
+		t.Errorf("a file changed after the first read should shadow: %+v", m)
+	}
+}
