@@ -8,6 +8,9 @@
 // defaultMode says otherwise; see Exposed). A Source re-reads its file when the file's
 // modification time or size changes, so a rotated Secret is picked up without
 // a restart. Linux only (it reads the owner group from syscall.Stat_t).
+//
+// The same exposure policy covers the other secrets kept in files, the TLS
+// private keys (WarnExposed), so every secret file is judged by one rule.
 package tokenfile
 
 import (
@@ -73,6 +76,31 @@ func Exposed(fi fs.FileInfo) bool {
 		return true
 	}
 	return !ownGroup(st.Gid)
+}
+
+// WarnExposed logs a warning naming setting and path when the secret file
+// at path (a TLS private key) may be read by users other than the
+// collector's, as a token file's Source does for its own: one policy for
+// every secret kept in a file. A file that cannot be examined is left to the
+// code that reads it, which reports it with the path.
+func WarnExposed(log zerolog.Logger, what, setting, path string) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return
+	}
+	warnExposed(log, what, setting, path, fi)
+}
+
+func warnExposed(log zerolog.Logger, what, setting, path string, fi fs.FileInfo) {
+	if !Exposed(fi) {
+		return
+	}
+	ev := log.Warn().Str("file", path).Str("mode", fi.Mode().Perm().String())
+	if setting != "" {
+		ev = ev.Str("setting", setting)
+	}
+	ev.Msg(what + " is readable by group or others; make it readable by the collector's user only " +
+		"(chmod 600, or defaultMode 0400 for a Kubernetes Secret)")
 }
 
 func ownGroup(gid uint32) bool {
@@ -155,10 +183,7 @@ func (s *Source) reload() (string, error) {
 	if err != nil {
 		return s.cur, err
 	}
-	if Exposed(fi) {
-		s.log.Warn().Str("file", s.file).Str("mode", fi.Mode().Perm().String()).
-			Msg("token file is readable by group or others; make it readable by the collector's user only (chmod 600, or defaultMode 0400 for a Kubernetes Secret)")
-	}
+	warnExposed(s.log, "token file", "", s.file, fi)
 	s.cur, s.mtime, s.size = tok, fi.ModTime(), fi.Size()
 	return s.cur, nil
 }

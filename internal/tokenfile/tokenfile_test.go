@@ -98,3 +98,29 @@ func TestSourceRereadsAndWarnsWhenExposed(t *testing.T) {
 		t.Fatal("a token reached the log")
 	}
 }
+
+// TestWarnExposedIsTheTokenFilesRule: another secret file (a TLS key) is
+// judged and reported as a token file is, naming its setting and path.
+func TestWarnExposedIsTheTokenFilesRule(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "client.key")
+	for mode, want := range map[os.FileMode]bool{0o600: false, 0o644: true, 0o604: true} {
+		write(t, p, "-----BEGIN PRIVATE KEY-----\nkey-material\n", mode)
+		var logs bytes.Buffer
+		tokenfile.WarnExposed(zerolog.New(&logs), "TLS private key file", "TALLY_OSC_REPORTING_KEY_FILE", p)
+		got := logs.String()
+		if want != strings.Contains(got, "TLS private key file is readable by group or others") {
+			t.Errorf("mode %o: warned %v, want %v: %s", mode, !want, want, got)
+		}
+		if want && (!strings.Contains(got, `"setting":"TALLY_OSC_REPORTING_KEY_FILE"`) || !strings.Contains(got, p) || !strings.Contains(got, "chmod 600")) {
+			t.Errorf("mode %o: the warning lacks the setting, the path or the fix: %s", mode, got)
+		}
+		if strings.Contains(got, "key-material") {
+			t.Errorf("the key reached the log: %s", got)
+		}
+	}
+	var logs bytes.Buffer
+	tokenfile.WarnExposed(zerolog.New(&logs), "TLS private key file", "X", filepath.Join(t.TempDir(), "absent"))
+	if logs.Len() != 0 {
+		t.Errorf("a file that cannot be examined is left to its reader: %s", logs.String())
+	}
+}

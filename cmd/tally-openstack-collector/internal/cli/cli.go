@@ -134,6 +134,29 @@ func parseFlags(fs *pflag.FlagSet, head string, args []string, stdout, stderr io
 	return nil
 }
 
+// printConfig prints the effective settings, secrets redacted, with what is
+// missing or invalid marked on its line (--print-config). It prints them
+// even when the daemon would refuse to start, to show what it read: the
+// exit status is 0 once printed, and standard error says how many problems
+// would stop a start.
+func printConfig(fs *pflag.FlagSet, environ []string, m settings.Mode, stdout, stderr io.Writer) int {
+	in, err := settings.Inspect(fs, environ, m)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	for _, l := range in.Lines {
+		fmt.Fprintln(stdout, l)
+	}
+	for _, w := range in.Warnings {
+		fmt.Fprintln(stderr, "warning: "+w)
+	}
+	if n := len(in.Problems); n > 0 {
+		fmt.Fprintf(stderr, "%d setting problem(s), marked above: the %s would refuse to start with these settings\n", n, m)
+	}
+	return 0
+}
+
 func runRoot(args, environ []string, stdout, stderr io.Writer, stamp Stamp) int {
 	fs := rootFlags()
 	if err := parseFlags(fs, usageHead, args, stdout, stderr); err != nil {
@@ -152,19 +175,17 @@ func runRoot(args, environ []string, stdout, stderr io.Writer, stamp Stamp) int 
 	if dump {
 		m = settings.ModeDump
 	}
+	if printCfg {
+		return printConfig(fs, environ, m, stdout, stderr)
+	}
 	cfg, err := settings.Load(fs, environ, m)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
-	if printCfg {
-		for _, l := range cfg.Effective() {
-			fmt.Fprintln(stdout, l)
-		}
-		return 0
-	}
 	log := daemon.NewLogger(stderr, cfg.LogFormat, cfg.LogLevel)
 	mlog := log.With().Str("component", "main").Logger()
+	daemon.WarnSettings(cfg, mlog)
 	if dump {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()

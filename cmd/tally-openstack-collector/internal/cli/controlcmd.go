@@ -78,7 +78,7 @@ func controlClient(fs *pflag.FlagSet, environ []string) (*catalog.Client, error)
 			return nil, fmt.Errorf("%sCONTROL_TOKEN and %sCONTROL_TOKEN_FILE are both set: set one", settings.EnvPrefix, settings.EnvPrefix)
 		}
 		if token, _, err = tokenfile.Read(cfg.ControlTokenFile); err != nil {
-			return nil, fmt.Errorf("%sCONTROL_TOKEN_FILE: %w", settings.EnvPrefix, err)
+			return nil, fmt.Errorf("%s: %w", cfg.NameOf("control_token_file"), err)
 		}
 	}
 	return &catalog.Client{BaseURL: "http://" + net.JoinHostPort(host, port), Token: token}, nil
@@ -109,7 +109,7 @@ func runMappers(args, environ []string, stdout, stderr io.Writer) int {
 	case fs.NArg() == 0:
 		st, err := cl.Status(ctx)
 		if err != nil {
-			fmt.Fprintf(stderr, "mappers: %v\n", err)
+			fmt.Fprintf(stderr, "mappers: %v\n", controlError(err, fs, environ))
 			return 1
 		}
 		if err := st.WriteText(stdout); err != nil {
@@ -124,7 +124,7 @@ func runMappers(args, environ []string, stdout, stderr io.Writer) int {
 			out, err = cl.Abort(ctx, fs.Arg(1))
 		}
 		if err != nil {
-			fmt.Fprintf(stderr, "mappers %s: %v\n", fs.Arg(0), err)
+			fmt.Fprintf(stderr, "mappers %s: %v\n", fs.Arg(0), controlError(err, fs, environ))
 			return 1
 		}
 		_ = printJSON(stdout, out)
@@ -194,9 +194,15 @@ func runDeadletter(args, environ []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "deadletter %s: %v\n", fs.Arg(0), err)
+		fmt.Fprintf(stderr, "deadletter %s: %v\n", fs.Arg(0), controlError(err, fs, environ))
 		return 1
 	}
 	_ = printJSON(stdout, out)
+	if rep, ok := out.(catalog.ReplayReport); ok && rep.Remaining > 0 {
+		// Some letters still fail: not a success, for a script or a job.
+		fmt.Fprintf(stderr, "deadletter replay: %d of %d letters still fail and stay dead letters (their reasons are above); "+
+			"fix the mapper and replay again, or purge them\n", rep.Remaining, rep.Examined)
+		return 1
+	}
 	return 0
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/tally-billing/tally-openstack-collector/cmd/tally-openstack-collector/internal/settings"
+	"github.com/tally-billing/tally-openstack-collector/internal/redact"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
@@ -168,7 +169,7 @@ func runLedger(args, environ []string, stdout, stderr io.Writer) int {
 	defer cancel()
 	d, err := readLedger(ctx, fs, environ, f.merge, from, to)
 	if err != nil {
-		fmt.Fprintf(stderr, "ledger: %v\n", err)
+		fmt.Fprintf(stderr, "ledger: %v\n", controlError(err, fs, environ))
 		return 2
 	}
 	rep, err := ledger.NewReport(d, from, to, f.by)
@@ -216,6 +217,10 @@ func runReconcile(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "reconcile: %v\n", err)
 		return 2
 	}
+	if cfg.ReportingURL == "" {
+		fmt.Fprintf(stderr, "reconcile: %sREPORTING_URL (or --reporting-url) is not set: it names the Reporting API to compare with\n", settings.EnvPrefix)
+		return 2
+	}
 	counts, err := sender.Counts(ctx, sender.Options{URL: cfg.ReportingURL, Token: cfg.ReportingToken, TokenFile: cfg.ReportingTokenFile,
 		Insecure: cfg.ReportingInsecure, TLS: cfg.ReportingTLS, RequestTimeout: cfg.ReportingTimeout}, from, to)
 	if errors.Is(err, sender.ErrNoCountRoute) {
@@ -224,7 +229,8 @@ func runReconcile(args, environ []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "reconcile: %v\n", err)
+		// Which peer failed: the ledger was read, the API was not.
+		fmt.Fprintf(stderr, "reconcile: Reporting API at %s (%s): %v\n", peerURL(cfg.ReportingURL), cfg.NameOf("reporting_url"), err)
 		return 2
 	}
 	api := make(map[ledger.StoredKey]int64, len(counts))
@@ -241,4 +247,13 @@ func runReconcile(args, environ []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// peerURL is a URL as an error may show it: no password (redact.URL), no
+// query or fragment.
+func peerURL(raw string) string {
+	if i := strings.IndexAny(raw, "?#"); i >= 0 {
+		raw = raw[:i]
+	}
+	return redact.URL(raw)
 }

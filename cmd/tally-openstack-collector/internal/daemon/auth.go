@@ -45,6 +45,14 @@ const (
 const noTokenMessage = "this route needs a control token: set TALLY_OSC_CONTROL_TOKEN or TALLY_OSC_CONTROL_TOKEN_FILE " +
 	"(the daemon listens beyond loopback, so without a token only /livez, /readyz and /metrics answer)"
 
+// The answers of a 401 name the settings that hold the token, on both
+// sides: the daemon reads it from them, and so do the control commands.
+const (
+	missingTokenMessage = "this route needs the control token (the daemon's TALLY_OSC_CONTROL_TOKEN_FILE or TALLY_OSC_CONTROL_TOKEN), " +
+		"sent as Authorization: Bearer <token>; the control commands read the same settings"
+	wrongTokenMessage = "wrong control token: send the one the daemon reads from TALLY_OSC_CONTROL_TOKEN_FILE or TALLY_OSC_CONTROL_TOKEN"
+)
+
 func newControlAuth(token *tokenfile.Source, loopback bool, log zerolog.Logger, reg prometheus.Registerer) (*controlAuth, error) {
 	a := &controlAuth{
 		token:    token,
@@ -84,13 +92,13 @@ func (a *controlAuth) wrap(next http.Handler) http.Handler {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || got == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tally-openstack-collector"`)
-			a.refuse(w, r, authMissing, http.StatusUnauthorized, "this route needs Authorization: Bearer <control token>")
+			a.refuse(w, r, authMissing, http.StatusUnauthorized, missingTokenMessage)
 			return
 		}
 		gs, ws := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
 		if subtle.ConstantTimeCompare(gs[:], ws[:]) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tally-openstack-collector", error="invalid_token"`)
-			a.refuse(w, r, authWrong, http.StatusUnauthorized, "wrong control token")
+			a.refuse(w, r, authWrong, http.StatusUnauthorized, wrongTokenMessage)
 			return
 		}
 		next.ServeHTTP(w, r)

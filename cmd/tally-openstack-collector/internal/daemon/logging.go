@@ -7,6 +7,9 @@ import (
 
 	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
+
+	"github.com/tally-billing/tally-openstack-collector/cmd/tally-openstack-collector/internal/settings"
+	"github.com/tally-billing/tally-openstack-collector/internal/tokenfile"
 )
 
 // NewLogger returns the base logger: JSON lines, or the console format when
@@ -27,4 +30,17 @@ func isTerminal(w io.Writer) bool {
 // component tags a logger for one package or part of the daemon.
 func component(base zerolog.Logger, name string) zerolog.Logger {
 	return base.With().Str("component", name).Logger()
+}
+
+// WarnSettings logs at start what the settings hold that is suspicious but
+// does not stop it: cfg.Warnings (an unknown TALLY_OSC_* variable, a drop-in
+// directory not there yet), and every private key file that group or others
+// may read, by the rule of the token files (tokenfile.WarnExposed).
+func WarnSettings(cfg *settings.Config, log zerolog.Logger) {
+	for _, w := range cfg.Warnings() {
+		log.Warn().Msg(w)
+	}
+	for _, k := range cfg.KeyFiles() {
+		tokenfile.WarnExposed(log, "TLS private key file", k.Setting, k.Path)
+	}
 }

@@ -113,6 +113,48 @@ type Config struct {
 
 	// values holds the effective value of every setting as text, for the dump.
 	values map[string]string
+	// from says where each setting's value came from: fromFile, fromEnv,
+	// fromFlag; absent: the default. file is the --config file's path.
+	from map[string]string
+	file string
+	// warnings are what Load found wrong but not fatal (Warnings).
+	warnings []string
+}
+
+// Where a setting's value came from, in Config.from.
+const (
+	fromFile = "file"
+	fromEnv  = "env"
+	fromFlag = "flag"
+)
+
+// Warnings are what the settings hold that is suspicious but does not stop
+// a start: a TALLY_OSC_* variable that names no setting (with the closest
+// one), a drop-in directory that does not exist yet. The daemon logs them at
+// start; --print-config prints them on standard error.
+func (c *Config) Warnings() []string { return c.warnings }
+
+// name is the setting as the user gave it, for a problem: --flag when the
+// value came from a flag, "FILE: key" from the config file, the environment
+// variable otherwise.
+func (c *Config) name(s setting) string {
+	switch c.from[s.key] {
+	case fromFlag:
+		return "--" + s.flag()
+	case fromFile:
+		return c.file + ": " + s.key
+	}
+	return s.env()
+}
+
+// NameOf is the setting key as the user gave it: --flag, "FILE: key" or
+// the TALLY_OSC_ variable (by default, the variable).
+func (c *Config) NameOf(key string) string { return c.nameOf(key) }
+
+// nameOf is name by key.
+func (c *Config) nameOf(key string) string {
+	s, _ := settingByKey(key)
+	return c.name(s)
 }
 
 // ConfigError lists every problem found in the settings.
@@ -150,7 +192,21 @@ func FlagName(key string) string { return setting{key: key}.flag() }
 // the TALLY_OSC_* variables of environ, then the flags set on fs. It returns
 // every problem at once in a *ConfigError.
 func Load(fs *pflag.FlagSet, environ []string, m Mode) (*Config, error) {
+	c, problems, err := load(fs, environ, m)
+	if err != nil {
+		return nil, err
+	}
+	if len(problems) > 0 {
+		return nil, &ConfigError{Problems: problems}
+	}
+	return c, nil
+}
+
+// load is Load, answering the settings as far as they could be decoded
+// beside the problems found; err only when nothing could be read.
+func load(fs *pflag.FlagSet, environ []string, m Mode) (*Config, []string, error) {
 	var problems []string
+	from := map[string]string{}
 	k := koanf.New(".")
 
 	defaults := make(map[string]any, len(table))
@@ -158,7 +214,7 @@ func Load(fs *pflag.FlagSet, environ []string, m Mode) (*Config, error) {
 		defaults[s.key] = s.def
 	}
 	if err := k.Load(confmap.Provider(defaults, "."), nil); err != nil {
-		return nil, fmt.Errorf("load defaults: %w", err)
+		return nil, nil, fmt.Errorf("load defaults: %w", err)
 	}
 
 	path := ""
@@ -172,7 +228,7 @@ func Load(fs *pflag.FlagSet, environ []string, m Mode) (*Config, error) {
 	if path != "" {
 		fk := koanf.New(".")
 		if err := fk.Load(file.Provider(path), yaml.Parser()); err != nil {
-			return nil, &ConfigError{Problems: []string{fmt.Sprintf("config file %s: %v", path, err)}}
+			return nil, nil, &ConfigError{Problems: []string{fmt.Sprintf("config file %s: %v", path, err)}}
 		}
 		top := fk.Raw()
 		for key, v := range top {
@@ -186,7 +242,7 @@ func Load(fs *pflag.FlagSet, environ []string, m Mode) (*Config, error) {
 				continue
 			}
 			if _, ok := settingByKey(key); !ok {
-				problems = append(problems, fmt.Sprintf("%s: unknown setting %q", path, key))
+				problems = append(problems, unknownKey(path, key))
 				continue
 			}
 			if _, isMap := v.(map[string]any); isMap {
@@ -194,8 +250,9 @@ func Load(fs *pflag.FlagSet, environ []string, m Mode) (*Config, error) {
 				continue
 			}
 			if err := k.Set(key, fileValue(v)); err != nil {
-				return nil, fmt.Errorf("set %s: %w", key, err)
+				return nil, nil, fmt.Errorf("set %s: %w", key, err)
 			}
+			from[key] = fromFile
 		}
 	}
 
@@ -203,10 +260,11 @@ func Load(fs *pflag.FlagSet, environ []string, m Mode) (*Config, error) {
 	for _, s := range table {
 		if v, ok := lookupEnvOK(environ, s.env()); ok {
 			envMap[s.key] = v
+			from[s.key] = fromEnv
 		}
 	}
 	if err := k.Load(confmap.Provider(envMap, "."), nil); err != nil {
-		return nil, fmt.Errorf("load environment: %w", err)
+		return nil, nil, fmt.Errorf("load environment: %w", err)
 	}
 
 	if fs != nil {
@@ -215,14 +273,15 @@ func Load(fs *pflag.FlagSet, environ []string, m Mode) (*Config, error) {
 			if _, ok := settingByKey(key); !ok || !f.Changed {
 				return "", nil
 			}
+			from[key] = fromFlag
 			return key, f.Value.String()
 		})
 		if err := k.Load(fp, nil); err != nil {
-			return nil, fmt.Errorf("load flags: %w", err)
+			return nil, nil, fmt.Errorf("load flags: %w", err)
 		}
 	}
 
-	c := &Config{values: map[string]string{}}
+	c := &Config{values: map[string]string{}, from: from, file: path, warnings: unknownVariables(environ)}
 	for _, s := range table {
 		c.values[s.key] = k.String(s.key)
 	}
@@ -233,10 +292,12 @@ func Load(fs *pflag.FlagSet, environ []string, m Mode) (*Config, error) {
 		problems = append(problems, plogProblems...)
 	}
 	problems = append(problems, c.validate(m)...)
-	if len(problems) > 0 {
-		return nil, &ConfigError{Problems: problems}
+	if m == ModeDaemon {
+		if w := c.mappersDirWarning(); w != "" {
+			c.warnings = append(c.warnings, w)
+		}
 	}
-	return c, nil
+	return c, problems, nil
 }
 
 // fileValue turns a YAML value into the text the environment would carry:
@@ -288,13 +349,29 @@ func (c *Config) decode(m Mode) []string {
 		switch {
 		case errors.As(err, &several):
 			for _, e := range several.Unwrap() {
-				problems = append(problems, s.env()+": "+e.Error())
+				problems = append(problems, c.name(s)+": "+e.Error())
 			}
 		case err != nil:
-			problems = append(problems, s.env()+": "+err.Error())
+			problems = append(problems, c.name(s)+": "+err.Error())
 		}
 	}
 	return problems
+}
+
+// A NamedPath is a file setting: the name the user gave it (Config.name)
+// and its path.
+type NamedPath struct{ Setting, Path string }
+
+// KeyFiles answers the private key files set (the TLS client keys), for the
+// same mode warning the token files get (tokenfile.WarnExposed).
+func (c *Config) KeyFiles() []NamedPath {
+	var out []NamedPath
+	for _, s := range table {
+		if p := c.values[s.key]; s.privateKey && p != "" {
+			out = append(out, NamedPath{Setting: c.name(s), Path: p})
+		}
+	}
+	return out
 }
 
 // Effective returns every setting as KEY=value lines in table order, secrets
@@ -325,4 +402,70 @@ func (c *Config) shown(s setting) string {
 		return redact.URL(v)
 	}
 	return v
+}
+
+// An Inspection is the effective settings with what is wrong with them, for
+// --print-config.
+type Inspection struct {
+	// Lines are Effective's KEY=value lines; a setting with a problem has it
+	// after its value, "  # missing: ..." when it is required and not set,
+	// "  # invalid: ..." otherwise. The problems that belong to no single
+	// setting follow as "# invalid: ..." lines.
+	Lines []string
+	// Problems are every problem, as Load would report them: the daemon
+	// refuses to start while there is one.
+	Problems []string
+	// Warnings are Config.Warnings.
+	Warnings []string
+}
+
+// Inspect reads the settings as Load does for mode m, but answers them even
+// when some are missing or invalid, each problem marked on the line of its
+// setting. The error is for settings that could not be read at all (an
+// unreadable config file).
+func Inspect(fs *pflag.FlagSet, environ []string, m Mode) (*Inspection, error) {
+	c, problems, err := load(fs, environ, m)
+	if err != nil {
+		return nil, err
+	}
+	in := &Inspection{Problems: problems, Warnings: c.warnings}
+	marks := make(map[string][]string, len(problems))
+	for _, p := range problems {
+		s, ok := c.settingOf(p)
+		if !ok {
+			continue
+		}
+		kind := "invalid"
+		if c.values[s.key] == "" && strings.Contains(p, "required") {
+			kind = "missing"
+		}
+		marks[s.key] = append(marks[s.key], kind+": "+p)
+	}
+	for _, s := range table {
+		line := s.env() + "=" + c.shown(s)
+		for _, mk := range marks[s.key] {
+			line += "  # " + mk
+		}
+		in.Lines = append(in.Lines, line)
+	}
+	for _, p := range problems {
+		if _, ok := c.settingOf(p); !ok {
+			in.Lines = append(in.Lines, "# invalid: "+p)
+		}
+	}
+	return in, nil
+}
+
+// settingOf is the setting a problem begins with (by any of its names:
+// the variable, --flag, "FILE: key"), when it begins with one.
+func (c *Config) settingOf(problem string) (setting, bool) {
+	for _, s := range table {
+		for _, n := range []string{c.name(s), s.env()} {
+			rest, ok := strings.CutPrefix(problem, n)
+			if ok && rest != "" && strings.ContainsRune(":, ", rune(rest[0])) {
+				return s, true
+			}
+		}
+	}
+	return setting{}, false
 }

@@ -181,7 +181,7 @@ func TestValidation(t *testing.T) {
 			wants: []string{"both set"}},
 		{name: "token file", mode: ModeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=https://h", "TALLY_OSC_REPORTING_TOKEN_FILE=" + tokenFile}},
 		{name: "token file missing", mode: ModeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=https://h", "TALLY_OSC_REPORTING_TOKEN_FILE=/nonexistent/token"},
-			wants: []string{"TALLY_OSC_REPORTING_TOKEN_FILE: no such file"}},
+			wants: []string{"TALLY_OSC_REPORTING_TOKEN_FILE: /nonexistent/token: no such file"}},
 		{name: "token file empty", mode: ModeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=https://h", "TALLY_OSC_REPORTING_TOKEN_FILE=" + emptyFile},
 			wants: []string{"is empty"}},
 		{name: "numbers", mode: ModeDaemon, env: append([]string{"TALLY_OSC_PREFETCH=0", "TALLY_OSC_BUFFER_MAX_EVENTS=-1", "TALLY_OSC_BATCH_MAX=many", "TALLY_OSC_UNHEALTHY_THRESHOLD_S=0"}, daemonEnv...),
@@ -219,8 +219,8 @@ func TestValidation(t *testing.T) {
 			wants: []string{`TALLY_OSC_CHANNEL_QUEUE_LIMIT_BYTES: "big" is not a whole number`}},
 		{name: "http addr", mode: ModeDaemon, env: append([]string{"TALLY_OSC_HTTP_ADDR=9469"}, daemonEnv...),
 			wants: []string{"TALLY_OSC_HTTP_ADDR"}},
-		{name: "mappers dir missing", mode: ModeDaemon, env: append([]string{"TALLY_OSC_MAPPERS_DIR=/nonexistent/mappers"}, daemonEnv...),
-			wants: []string{"TALLY_OSC_MAPPERS_DIR: no such file"}},
+		// A missing one is a warning (TestMissingMappersDirIsAWarning).
+		{name: "mappers dir missing", mode: ModeDaemon, env: append([]string{"TALLY_OSC_MAPPERS_DIR=/nonexistent/mappers"}, daemonEnv...)},
 		{name: "mappers dir is a file", mode: ModeDaemon, env: append([]string{"TALLY_OSC_MAPPERS_DIR=" + notDir}, daemonEnv...),
 			wants: []string{"is not a directory"}},
 		{name: "log level", mode: ModeDaemon, env: append([]string{"TALLY_OSC_LOG_LEVEL=loud", "TALLY_OSC_LOG_FORMAT=xml"}, daemonEnv...),
@@ -239,7 +239,7 @@ func TestValidation(t *testing.T) {
 		{name: "mapper file cap too large", mode: ModeDaemon, env: append([]string{"TALLY_OSC_MAPPER_MAX_FILE_MIB=257"}, daemonEnv...),
 			wants: []string{"TALLY_OSC_MAPPER_MAX_FILE_MIB: must be between 1 and 256, got 257"}},
 		{name: "flag value checked too", mode: ModeDaemon, env: daemonEnv, args: []string{"--prefetch", "none"},
-			wants: []string{`TALLY_OSC_PREFETCH: "none"`}},
+			wants: []string{`--prefetch: "none"`}},
 
 		// The dump needs only the AMQP settings.
 		{name: "dump without reporting url", mode: ModeDump},

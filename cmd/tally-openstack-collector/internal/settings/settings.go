@@ -3,6 +3,7 @@ package settings
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -65,7 +66,10 @@ type setting struct {
 	def    string
 	usage  string
 	secret bool // never shown: the value is replaced by the redaction marker
-	modes  []Mode
+	// privateKey: the value is the path of a private key file, warned about
+	// at start when group or others may read it (Config.KeyFiles).
+	privateKey bool
+	modes      []Mode
 
 	// field points at the Config field the text decodes into: *string,
 	// *[]string, *bool, *int, *int64 or *time.Duration. Its type decides the
@@ -146,7 +150,7 @@ var table = []setting{
 	{key: "transport_cert_file", modes: amqpModes,
 		usage: "client certificate (PEM) presented to the broker, with transport_key_file (oslo's ssl_cert_file); re-read at every connection",
 		field: func(c *Config) any { return &c.TransportTLS.CertFile }},
-	{key: "transport_key_file", modes: amqpModes,
+	{key: "transport_key_file", modes: amqpModes, privateKey: true,
 		usage: "private key (PEM, unencrypted) of transport_cert_file (oslo's ssl_key_file); the path is shown, never the content",
 		field: func(c *Config) any { return &c.TransportTLS.KeyFile }},
 	{key: "transport_server_name", modes: amqpModes,
@@ -211,7 +215,7 @@ var table = []setting{
 	{key: "reporting_cert_file", modes: daemonOnly,
 		usage: "client certificate (PEM) presented to the Reporting API, with reporting_key_file; re-read for every new connection",
 		field: func(c *Config) any { return &c.ReportingTLS.CertFile }},
-	{key: "reporting_key_file", modes: daemonOnly,
+	{key: "reporting_key_file", modes: daemonOnly, privateKey: true,
 		usage: "private key (PEM, unencrypted) of reporting_cert_file; the path is shown, never the content",
 		field: func(c *Config) any { return &c.ReportingTLS.KeyFile }},
 	{key: "reporting_insecure", def: "false", modes: daemonOnly,
@@ -266,8 +270,13 @@ var table = []setting{
 				return nil
 			}
 			fi, err := os.Stat(c.MappersDir)
+			if errors.Is(err, fs.ErrNotExist) {
+				// Not yet: the built-ins serve and the directory is read
+				// when it appears (a warning, see mappersDirWarning).
+				return nil
+			}
 			if err != nil {
-				return errors.Unwrap(err)
+				return fileProblem(c.MappersDir, err)
 			}
 			if !fi.IsDir() {
 				return fmt.Errorf("%s is not a directory", c.MappersDir)

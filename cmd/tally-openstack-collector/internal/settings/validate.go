@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 
@@ -48,7 +49,7 @@ func (c *Config) validate(m Mode) []string {
 		add("%sREPORTING_TOKEN or %sREPORTING_TOKEN_FILE: one is required", EnvPrefix, EnvPrefix)
 	case c.ReportingTokenFile != "":
 		if _, _, err := tokenfile.Read(c.ReportingTokenFile); err != nil {
-			add("%sREPORTING_TOKEN_FILE: %v", EnvPrefix, pathErr(err))
+			add("%s: %v", c.nameOf("reporting_token_file"), fileProblem(c.ReportingTokenFile, err))
 		}
 	}
 	switch {
@@ -56,7 +57,7 @@ func (c *Config) validate(m Mode) []string {
 		add("%sCONTROL_TOKEN and %sCONTROL_TOKEN_FILE (control_token_file) are both set: set one", EnvPrefix, EnvPrefix)
 	case c.ControlTokenFile != "":
 		if _, _, err := tokenfile.Read(c.ControlTokenFile); err != nil {
-			add("%sCONTROL_TOKEN_FILE: %v", EnvPrefix, pathErr(err))
+			add("%s: %v", c.nameOf("control_token_file"), fileProblem(c.ControlTokenFile, err))
 		}
 	}
 	if c.DebugPprof && !IsLoopbackAddr(c.DebugPprofAddr) {
@@ -79,14 +80,31 @@ func tlsProblem(err error) error {
 	return errors.New(msg)
 }
 
-// pathErr is the cause of a failed file operation without the operation and
-// the path, which the setting's name already gives.
-func pathErr(err error) error {
+// fileProblem is the error of a failed file operation on path as "path:
+// cause", without the operation's name; an error that does not come from
+// the file system, which names the path itself, comes back as it is.
+func fileProblem(path string, err error) error {
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
-		return pe.Err
+		return fmt.Errorf("%s: %w", path, pe.Err)
 	}
 	return err
+}
+
+// mappersDirWarning is the warning of a drop-in directory that does not
+// exist (yet): the daemon starts with the built-in modules and reads the
+// directory when it appears (docs/mappers-lifecycle.md, "Restarts"). A
+// refusal would keep a systemd unit down for good (its
+// RestartPreventExitStatus=2) over a volume mounted a little late.
+func (c *Config) mappersDirWarning() string {
+	if c.MappersDir == "" {
+		return ""
+	}
+	if _, err := os.Stat(c.MappersDir); !errors.Is(err, fs.ErrNotExist) {
+		return ""
+	}
+	return fmt.Sprintf("%s: %s does not exist: the built-in mappers serve, and its modules are loaded when it appears",
+		c.nameOf("mappers_dir"), c.MappersDir)
 }
 
 func checkReportingURL(raw string, insecure bool) error {
