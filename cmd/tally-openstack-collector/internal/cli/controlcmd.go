@@ -67,7 +67,7 @@ func controlClient(fs *pflag.FlagSet, environ []string) (*catalog.Client, error)
 	}
 	host, port, err := net.SplitHostPort(cfg.HTTPAddr)
 	if err != nil {
-		return nil, fmt.Errorf("HTTP_ADDR %q: %w", cfg.HTTPAddr, err)
+		return nil, fmt.Errorf("%s %q: %w", cfg.NameOf("http_addr"), cfg.HTTPAddr, err)
 	}
 	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
 		host = "127.0.0.1"
@@ -75,7 +75,7 @@ func controlClient(fs *pflag.FlagSet, environ []string) (*catalog.Client, error)
 	token := strings.TrimSpace(cfg.ControlToken)
 	if cfg.ControlTokenFile != "" {
 		if token != "" {
-			return nil, fmt.Errorf("%sCONTROL_TOKEN and %sCONTROL_TOKEN_FILE are both set: set one", settings.EnvPrefix, settings.EnvPrefix)
+			return nil, fmt.Errorf("%s and %s are both set: set one", cfg.NameOf("control_token"), cfg.NameOf("control_token_file"))
 		}
 		if token, _, err = tokenfile.Read(cfg.ControlTokenFile); err != nil {
 			return nil, fmt.Errorf("%s: %w", cfg.NameOf("control_token_file"), err)

@@ -702,7 +702,7 @@ func TestHTTPTokenAndFileAreExclusive(t *testing.T) {
 	fs := parse(t, nil)
 	_, err := Load(fs, []string{"TALLY_OSC_REPORTING_URL=https://h", "TALLY_OSC_REPORTING_TOKEN=t",
 		"TALLY_OSC_CONTROL_TOKEN=a", "TALLY_OSC_CONTROL_TOKEN_FILE=/etc/x"}, ModeDaemon)
-	if err == nil || !strings.Contains(err.Error(), "control_token_file") {
+	if err == nil || !strings.Contains(err.Error(), "TALLY_OSC_CONTROL_TOKEN and TALLY_OSC_CONTROL_TOKEN_FILE are both set") {
 		t.Fatalf("both control token settings: %v", err)
 	}
 }

@@ -79,6 +79,16 @@ func TestProblemsNameWhatTheUserTyped(t *testing.T) {
 	if strings.Contains(msg, "TALLY_OSC_PREFETCH") || strings.Contains(msg, "TALLY_OSC_BATCH_MAX") {
 		t.Errorf("a flag or a file key reported under its variable:\n%s", msg)
 	}
+	// The rules between settings name them the same way.
+	_, err = Load(parse(t, []string{"--stop-timeout", "5s", "--debug-pprof", "--debug-pprof-addr", "0.0.0.0:9470"}),
+		append([]string{"TALLY_OSC_FLUSH_TIMEOUT=5s", "TALLY_OSC_CONTROL_TOKEN=x", "TALLY_OSC_CONTROL_TOKEN_FILE=/x"}, daemonEnv...), ModeDaemon)
+	msg = err.Error()
+	for _, want := range []string{"TALLY_OSC_FLUSH_TIMEOUT (5s) must be shorter than --stop-timeout (5s)", "--debug-pprof-addr (0.0.0.0:9470) must be a loopback address",
+		"TALLY_OSC_CONTROL_TOKEN and TALLY_OSC_CONTROL_TOKEN_FILE are both set"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error lacks %q:\n%s", want, msg)
+		}
+	}
 }
 
 // TestTokenFileProblemNamesThePath: a token file that cannot be read is

@@ -44,7 +44,7 @@ func (c *Config) validate(m Mode) []string {
 	}
 	switch {
 	case c.ReportingToken != "" && c.ReportingTokenFile != "":
-		add("%sREPORTING_TOKEN and %sREPORTING_TOKEN_FILE are both set: set one", EnvPrefix, EnvPrefix)
+		add("%s and %s are both set: set one", c.nameOf("reporting_token"), c.nameOf("reporting_token_file"))
 	case c.ReportingToken == "" && c.ReportingTokenFile == "":
 		add("%sREPORTING_TOKEN or %sREPORTING_TOKEN_FILE: one is required", EnvPrefix, EnvPrefix)
 	case c.ReportingTokenFile != "":
@@ -54,18 +54,18 @@ func (c *Config) validate(m Mode) []string {
 	}
 	switch {
 	case c.ControlToken != "" && c.ControlTokenFile != "":
-		add("%sCONTROL_TOKEN and %sCONTROL_TOKEN_FILE (control_token_file) are both set: set one", EnvPrefix, EnvPrefix)
+		add("%s and %s are both set: set one", c.nameOf("control_token"), c.nameOf("control_token_file"))
 	case c.ControlTokenFile != "":
 		if _, _, err := tokenfile.Read(c.ControlTokenFile); err != nil {
 			add("%s: %v", c.nameOf("control_token_file"), fileProblem(c.ControlTokenFile, err))
 		}
 	}
 	if c.DebugPprof && !IsLoopbackAddr(c.DebugPprofAddr) {
-		add("%sDEBUG_PPROF_ADDR (%s) must be a loopback address: the profiler shows the command line, the heap and the goroutines", EnvPrefix, c.DebugPprofAddr)
+		add("%s (%s) must be a loopback address: the profiler shows the command line, the heap and the goroutines", c.nameOf("debug_pprof_addr"), c.DebugPprofAddr)
 	}
 	// Each under its own minimum is one problem already.
 	if c.FlushTimeout >= MinFlushTimeout && c.StopTimeout >= MinStopTimeout && c.StopTimeout-c.FlushTimeout < MinInputsStop {
-		add("%sFLUSH_TIMEOUT (%s) must be shorter than %sSTOP_TIMEOUT (%s) by at least %s, the inputs' time to stop", EnvPrefix, c.FlushTimeout, EnvPrefix, c.StopTimeout, MinInputsStop)
+		add("%s (%s) must be shorter than %s (%s) by at least %s, the inputs' time to stop", c.nameOf("flush_timeout"), c.FlushTimeout, c.nameOf("stop_timeout"), c.StopTimeout, MinInputsStop)
 	}
 	return p
 }
