@@ -38,13 +38,12 @@ const NotFoundRun = 3
 // EndpointNotFoundError says which URL answered 404 to the last POSTs. The
 // URL carries no credential, query or fragment: New refuses those.
 type EndpointNotFoundError struct {
-	URL   string // the endpoint posted to
-	Count int    // POSTs answered 404 in a row
+	URL string // the endpoint posted to
 }
 
 func (e *EndpointNotFoundError) Error() string {
-	return fmt.Sprintf("%v: POST %s answered 404 Not Found %d times in a row; REPORTING_URL must be the API's base URL (the collector adds %s itself)",
-		ErrEndpointNotFound, e.URL, e.Count, EventsRoute)
+	return fmt.Sprintf("%v: POST %s answered 404 Not Found %d times in a row or more; REPORTING_URL must be the API's base URL (the collector adds %s itself)",
+		ErrEndpointNotFound, e.URL, NotFoundRun, EventsRoute)
 }
 
 // Is makes errors.Is(err, ErrEndpointNotFound) hold.

@@ -299,7 +299,7 @@ func (s *Sender) counted(res result) {
 	if res.status == http.StatusNotFound {
 		s.notFound++
 		if s.notFound >= NotFoundRun {
-			err = &EndpointNotFoundError{URL: s.endpoint, Count: s.notFound}
+			err = &EndpointNotFoundError{URL: s.endpoint}
 		}
 	} else {
 		s.notFound = 0
