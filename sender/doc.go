@@ -20,7 +20,16 @@
 //	401, 403     keep the events, retry every AuthRetryInterval (or as soon
 //	             as the token file changes), log an error, Ready != nil
 //	other        back off: a wait uniform in [0, step] (full jitter), the
-//	             step doubling from BackoffBase to BackoffMax
+//	             step doubling from BackoffBase to BackoffMax; after
+//	             NotFoundRun 404s in a row, Ready is an
+//	             *EndpointNotFoundError naming the URL until another answer
+//	             (REPORTING_URL does not lead to the events route)
+//
+// Every POST is counted in tally_collector_sender_requests_total by class:
+// the answer's status class (2xx to 5xx), or network or timeout when there
+// was no answer. Each class, and each status of
+// tally_collector_sender_deadlettered_events_total, is exported at 0 from
+// New on, so that an alert's increase() sees the first one.
 //
 // After a 413 the limit grows back gradually: by a quarter after every
 // few full batches that succeed, never straight to BatchMax, and not past

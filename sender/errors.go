@@ -1,6 +1,9 @@
 package sender
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 var (
 	// ErrInvalidURL is returned by New when REPORTING_URL is not an
@@ -19,7 +22,32 @@ var (
 	// (400, 413 or 422) not one event but the events behind it as well,
 	// until it accepts a batch again.
 	ErrRefusedByAPI = errors.New("sender: reporting API refuses every event it is sent")
+
+	// ErrEndpointNotFound is what Ready returns, as an
+	// *EndpointNotFoundError, while the Reporting API answers 404 to every
+	// POST (NotFoundRun in a row): the events route is not where REPORTING_URL
+	// leads.
+	ErrEndpointNotFound = errors.New("sender: reporting API has no events route at the URL")
 )
+
+// NotFoundRun is how many POSTs answered 404 in a row make the sender not
+// ready. One may be a proxy's hiccup during a deployment; a run of them is
+// a URL whose path is wrong.
+const NotFoundRun = 3
+
+// EndpointNotFoundError says which URL answered 404 to the last POSTs. The
+// URL carries no credential, query or fragment: New refuses those.
+type EndpointNotFoundError struct {
+	URL string // the endpoint posted to
+}
+
+func (e *EndpointNotFoundError) Error() string {
+	return fmt.Sprintf("%v: POST %s answered 404 Not Found %d times in a row or more; REPORTING_URL must be the API's base URL (the collector adds %s itself)",
+		ErrEndpointNotFound, e.URL, NotFoundRun, EventsRoute)
+}
+
+// Is makes errors.Is(err, ErrEndpointNotFound) hold.
+func (e *EndpointNotFoundError) Is(target error) bool { return target == ErrEndpointNotFound }
 
 // ErrNoCountRoute is returned by Counts when the Reporting API does not
 // offer its optional count route (it answers 404).

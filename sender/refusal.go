@@ -146,7 +146,7 @@ func (s *Sender) probe(ctx context.Context, seq uint64, event []byte, res result
 	if ctx.Err() != nil && pres.err != nil {
 		return false, 0, false
 	}
-	s.m.requests.WithLabelValues(pres.class()).Inc()
+	s.counted(pres)
 	switch {
 	case pres.err != nil:
 		s.log.Warn().Err(pres.err).Int("events", k).Msg("delivery failed; events kept")

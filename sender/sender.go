@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -40,6 +41,10 @@ type Store interface {
 	SetAside(ctx context.Context, seq uint64, reason, detail string) error
 }
 
+// EventsRoute is the route of the Reporting API the sender posts to, added
+// to REPORTING_URL (../shared/CONTRACT.md).
+const EventsRoute = "/api/v1/events"
+
 // Defaults applied by New to zero-valued Options fields.
 const (
 	DefaultBatchMax          = 500
@@ -63,7 +68,7 @@ const (
 
 // Options configures New. URL and one of Token or TokenFile are required.
 type Options struct {
-	URL       string // REPORTING_URL: base URL; /api/v1/events is appended
+	URL       string // REPORTING_URL: base URL; EventsRoute is appended (a URL ending in it is refused)
 	Token     string // REPORTING_TOKEN
 	TokenFile string // REPORTING_TOKEN_FILE: re-read when it changes
 	Insecure  bool   // REPORTING_INSECURE: allow http://
@@ -116,9 +121,11 @@ type Sender struct {
 
 	y yieldState // Run's goroutine only
 
-	readyMu   sync.Mutex
-	authErr   error // the token was refused (401/403)
-	refuseErr error // the API refuses every event it is sent (400/413/422)
+	readyMu     sync.Mutex
+	authErr     error // the token was refused (401/403)
+	refuseErr   error // the API refuses every event it is sent (400/413/422)
+	notFoundErr error // the last NotFoundRun or more POSTs were answered 404
+	notFound    int   // POSTs answered 404 in a row (under mu)
 
 	m metrics
 }
@@ -132,6 +139,7 @@ type metrics struct {
 	duration                   prometheus.Histogram
 	yielding                   prometheus.Gauge
 	yieldSeconds               prometheus.Counter
+	endpointNotFound           prometheus.Gauge
 }
 
 // New validates the options and returns a Sender. It answers ErrInvalidURL
@@ -241,7 +249,13 @@ func endpointURL(raw string, insecure bool) (string, error) {
 	default:
 		return "", fmt.Errorf("%w: scheme %q not supported (https, or http with REPORTING_INSECURE=true)", ErrInvalidURL, u.Scheme)
 	}
-	u.Path = strings.TrimRight(u.Path, "/") + "/api/v1/events"
+	base := strings.TrimRight(u.Path, "/")
+	if strings.HasSuffix(base, EventsRoute) {
+		fixed := *u
+		fixed.Path, fixed.RawPath = strings.TrimSuffix(base, EventsRoute), ""
+		return "", fmt.Errorf("%w: %q ends in %s, which the collector adds itself: set REPORTING_URL=%s", ErrInvalidURL, shown, EventsRoute, fixed.String())
+	}
+	u.Path = base + EventsRoute
 	u.RawPath = ""
 	return u.String(), nil
 }
@@ -257,16 +271,52 @@ func (s *Sender) BatchLimit() int {
 }
 
 // Ready returns nil unless the Reporting API refused the token on the last
-// attempt (401/403: it wraps ErrTokenRefused), or refuses every event it is
-// sent, not one in particular (it wraps ErrRefusedByAPI until a batch is
-// accepted again).
+// attempt (401/403: it wraps ErrTokenRefused), answered 404 to the last
+// NotFoundRun POSTs or more (an *EndpointNotFoundError, until it answers
+// anything else), or refuses every event it is sent, not one in particular
+// (it wraps ErrRefusedByAPI until a batch is accepted again).
 func (s *Sender) Ready() error {
 	s.readyMu.Lock()
 	defer s.readyMu.Unlock()
 	if s.authErr != nil {
 		return s.authErr
 	}
+	if s.notFoundErr != nil {
+		return s.notFoundErr
+	}
 	return s.refuseErr
+}
+
+// counted counts a POST's outcome by class, and follows the run of 404s: a
+// POST answered 404 extends it, any other answer ends it; a POST without an
+// answer leaves it as it is.
+func (s *Sender) counted(res result) {
+	s.m.requests.WithLabelValues(res.class()).Inc()
+	if res.err != nil {
+		return
+	}
+	var err error
+	if res.status == http.StatusNotFound {
+		s.notFound++
+		if s.notFound >= NotFoundRun {
+			err = &EndpointNotFoundError{URL: s.endpoint}
+		}
+	} else {
+		s.notFound = 0
+	}
+	s.readyMu.Lock()
+	first := err != nil && s.notFoundErr == nil
+	s.notFoundErr = err
+	s.readyMu.Unlock()
+	if err != nil {
+		s.m.endpointNotFound.Set(1)
+	} else {
+		s.m.endpointNotFound.Set(0)
+	}
+	if first {
+		s.log.Error().Str("endpoint", s.endpoint).Int("in_a_row", s.notFound).
+			Msg("reporting API answers 404 to every POST: REPORTING_URL must be the API's base URL; events kept, retrying")
+	}
 }
 
 // setReady records the outcome of the token: nil once the API answered
@@ -369,7 +419,7 @@ func (s *Sender) step(ctx context.Context) (empty bool, wait time.Duration, wake
 	if ctx.Err() != nil && res.err != nil {
 		return false, 0, false // shutting down: the batch stays in the store
 	}
-	s.m.requests.WithLabelValues(res.class()).Inc()
+	s.counted(res)
 	n := len(events)
 	switch {
 	case res.err != nil:
@@ -502,6 +552,7 @@ type answer struct {
 
 type result struct {
 	status       int
+	timeout      bool // err is a timeout: no answer within RequestTimeout
 	retryAfter   time.Duration
 	answer       answer
 	redirectHost string
@@ -510,9 +561,25 @@ type result struct {
 	err          error
 }
 
+// Request classes, the label values of tally_collector_sender_requests_total.
+const (
+	classNetwork = "network" // no answer: connection refused or reset, DNS, TLS
+	classTimeout = "timeout" // no answer within RequestTimeout
+)
+
+// requestClasses are every class a POST is counted under.
+var requestClasses = []string{"2xx", "3xx", "4xx", "5xx", classNetwork, classTimeout}
+
+// refusedStatuses are the statuses of an event refused on its own, the
+// label values of tally_collector_sender_deadlettered_events_total.
+var refusedStatuses = []string{"400", "413", "422"}
+
 func (r result) class() string {
-	if r.err != nil {
-		return "error"
+	switch {
+	case r.err != nil && r.timeout:
+		return classTimeout
+	case r.err != nil:
+		return classNetwork
 	}
 	return strconv.Itoa(r.status/100) + "xx"
 }
@@ -555,7 +622,9 @@ func (s *Sender) post(ctx context.Context, events [][]byte) result {
 	start := time.Now()
 	resp, err := client.Do(req)
 	if err != nil {
-		return result{err: attempt.Explain(scrub(err), TLSSettings)}
+		var ne net.Error
+		timeout := errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+		return result{err: attempt.Explain(scrub(err), TLSSettings), timeout: timeout}
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
@@ -637,7 +706,7 @@ func newTokenSource(token, file string, log zerolog.Logger) (*tokenfile.Source, 
 }
 
 func newMetrics() metrics {
-	return metrics{
+	m := metrics{
 		sent: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tally_collector_sent_events_total",
 			Help: "Events delivered to the Reporting API (in batches answered 200), including duplicates and rejections.",
@@ -652,11 +721,11 @@ func newMetrics() metrics {
 		}),
 		setAside: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tally_collector_sender_deadlettered_events_total",
-			Help: "Events the Reporting API refused on their own (400, 422, or 413 alone), moved to the local dead-letter area, by status.",
+			Help: "Events the Reporting API refused on their own, moved to the local dead-letter area, by status (400, 413, 422).",
 		}, []string{"status"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tally_collector_sender_requests_total",
-			Help: "POSTs to the Reporting API by outcome: status class (2xx, 3xx, 4xx, 5xx) or error (network, timeout).",
+			Help: "POSTs to the Reporting API by outcome: the answer's status class (2xx, 3xx, 4xx, 5xx), or no answer: network (connection refused or reset, DNS, TLS) or timeout (none within the request timeout).",
 		}, []string{"class"}),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tally_collector_sender_batch_events",
@@ -680,11 +749,23 @@ func newMetrics() metrics {
 			Name: "tally_collector_sender_yield_seconds_total",
 			Help: "Time the sender waited before a batch to make room for a backlogged intake.",
 		}),
+		endpointNotFound: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tally_collector_sender_endpoint_not_found",
+			Help: fmt.Sprintf("1 while the Reporting API answers 404 to every POST (%d or more in a row): REPORTING_URL does not lead to the events route; 0 otherwise.", NotFoundRun),
+		}),
 	}
+	// Every value exists from the start, so that increase() sees the first.
+	for _, c := range requestClasses {
+		m.requests.WithLabelValues(c)
+	}
+	for _, st := range refusedStatuses {
+		m.setAside.WithLabelValues(st)
+	}
+	return m
 }
 
 func (m metrics) register(r prometheus.Registerer) error {
-	err := imetrics.Register(r, m.sent, m.duplicates, m.rejected, m.setAside, m.requests, m.batchSize, m.batchLimit, m.duration, m.yielding, m.yieldSeconds)
+	err := imetrics.Register(r, m.sent, m.duplicates, m.rejected, m.setAside, m.requests, m.batchSize, m.batchLimit, m.duration, m.yielding, m.yieldSeconds, m.endpointNotFound)
 	if err != nil {
 		return fmt.Errorf("sender: %w", err)
 	}

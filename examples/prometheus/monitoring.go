@@ -3,8 +3,9 @@
 // from it for the Prometheus Operator) and its Grafana dashboard
 // (tally-openstack-collector.dashboard.json). The files are what operators
 // load; the package embeds them so that tests read the same bytes: their
-// expressions are checked by promtool here and against a running
-// collector's /metrics in cmd/tally-openstack-collector/e2e.
+// expressions are checked by promtool here, and (Check) against a fresh
+// daemon's first scrape in cmd/tally-openstack-collector/internal/daemon and
+// a running collector's /metrics in cmd/tally-openstack-collector/e2e.
 package prometheus
 
 import (

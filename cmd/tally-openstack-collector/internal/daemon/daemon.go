@@ -191,7 +191,8 @@ func (d *daemon) start(ctx context.Context) error {
 	}
 	d.p.mappers = proc
 
-	// 3. HTTP: probes answer "not ready" until the broker session is up.
+	// 3. The probes: "not ready" until the broker session is up; HTTP serves
+	// them from the end of step 4.
 	d.probes = &probes{
 		outbox: ob.Healthy,
 		ready: map[string]func() error{
@@ -215,25 +216,12 @@ func (d *daemon) start(ctx context.Context) error {
 		stopHeartbeat()
 		<-hbDone
 	}
-	if err := d.listen(proc.controlHandler(ob, component(d.base, "catalog"))); err != nil {
-		return err
-	}
-	bgCtx, stopBackground := context.WithCancel(ctx)
-	d.stopBackground = stopBackground
-	d.goBackground(func() { d.probes.sample(bgCtx, time.Second) })
-	d.goBackground(func() { d.sampleReady(bgCtx) })
-	// Hot reload of the drop-in directory, for the daemon's whole life.
-	d.goBackground(func() {
-		if err := proc.Run(bgCtx); err != nil {
-			d.log.Error().Err(err).Msg("mapper directory watch stopped; restart to pick up drop-in changes")
-		}
-	})
-
 	// 4. The local channel (its socket bound now, so a path in use stops
-	// start-up), the broker consumer, the sender and the plog listeners. The
-	// channel comes before the consumer, which offers its tap what it
-	// commits; the consumer before the sender, which holds back while it
-	// drains a backlog. The broker package tags its logger itself.
+	// start-up), the broker consumer, the sender and the plog listeners,
+	// built and their metrics registered, not running yet. The channel comes
+	// before the consumer, which offers its tap what it commits; the
+	// consumer before the sender, which holds back while it drains a
+	// backlog. The broker package tags its logger itself.
 	ch, err := newChannel(d.cfg, component(d.base, "channel"), d.reg, ob, proc)
 	if err != nil {
 		return fmt.Errorf("channel: %w", err)
@@ -258,6 +246,30 @@ func (d *daemon) start(ctx context.Context) error {
 		return fmt.Errorf("plog: %w", err)
 	}
 	d.p.inputs = inputs
+
+	// HTTP, once every metric is registered: the first scrape holds every
+	// series an alert or a dashboard reads, each label value of a known set
+	// at 0, so that increase() sees the first event after a start.
+	if err := d.listen(proc.controlHandler(ob, component(d.base, "catalog"))); err != nil {
+		// The plog listeners are bound and never ran: release their sockets
+		// (the channel's is released by shutdown).
+		for _, in := range inputs {
+			if c, ok := in.(closerPart); ok {
+				_ = c.Close(ctx)
+			}
+		}
+		return err
+	}
+	bgCtx, stopBackground := context.WithCancel(ctx)
+	d.stopBackground = stopBackground
+	d.goBackground(func() { d.probes.sample(bgCtx, time.Second) })
+	d.goBackground(func() { d.sampleReady(bgCtx) })
+	// Hot reload of the drop-in directory, for the daemon's whole life.
+	d.goBackground(func() {
+		if err := proc.Run(bgCtx); err != nil {
+			d.log.Error().Err(err).Msg("mapper directory watch stopped; restart to pick up drop-in changes")
+		}
+	})
 
 	// 5. Run: the sender, then every input.
 	d.failed = make(chan failure, 3+len(inputs))

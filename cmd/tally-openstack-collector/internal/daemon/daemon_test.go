@@ -243,8 +243,9 @@ func TestRunReleasesWhatStartedWhenAPartFails(t *testing.T) {
 	checkReleased(t, cfg)
 }
 
-// TestRunReleasesTheOutboxWhenHTTPCannotListen: the earliest failure after
-// the outbox opened, an HTTP_ADDR in use, releases the outbox too.
+// TestRunReleasesTheOutboxWhenHTTPCannotListen: an HTTP_ADDR in use, the
+// last failure of the start, after every part was built, releases the
+// outbox too.
 func TestRunReleasesTheOutboxWhenHTTPCannotListen(t *testing.T) {
 	v := testkit.NewVhost(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

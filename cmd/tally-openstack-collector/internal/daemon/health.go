@@ -10,6 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
+
+	"github.com/tally-billing/tally-openstack-collector/cmd/tally-openstack-collector/internal/settings"
+	"github.com/tally-billing/tally-openstack-collector/sender"
 )
 
 // errNotStarted answers a readiness check whose component is not running yet.
@@ -79,8 +82,8 @@ func (e *unusableError) Unwrap() error { return e.Err }
 // Readiness fails as soon as any check fails (the outbox, the broker session,
 // the Reporting API refusing the token). Liveness weighs only the outbox,
 // through the tracker, which a sampler feeds every second so that a break in
-// the unusability is seen even between two probes. Bodies carry no detail: what
-// failed goes to the log, once per change.
+// the unusability is seen even between two probes. Bodies carry no detail
+// beyond readyBody's: what failed goes to the log, once per change.
 type probes struct {
 	outbox func() error
 	ready  map[string]func() error // name -> check; nil func means not started
@@ -135,10 +138,23 @@ func (p *probes) readyz(w http.ResponseWriter, _ *http.Request) {
 		}
 	}
 	if err != nil {
-		plain(w, http.StatusServiceUnavailable, "not ready\n")
+		plain(w, http.StatusServiceUnavailable, readyBody(err))
 		return
 	}
 	plain(w, http.StatusOK, "ok\n")
+}
+
+// readyBody is what /readyz says when err fails it: "not ready", and the
+// reason only when the operator can act on it from the body and it holds
+// nothing to hide. The one such reason is a Reporting API URL that answers
+// 404: the URL, which carries no credential, query or fragment (they are
+// refused at start), and the setting to fix.
+func readyBody(err error) string {
+	var nf *sender.EndpointNotFoundError
+	if errors.As(err, &nf) {
+		return "not ready: the Reporting API answers 404 at " + nf.URL + "; set " + settings.EnvPrefix + "REPORTING_URL to its base URL\n"
+	}
+	return "not ready\n"
 }
 
 func (p *probes) livez(w http.ResponseWriter, _ *http.Request) {

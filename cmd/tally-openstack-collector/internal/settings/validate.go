@@ -127,6 +127,11 @@ func checkReportingURL(raw string, insecure bool) error {
 	if u.User != nil {
 		return errors.New("must not carry credentials: use REPORTING_TOKEN")
 	}
+	if base := strings.TrimRight(u.Path, "/"); strings.HasSuffix(base, sender.EventsRoute) {
+		fixed := url.URL{Scheme: u.Scheme, Host: u.Host, Path: strings.TrimSuffix(base, sender.EventsRoute)}
+		return fmt.Errorf("%q ends in %s, which the collector adds itself (it would post to %s%s); set %sREPORTING_URL=%s",
+			raw, sender.EventsRoute, base, sender.EventsRoute, EnvPrefix, fixed.String())
+	}
 	return nil
 }
 
