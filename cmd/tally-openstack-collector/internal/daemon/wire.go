@@ -415,6 +415,16 @@ func OfflineMappers(ctx context.Context, cfg *settings.Config, base zerolog.Logg
 	return loadMappers(ctx, &off, base, nil, nil, nil, nil)
 }
 
+// StoppedMappers is OfflineMappers with the mapper decisions a stopped
+// daemon saved in its outbox (state, opened read-only): the catalogue as that
+// daemon's next start would make it of its drop-in directory. What the
+// catalogue saves goes to state, which may drop it.
+func StoppedMappers(ctx context.Context, cfg *settings.Config, base zerolog.Logger, state catalog.StateStore) (*Mappers, error) {
+	off := *cfg
+	off.MapperBuiltinGuard = runtime.GuardAlways
+	return loadMappers(ctx, &off, base, nil, state, nil, nil)
+}
+
 // controlHandler serves the catalogue's routes (/mappers, /deadletters) on the
 // daemon's HTTP server, behind the daemon's controlAuth (newMux).
 func (m *Mappers) controlHandler(ob outboxHandle, log zerolog.Logger) http.Handler {
