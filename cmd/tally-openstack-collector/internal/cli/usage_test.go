@@ -66,7 +66,7 @@ func TestUsageListsEveryCommand(t *testing.T) {
 			t.Fatalf("--help has no line for %s", cmd)
 		}
 		listed := strings.Split(top[1], "|")
-		for _, m := range regexp.MustCompile(`tally-openstack-collector ` + cmd + ` \[?([a-z]+)`).FindAllStringSubmatch(usage, -1) {
+		for _, m := range regexp.MustCompile(`tally-openstack-collector `+cmd+` \[?([a-z]+)`).FindAllStringSubmatch(usage, -1) {
 			if !slices.Contains(listed, m[1]) {
 				t.Errorf("--help lists %s %v, without %q of its own usage", cmd, listed, m[1])
 			}
