@@ -440,12 +440,13 @@ func (m *Mappers) controlHandler(ob outboxHandle, log zerolog.Logger) http.Handl
 // made of it. The plog listeners and the local channel have the collector
 // name events that carry no id from the message (DeriveID), so a replay
 // gives the ids the first attempt would have; plog accepts a canonical event
-// as it is.
+// as it is, one without a timestamp given the time it was dead-lettered
+// (when it was received, give or take its mapping).
 func replayMessage(d outbox.StoredDeadLetter) pipeline.Message {
 	m := pipeline.Message{Body: d.Body, Exchange: d.Exchange, RoutingKey: d.RoutingKey, Compression: d.Compression}
 	switch d.Exchange {
 	case plog.Exchange:
-		m.Canonical, m.DeriveID = true, true
+		m.Canonical, m.DeriveID, m.Received = true, true, d.At
 	case channel.Exchange:
 		m.DeriveID = true
 	}
