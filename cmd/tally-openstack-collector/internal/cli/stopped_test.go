@@ -97,7 +97,8 @@ func TestReadCommandsOnAStoppedDaemon(t *testing.T) {
 
 	code, out, errOut = runCmd(t, "", env, "deadletter", "list")
 	var list []catalog.DeadLetterInfo
-	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list) != 2 || list[0].Reason != "mapper_error" || list[1].Reason != "oversized" {
+	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list) != 2 || list[0].Reason != "mapper_error" || list[1].Reason != "oversized" ||
+		list[0].Undeliverable || !list[1].Undeliverable {
 		t.Fatalf("deadletter list: exit %d\n%s%s", code, out, errOut)
 	}
 	code, out, errOut = runCmd(t, "", env, "deadletter", "show", "1")
@@ -198,5 +199,14 @@ func TestReadCommandsWithoutDaemonOrOutbox(t *testing.T) {
 	env = append(env, "TALLY_OSC_HTTP_ADDR="+strings.TrimPrefix(srv.URL, "http://"))
 	if code := Run([]string{"deadletter", "list"}, env, nil, &stdout, &stderr, Stamp{}); code != 0 || !strings.Contains(stdout.String(), "mapper_error") || stderr.Len() > 0 {
 		t.Errorf("deadletter list against a running daemon: exit %d\n%s%s", code, stdout.String(), stderr.String())
+	}
+	// docs/outbox.md: an undeliverable letter is marked so in deadletter show.
+	stdout.Reset()
+	if code := Run([]string{"deadletter", "show", "2"}, env, nil, &stdout, &stderr, Stamp{}); code != 0 || !strings.Contains(stdout.String(), `"undeliverable": true`) {
+		t.Errorf("deadletter show of an undeliverable letter: exit %d\n%s%s", code, stdout.String(), stderr.String())
+	}
+	stdout.Reset()
+	if code := Run([]string{"deadletter", "show", "1"}, env, nil, &stdout, &stderr, Stamp{}); code != 0 || strings.Contains(stdout.String(), "undeliverable") {
+		t.Errorf("deadletter show of a letter a replay can deliver: exit %d\n%s%s", code, stdout.String(), stderr.String())
 	}
 }
