@@ -37,6 +37,9 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(envLedgerKillDir); dir != "" {
 		ledgerKillChild(dir)
 	}
+	if dir := os.Getenv(envLeftOpenDir); dir != "" {
+		leftOpenChild(dir)
+	}
 	os.Exit(m.Run())
 }
 

@@ -244,4 +244,17 @@
 // sender per outbox). Appends and the drain proceed in parallel. One
 // process per directory: Open answers ErrLocked when the directory lock is
 // held, by another process or another Outbox of this one.
+//
+// # Reading a stopped collector's store
+//
+// Options.ReadOnly opens a store to read it (the ledger, the dead letters,
+// the saved records) while no collector runs on it: the commands of a
+// stopped daemon use it. Badger's read-only mode takes the directory lock
+// shared, so readers coexist, a running collector refuses them (ErrLocked)
+// and a collector cannot start while one reads. Nothing in the directory is
+// written: no format migration, no damage acceptance, no witness, no ledger
+// folding, no reclaim; writes answer ErrRefused wrapping ErrReadOnly. A
+// store its writer did not close (a crash) cannot be read so, since Badger
+// replays its write-ahead log only as a writer: ErrLeftOpen says to start
+// the collector on it.
 package outbox

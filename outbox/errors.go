@@ -27,6 +27,19 @@ var (
 	// in this process) holds the directory.
 	ErrLocked = errors.New("outbox: directory in use by another process")
 
+	// ErrNoStore is returned by Open with Options.ReadOnly when the
+	// directory holds no outbox (it is missing, or Badger's MANIFEST is).
+	ErrNoStore = errors.New("outbox: no store in the directory")
+
+	// ErrLeftOpen is returned by Open with Options.ReadOnly for a store its
+	// last writer did not close (a crash, a kill): Badger must replay its
+	// write-ahead log, which writes.
+	ErrLeftOpen = errors.New("outbox: store left open by its last writer")
+
+	// ErrReadOnly is the cause wrapped by ErrRefused for every write to an
+	// outbox opened with Options.ReadOnly.
+	ErrReadOnly = errors.New("outbox: opened read-only")
+
 	// ErrCorrupt is returned by Open (and by reads) when the store fails a
 	// checksum or cannot be read back. See docs/outbox.md for recovery.
 	ErrCorrupt = errors.New("outbox: store is damaged")

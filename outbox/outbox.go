@@ -42,6 +42,17 @@ type Options struct {
 	// Dir is the directory of the store; created when missing.
 	Dir string
 
+	// ReadOnly opens an existing store to read it while no collector runs
+	// on it: Badger's read-only mode, which shares the directory lock, so
+	// that a running collector's exclusive lock refuses it with ErrLocked
+	// (and it refuses the collector until closed). Nothing in the directory
+	// is created, migrated, narrowed or folded; a missing store answers
+	// ErrNoStore, one of an older format or left open by a crash (its
+	// write-ahead log needs replaying) answers an error saying to start the
+	// collector on it once. Every write answers ErrRefused wrapping
+	// ErrReadOnly.
+	ReadOnly bool
+
 	// MaxEvents is the bound on buffered events (BUFFER_MAX_EVENTS).
 	// Append answers ErrFull once it is reached. Default 1,000,000.
 	MaxEvents int64
@@ -238,6 +249,7 @@ func badgerOptions(o Options) badger.Options {
 	// instead of short bytes.
 	bo.VerifyValueChecksum = true
 	bo.DetectConflicts = false
+	bo.ReadOnly = o.ReadOnly
 	return bo
 }
 
@@ -287,6 +299,9 @@ func Open(opts Options) (*Outbox, error) {
 	}
 	if opts.LedgerRetention <= 0 {
 		opts.LedgerRetention = DefaultLedgerRetention
+	}
+	if opts.ReadOnly {
+		return openReadOnly(opts)
 	}
 	tightenUmask()
 	warn, err := privateDir(opts.Dir)
@@ -635,6 +650,9 @@ func (o *Outbox) refuse(err error) error {
 }
 
 func (o *Outbox) checkSpace() error {
+	if o.opts.ReadOnly {
+		return fmt.Errorf("%w: %w", ErrRefused, ErrReadOnly)
+	}
 	if o.opts.MinFreeBytes < 0 {
 		return nil
 	}
@@ -1116,7 +1134,9 @@ func (o *Outbox) Close() error {
 	} else {
 		o.wit.close()
 	}
-	releaseUmask()
+	if !o.opts.ReadOnly {
+		releaseUmask()
+	}
 	if err != nil {
 		return fmt.Errorf("outbox: close %s: %w", o.dir, err)
 	}

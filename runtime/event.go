@@ -15,7 +15,8 @@ import (
 
 // The event contract (docs/events.md, "The contract"), as the host applies it
 // to every event before it is committed, whatever wrote it: a module's
-// output (buildResult), a canonical event a plog client sent (WriteCanonical).
+// output (buildResult), a canonical event a plog client sent (CanonicalWriter,
+// which gives one without a timestamp the time of receipt, Source.Received).
 //
 //   - The required members (event_id, timestamp, event_type, service,
 //     resource_type, resource_id, project_id, action) are present, strings,
@@ -91,6 +92,10 @@ func memberOf(name []byte) (kind member, required int) {
 	return mUnknown, -1
 }
 
+// timestampLayout is the contract's form of a timestamp the collector
+// writes itself (wasm-sdk/contract.CheckTimestamp): UTC, microseconds.
+const timestampLayout = "2006-01-02T15:04:05.000000Z"
+
 // requiredMembers are checked for presence, in this order (event_id and
 // timestamp first: memberOf gives them kinds of their own).
 var requiredMembers = [...]string{"event_id", "timestamp", "event_type", "service",
@@ -108,6 +113,9 @@ type eventWriter struct {
 	// without the fraction, refreshed by begin.
 	until    [19]byte
 	untilSec int64
+	// received, when set, is the timestamp written for an event that has
+	// none, in the contract's form (CanonicalWriter: the time of receipt).
+	received []byte
 }
 
 // begin prepares a call at the time now.
@@ -209,6 +217,12 @@ func (w *eventWriter) write(dst []byte, x *jsonindex.Index, path []byte, src []b
 		dst = ids.append(dst, i)
 		dst = append(dst, ',')
 		have[0] = true
+	}
+	if !have[1] && w.received != nil {
+		dst = append(dst, `"timestamp":"`...)
+		dst = append(dst, w.received...)
+		dst = append(dst, `",`...)
+		have[1] = true
 	}
 	for r, ok := range have {
 		if !ok {
@@ -406,12 +420,14 @@ func (w *eventWriter) markLast(names [][]byte, doc []byte, members []jsonindex.C
 
 // CanonicalWriter checks canonical events that arrive whole (a plog client
 // sends them) against the event contract, and writes them as the host writes
-// a module's events, "source" filled in. Its zero value is ready; it is not
-// safe for concurrent use.
+// a module's events, "source" filled in, and "timestamp" when the event has
+// none and Source.Received is set. Its zero value is ready; it is not safe
+// for concurrent use.
 type CanonicalWriter struct {
-	w   eventWriter
-	src []byte
-	ids idSeed
+	w        eventWriter
+	src      []byte
+	ids      idSeed
+	received []byte
 }
 
 // Write checks the event that is the whole of x and returns it as the
@@ -425,6 +441,11 @@ func (c *CanonicalWriter) Write(x *jsonindex.Index, src Source, mapper string) (
 	if src.DeriveID != nil {
 		c.ids = idSeed{body: src.DeriveID}
 		ids = &c.ids
+	}
+	c.w.received = nil
+	if !src.Received.IsZero() {
+		c.received = src.Received.UTC().AppendFormat(c.received[:0], timestampLayout)
+		c.w.received = c.received
 	}
 	ev, err = c.w.write(nil, x, nil, c.src, ids, 0, &dropped)
 	if err != nil {

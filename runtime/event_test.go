@@ -232,4 +232,25 @@ func TestCanonicalWriter(t *testing.T) {
 	if _, _, err := w.Write(&x, runtime.Source{}, "canonical"); !errors.Is(err, runtime.ErrInvalidEvent) || !strings.Contains(err.Error(), "timestamp missing") {
 		t.Errorf("no timestamp: %v", err)
 	}
+	// With the time of receipt, an event without a timestamp is given it, in
+	// the contract's form; one with a timestamp keeps its own.
+	received := time.Date(2026, 3, 4, 5, 6, 7, 891_234_567, time.FixedZone("x", 3600))
+	ev, _, err = w.Write(&x, runtime.Source{Received: received}, "canonical")
+	if err != nil || !strings.Contains(string(ev), `"timestamp":"2026-03-04T04:06:07.891234Z"`) {
+		t.Errorf("no timestamp, received %s: %s, %v", received, ev, err)
+	}
+	if err := x.Parse([]byte(validEvent)); err != nil {
+		t.Fatal(err)
+	}
+	ev, _, err = w.Write(&x, runtime.Source{Received: received}, "canonical")
+	if err != nil || strings.Contains(string(ev), "2026-03-04") || strings.Count(string(ev), `"timestamp"`) != 1 {
+		t.Errorf("a timestamp of its own, received %s: %s, %v", received, ev, err)
+	}
+	// The next event without one, received at no known time, is invalid again.
+	if err := x.Parse([]byte(with(t, "timestamp", ""))); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := w.Write(&x, runtime.Source{}, "canonical"); !errors.Is(err, runtime.ErrInvalidEvent) {
+		t.Errorf("no timestamp after one received: %v", err)
+	}
 }

@@ -25,6 +25,12 @@ type Source struct {
 	// again yields the same ids. Inputs whose messages have no id of their
 	// own (plog, the local channel) set it to the message's body.
 	DeriveID []byte
+	// Received is when the input received the message. A canonical event
+	// (CanonicalWriter) without a timestamp is given it, as the channel's
+	// module gives the time of the publish call; zero: none is given, and
+	// such an event is invalid. A module's events are the module's: it is
+	// not used for them.
+	Received time.Time
 }
 
 // Result is what a successful Map produced.

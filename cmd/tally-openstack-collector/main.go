@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/tally-billing/tally-openstack-collector/cmd/tally-openstack-collector/internal/cli"
+	"github.com/tally-billing/tally-openstack-collector/cmd/tally-openstack-collector/internal/daemon"
 )
 
 // Set at build time: -ldflags "-X main.version=v1.2.3 -X main.commit=abc1234".
@@ -17,5 +18,6 @@ var (
 )
 
 func main() {
+	daemon.ConfigureLogging()
 	os.Exit(cli.Run(os.Args[1:], os.Environ(), os.Stdin, os.Stdout, os.Stderr, cli.Stamp{Version: version, Commit: commit}))
 }

@@ -15,6 +15,9 @@
 // uuid4 unless --file-ids), timestamp (UTC now) and _unique_id are set as
 // oslo sets them. One JSON line per notification on stdout names the
 // message_id used.
+//
+// `publisher queues [--url URL] [--delete] NAME...` prints which of the named
+// queues exist, with their messages, and with --delete removes them.
 package main
 
 import (
@@ -40,7 +43,13 @@ func (t *topics) String() string     { return strings.Join(*t, ",") }
 func (t *topics) Set(s string) error { *t = append(*t, s); return nil }
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == "queues" {
+		err = runQueues(os.Args[2:], os.Stdout)
+	} else {
+		err = run(os.Args[1:])
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "publisher:", err)
 		os.Exit(1)
 	}

@@ -13,6 +13,11 @@
 #   5. the events arriving at the API, then a graceful stop
 #
 # Everything it writes is under var/run/ (logs, the outbox, the API's store).
+# On the broker it leaves the collector's queue (QUEUE, named at the end); the
+# default queues the publishers declare as oslo's Notifier does
+# (<topic>.<priority>: notifications.info, ironic_versioned_notifications.info),
+# which nothing consumes here, are removed at the end when this run created
+# them, and named when they were there before.
 # KEEP_RUNNING=1 leaves the collector and the API running until Ctrl-C.
 set -euo pipefail
 
@@ -53,6 +58,31 @@ pretty() {
 }
 
 pids=()
+# oslo's default queues: those the publishers declare (OSLO_QUEUES), and those
+# of them that were on the broker before this run (OSLO_QUEUES_BEFORE).
+OSLO_QUEUES=()
+OSLO_QUEUES_BEFORE=()
+oslo_queues_cleanup() {
+	[[ ${#OSLO_QUEUES[@]} -gt 0 ]] || return 0
+	local created=() q
+	for q in "${OSLO_QUEUES[@]}"; do
+		[[ " ${OSLO_QUEUES_BEFORE[*]} " == *" $q "* ]] || created+=("$q")
+	done
+	if [[ ${#created[@]} -gt 0 ]]; then
+		local removed
+		if removed=$(bin/publisher queues --url "$BROKER_URL" --delete "${created[@]}" 2>&1); then
+			while read -r q n; do
+				[[ -n $q ]] && note "removed oslo's default queue $q, which this run declared ($n messages nothing consumes here)"
+			done <<<"$removed"
+		else
+			note "could not remove oslo's default queues ${created[*]}: $removed"
+		fi
+	fi
+	for q in "${OSLO_QUEUES_BEFORE[@]}"; do
+		note "oslo's default queue $q was there before this run and is left in place; it now holds this run's notifications too"
+	done
+	OSLO_QUEUES=()
+}
 cleanup() {
 	local code=$?
 	for pid in "${pids[@]}"; do
@@ -61,6 +91,7 @@ cleanup() {
 	for pid in "${pids[@]}"; do
 		wait "$pid" 2>/dev/null || true
 	done
+	oslo_queues_cleanup
 	exit "$code"
 }
 trap cleanup EXIT
@@ -125,6 +156,22 @@ publish() { # service count files...
 		--topic "${TOPIC[$svc]:-notifications}" \
 		--publisher-id "${PUBLISHER_ID[$svc]}" --count "$count" "$@"
 }
+
+# Both publishers declare and bind oslo's default queue <topic>.<priority> for
+# what they publish, as a service's Notifier does; every sample is of priority
+# info. Which of them were there before is noted, so that only those this run
+# creates are removed at the end.
+for t in ${TOPICS//,/ }; do
+	OSLO_QUEUES+=("$t.info")
+done
+if before=$(bin/publisher queues --url "$BROKER_URL" "${OSLO_QUEUES[@]}"); then
+	while read -r q _; do
+		[[ -n $q ]] && OSLO_QUEUES_BEFORE+=("$q")
+	done <<<"$before"
+else
+	note "could not tell which of oslo's default queues (${OSLO_QUEUES[*]}) exist; none will be removed"
+	OSLO_QUEUES=()
+fi
 
 # A cloud's services declare their exchanges when they first publish; the
 # collector binds to exchanges and creates none. One notification of a type no
@@ -223,3 +270,4 @@ wait "$collector" || status=$?
 note "exited $status"
 note "logs: $RUN_DIR/collector.log, $RUN_DIR/reporting-api.log"
 note "the queue $QUEUE stays bound on the broker and keeps collecting; remove it with: rabbitmqctl delete_queue $QUEUE"
+oslo_queues_cleanup

@@ -32,6 +32,10 @@ type DeadLetterInfo struct {
 	Reason     string    `json:"reason"`
 	Detail     string    `json:"detail,omitempty"`
 	BodyBytes  int       `json:"body_bytes"`
+	// Undeliverable marks a body no replay can deliver (oversized,
+	// undecodable, refused by its decoder), kept as evidence within a
+	// budget of its own (docs/outbox.md).
+	Undeliverable bool `json:"undeliverable,omitempty"`
 }
 
 // DeadLetterDetail is one dead letter with its message, credentials
@@ -45,7 +49,7 @@ type DeadLetterDetail struct {
 func infoOf(d outbox.StoredDeadLetter) DeadLetterInfo {
 	return DeadLetterInfo{
 		Seq: d.Seq, At: d.At, Exchange: d.Exchange, RoutingKey: d.RoutingKey, EventType: d.EventType,
-		Module: d.Module, Reason: d.Reason, Detail: d.Detail, BodyBytes: len(d.Body),
+		Module: d.Module, Reason: d.Reason, Detail: d.Detail, BodyBytes: len(d.Body), Undeliverable: d.Undeliverable,
 	}
 }
 

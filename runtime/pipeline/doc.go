@@ -28,7 +28,7 @@
 //     routing, exclusions, Result.EventType and the ledger use that form.
 //     None: Skipped "no_event_type". With Message.Canonical, a canonical event
 //     is checked against the event contract (runtime.CanonicalWriter) and
-//     passed through.
+//     passed through; one without a timestamp is given Message.Received.
 //  4. The router (or the message's own chain) picks the module; none claims the
 //     type: Skipped "unclaimed", or "versioned" for a versioned nova
 //     notification (payload.nova_object.data), so that a format no module reads

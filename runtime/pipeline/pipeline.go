@@ -89,6 +89,10 @@ type Message struct {
 	Modules []Mapper
 	// Canonical accepts a canonical event as it is (validated, source filled).
 	Canonical bool
+	// Received is when the input received the message: a canonical event
+	// (Canonical) without a timestamp is given it. Zero: none is given, and
+	// such an event is dead-lettered as invalid.
+	Received time.Time
 	// DeriveID gives events without an event_id one derived from the body.
 	DeriveID bool
 	// FirstDelivery marks an AMQP delivery the broker has not delivered
@@ -345,7 +349,7 @@ func isCanonical(in *jsonindex.Index) bool {
 // as a module's events are, the source set by the collector whatever the
 // sender wrote. Only inputs that ask for it (plog) come here.
 func (p *Pipeline) passThrough(msg Message, s *scratch, in *jsonindex.Index, eventType string) Result {
-	src := runtime.Source{Exchange: msg.Exchange, RoutingKey: msg.RoutingKey}
+	src := runtime.Source{Exchange: msg.Exchange, RoutingKey: msg.RoutingKey, Received: msg.Received}
 	if msg.DeriveID {
 		src.DeriveID = msg.Body
 	}

@@ -62,6 +62,9 @@ type ListenerInfo struct {
 type item struct {
 	body []byte
 	tags []string
+	// received is when the whole message was in hand (enqueue): the
+	// timestamp of a canonical event that carries none.
+	received time.Time
 }
 
 type commitItem struct {
@@ -317,6 +320,7 @@ func (s *Server) kill() {
 // gives up only when the drain deadline has passed.
 func (l *listener) enqueue(ctx context.Context, it item) bool {
 	n := int64(len(it.body))
+	it.received = time.Now()
 	for l.queued.Load() > 0 && l.queued.Load()+n > l.set.QueueBytes {
 		select {
 		case <-ctx.Done():
@@ -378,6 +382,7 @@ func (l *listener) process(ctx context.Context, it item) {
 		Modules:    modules,
 		Canonical:  true,
 		DeriveID:   true,
+		Received:   it.received,
 	})
 	switch res.Outcome {
 	case pipeline.Mapped:

@@ -742,3 +742,42 @@ func TestTCPLineLimitBoundary(t *testing.T) {
 		t.Fatalf("overlong %d lines %d", s.TCPOverlongLines, s.TCPLines)
 	}
 }
+
+// A canonical event without a timestamp is given the time the listener
+// received it, as the channel gives the time of the publish call; one that
+// lacks another required member is a local dead letter (invalid_event, the
+// member named), never an event the Reporting API would refuse.
+func TestCanonicalEventWithoutTimestampGetsReceipt(t *testing.T) {
+	h := newHarness(t, 0, tcpOnly(Settings{}))
+	c := h.dial(0)
+	before := time.Now().UTC()
+	noTime := `{"event_type":"compute.instance.exists","service":"nova","resource_type":"instance","resource_id":"r1","project_id":"p1","action":"exists"}`
+	noProject := `{"event_type":"compute.instance.exists","service":"nova","resource_type":"instance","resource_id":"r2","action":"exists"}`
+	for _, m := range []string{noTime, noProject} {
+		if err := c.Send([]byte(m)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs := h.events(1)
+	after := time.Now().UTC()
+	ts, _ := evs[0]["timestamp"].(string)
+	at, err := time.Parse(time.RFC3339Nano, ts)
+	if err != nil || !strings.HasSuffix(ts, "Z") || at.Before(before.Truncate(time.Microsecond)) || at.After(after) {
+		t.Fatalf("timestamp %q (%v), want the time of receipt in [%s, %s]", ts, err, before.Format(time.RFC3339Nano), after.Format(time.RFC3339Nano))
+	}
+	if evs[0]["resource_id"] != "r1" {
+		t.Fatalf("event %v", evs[0])
+	}
+	testkit.WaitFor(t, 10*time.Second, "a dead letter", func() bool { return h.box.DeadLetterCount() >= 1 })
+	letters, err := h.box.ListDeadLetters(context.Background(), 0, 10)
+	if err != nil || len(letters) != 1 {
+		t.Fatalf("dead letters %d: %v", len(letters), err)
+	}
+	dl := letters[0]
+	if string(dl.Body) != noProject || dl.Reason != string(runtime.ReasonInvalidEvent) || !strings.Contains(dl.Detail, "project_id") {
+		t.Fatalf("dead letter %+v", dl.DeadLetter)
+	}
+	if h.box.Depth() != 1 {
+		t.Fatalf("outbox depth %d, want the one valid event", h.box.Depth())
+	}
+}

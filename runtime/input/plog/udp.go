@@ -128,7 +128,7 @@ func (l *listener) datagram(ctx context.Context, now time.Time, d []byte, from n
 			hd.observe(now, from, h.id)
 		}
 		msg, ok := df.add(now, from, h, tags, payload)
-		if ok && !l.enqueue(ctx, item(msg)) {
+		if ok && !l.enqueue(ctx, item{body: msg.body, tags: msg.tags}) {
 			l.st.failedToSend.Add(1)
 		}
 	default:

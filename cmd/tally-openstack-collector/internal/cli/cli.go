@@ -37,8 +37,9 @@ Usage:
   tally-openstack-collector mapper test [--mappers DIR] [DIR...]
                                                             run mapper fixture pairs (*.in.json -> *.out.json)
   tally-openstack-collector version                         version, commit, mapper ABI versions
-  tally-openstack-collector mappers [promote|abort NAME]    the running daemon's mapper catalogue
-  tally-openstack-collector deadletter list|show|replay     the running daemon's dead letters
+  tally-openstack-collector mappers [promote|abort NAME]    the daemon's mapper catalogue (a stopped one's: from its outbox)
+  tally-openstack-collector deadletter list|show|replay|purge
+                                                            the daemon's dead letters (list, show: a stopped one's too)
   tally-openstack-collector ledger [--from T] [--to T] [--by source|type|hour] [--json] [--merge DIR|URL...]
                                                             the durable completeness ledger
   tally-openstack-collector reconcile --from T --to T       delivered counts against the Reporting API's

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tally-billing/tally-openstack-collector/cmd/tally-openstack-collector/internal/settings"
 	"github.com/tally-billing/tally-openstack-collector/internal/tokenfile"
+	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
 )
 
@@ -30,6 +31,11 @@ broker, on every other replica (CONTROL_EXCHANGE); when the broker cannot take
 the decision yet, the command says so and the daemon keeps sending it. The daemon is reached on HTTP_ADDR; every
 command sends the control token (CONTROL_TOKEN or CONTROL_TOKEN_FILE) when one
 is set.
+
+When no daemon answers on HTTP_ADDR, the status is that of the stopped daemon:
+the catalogue its next start makes of MAPPERS_DIR, with the decisions saved in
+its outbox at BUFFER_PATH (read-only; refused while a collector holds it).
+promote and abort need the running daemon.
 
 Flags:
 `
@@ -46,6 +52,10 @@ good the letters matching every criterion given (--all: every letter), to make
 room in the dead-letter area. The daemon is reached on HTTP_ADDR; every command sends the
 control token (CONTROL_TOKEN or CONTROL_TOKEN_FILE) when one is set.
 
+When no daemon answers on HTTP_ADDR, list and show read the stopped daemon's
+outbox at BUFFER_PATH themselves (read-only; refused while a collector holds
+it). replay and purge need the running daemon.
+
 Flags:
 `
 
@@ -53,7 +63,7 @@ func controlFlags(name string) *pflag.FlagSet {
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SortFlags = false
 	settings.AddFlags(fs, func(key string) bool {
-		return key == "http_addr" || key == "control_token" || key == "control_token_file"
+		return key == "http_addr" || key == "control_token" || key == "control_token_file" || key == "buffer_path"
 	})
 	return fs
 }
@@ -92,6 +102,11 @@ func printJSON(w io.Writer, v any) error {
 
 func runMappers(args, environ []string, stdout, stderr io.Writer) int {
 	fs := controlFlags("mappers")
+	for _, k := range []string{"mappers_dir", "mappers_promote"} {
+		if fl := fs.Lookup(settings.FlagName(k)); fl != nil {
+			fl.Hidden = false
+		}
+	}
 	if err := parseFlags(fs, mappersUsage, args, stdout, stderr); err != nil {
 		if errors.Is(err, errUsage) {
 			return 0
@@ -108,6 +123,9 @@ func runMappers(args, environ []string, stdout, stderr io.Writer) int {
 	switch {
 	case fs.NArg() == 0:
 		st, err := cl.Status(ctx)
+		if daemonDown(err) {
+			st, err = stoppedStatus(ctx, fs, environ, cl, err, stderr)
+		}
 		if err != nil {
 			fmt.Fprintf(stderr, "mappers: %v\n", controlError(err, fs, environ))
 			return 1
@@ -124,7 +142,7 @@ func runMappers(args, environ []string, stdout, stderr io.Writer) int {
 			out, err = cl.Abort(ctx, fs.Arg(1))
 		}
 		if err != nil {
-			fmt.Fprintf(stderr, "mappers %s: %v\n", fs.Arg(0), controlError(err, fs, environ))
+			fmt.Fprintf(stderr, "mappers %s: %v%s\n", fs.Arg(0), controlError(err, fs, environ), needsDaemon(err, fs.Arg(0)))
 			return 1
 		}
 		_ = printJSON(stdout, out)
@@ -179,8 +197,18 @@ func runDeadletter(args, environ []string, stdout, stderr io.Writer) int {
 	switch {
 	case fs.Arg(0) == "list" && len(seqs) == 0:
 		out, err = cl.ListDeadLetters(ctx, *after, *limit)
+		if daemonDown(err) {
+			out, err = stoppedDeadLetters(ctx, fs, environ, cl, err, stderr, func(ob *outbox.Outbox) (any, error) {
+				return catalog.ListDeadLetters(ctx, ob, *after, *limit)
+			})
+		}
 	case fs.Arg(0) == "show" && len(seqs) == 1:
 		out, err = cl.ShowDeadLetter(ctx, seqs[0])
+		if daemonDown(err) {
+			out, err = stoppedDeadLetters(ctx, fs, environ, cl, err, stderr, func(ob *outbox.Outbox) (any, error) {
+				return catalog.ShowDeadLetter(ctx, ob, seqs[0])
+			})
+		}
 	case fs.Arg(0) == "replay":
 		out, err = cl.Replay(ctx, catalog.ReplayOptions{Seqs: seqs})
 	case fs.Arg(0) == "purge" && len(seqs) == 0:
@@ -194,7 +222,7 @@ func runDeadletter(args, environ []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "deadletter %s: %v\n", fs.Arg(0), controlError(err, fs, environ))
+		fmt.Fprintf(stderr, "deadletter %s: %v%s\n", fs.Arg(0), controlError(err, fs, environ), needsDaemon(err, fs.Arg(0)))
 		return 1
 	}
 	_ = printJSON(stdout, out)
@@ -205,4 +233,28 @@ func runDeadletter(args, environ []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// stoppedDeadLetters reads the dead letters of a stopped daemon's outbox
+// with read, after the daemon did not answer on cl.BaseURL (cause).
+func stoppedDeadLetters(ctx context.Context, fs *pflag.FlagSet, environ []string, cl *catalog.Client, cause error, stderr io.Writer,
+	read func(*outbox.Outbox) (any, error)) (any, error) {
+	ob, cfg, err := stoppedOutbox(fs, environ, cl, cause, "")
+	if err != nil {
+		return nil, err
+	}
+	defer ob.Close()
+	noteStopped(stderr, cl, "read from the stopped daemon's outbox at "+cfg.BufferPath)
+	return read(ob)
+}
+
+// needsDaemon adds, to the error of a command that changes the daemon's
+// state (mappers promote|abort, deadletter replay|purge) when no daemon
+// answered, that it has no stopped form.
+func needsDaemon(err error, sub string) string {
+	if !daemonDown(err) {
+		return ""
+	}
+	return fmt.Sprintf(" (%s changes the running daemon's state and has no form for a stopped one: start the daemon, or give its address with --http-addr or %sHTTP_ADDR)",
+		sub, settings.EnvPrefix)
 }

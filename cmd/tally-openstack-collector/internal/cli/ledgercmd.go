@@ -34,7 +34,8 @@ project and resource type. A line follows for every hour that does not
 balance and every hour with events still in the outbox (docs/evidence.md).
 
 Without --merge the running daemon is asked on HTTP_ADDR (with the control
-token). --merge adds up several replicas: each argument is an outbox
+token); when none answers there, the stopped daemon's outbox at BUFFER_PATH is
+read (read-only; refused while a collector holds it). --merge adds up several replicas: each argument is an outbox
 directory of a stopped replica, or the http://host:port of a running one.
 T is an RFC 3339 time, or a duration meaning that long ago (24h).
 
@@ -105,7 +106,7 @@ func addLedgerFlags(fs *pflag.FlagSet, f *ledgerFlags, by bool) {
 
 // readLedger reads the ledger of [from, to): of the running daemon, or with
 // merge, of every argument added up.
-func readLedger(ctx context.Context, fs *pflag.FlagSet, environ []string, merge bool, from, to time.Time) (*ledger.Delta, error) {
+func readLedger(ctx context.Context, fs *pflag.FlagSet, environ []string, merge bool, from, to time.Time, stderr io.Writer) (*ledger.Delta, error) {
 	cl, err := controlClient(fs, environ)
 	if err != nil {
 		return nil, err
@@ -115,6 +116,9 @@ func readLedger(ctx context.Context, fs *pflag.FlagSet, environ []string, merge 
 			return nil, fmt.Errorf("unexpected argument %q (replicas are given with --merge)", fs.Arg(0))
 		}
 		rep, err := cl.Ledger(ctx, from, to)
+		if daemonDown(err) {
+			return stoppedLedger(ctx, fs, environ, cl, err, from, to, stderr)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("the daemon on %s: %w", cl.BaseURL, err)
 		}
@@ -143,10 +147,22 @@ func readLedger(ctx context.Context, fs *pflag.FlagSet, environ []string, merge 
 	return sum, nil
 }
 
-// readOutboxLedger opens the outbox in dir (its daemon stopped) and reads its
-// ledger.
+// stoppedLedger reads the ledger of the stopped daemon's outbox at
+// BUFFER_PATH, after the daemon did not answer on cl.BaseURL (cause).
+func stoppedLedger(ctx context.Context, fs *pflag.FlagSet, environ []string, cl *catalog.Client, cause error, from, to time.Time, stderr io.Writer) (*ledger.Delta, error) {
+	ob, cfg, err := stoppedOutbox(fs, environ, cl, cause, "--merge DIR|URL...")
+	if err != nil {
+		return nil, err
+	}
+	defer ob.Close()
+	noteStopped(stderr, cl, "read from the stopped daemon's outbox at "+cfg.BufferPath)
+	return ob.Ledger(ctx, from, to)
+}
+
+// readOutboxLedger opens the outbox in dir (its daemon stopped) read-only and
+// reads its ledger.
 func readOutboxLedger(ctx context.Context, dir string, from, to time.Time) (*ledger.Delta, error) {
-	ob, err := outbox.Open(outbox.Options{Dir: dir, Logger: zerolog.Nop(), MinFreeBytes: -1})
+	ob, err := outbox.Open(outbox.Options{Dir: dir, Logger: zerolog.Nop(), ReadOnly: true})
 	if errors.Is(err, outbox.ErrLocked) {
 		return nil, fmt.Errorf("%s is in use by a running collector: give its control address (http://HTTP_ADDR) instead: %w", dir, err)
 	}
@@ -167,7 +183,7 @@ func runLedger(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	d, err := readLedger(ctx, fs, environ, f.merge, from, to)
+	d, err := readLedger(ctx, fs, environ, f.merge, from, to, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "ledger: %v\n", controlError(err, fs, environ))
 		return 2
@@ -212,7 +228,7 @@ func runReconcile(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	d, err := readLedger(ctx, fs, environ, f.merge, from, to)
+	d, err := readLedger(ctx, fs, environ, f.merge, from, to, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "reconcile: %v\n", err)
 		return 2

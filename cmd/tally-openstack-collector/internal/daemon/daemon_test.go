@@ -24,7 +24,10 @@ import (
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 )
 
-func TestMain(m *testing.M) { os.Exit(testkit.Main(m)) }
+func TestMain(m *testing.M) {
+	ConfigureLogging() // as the program does before anything logs
+	os.Exit(testkit.Main(m))
+}
 
 // inProcess is a daemon run by the test's own process: its settings, its log,
 // the channel that stops it, and Run's answer once it returned.

@@ -12,7 +12,16 @@ import (
 	"github.com/tally-billing/tally-openstack-collector/internal/tokenfile"
 )
 
-// NewLogger returns the base logger: JSON lines, or the console format when
+// ConfigureLogging sets what zerolog keeps process-wide: a duration field
+// (retry_in, took, wait ...) is written as Go writes a duration, its unit in
+// it ("1.5s", "250ms", "2m0s"), where zerolog's default is a bare number of
+// milliseconds. The program calls it once, before anything logs
+// (zerolog's settings are plain variables, read by every logging goroutine).
+func ConfigureLogging() {
+	zerolog.DurationFieldFormat = zerolog.DurationFormatString
+}
+
+// NewLogger returns the base logger (ConfigureLogging first): JSON lines, or the console format when
 // format is "console", or "auto" and w is a terminal. It carries no component:
 // every user adds its own with component(), so each line has exactly one.
 func NewLogger(w io.Writer, format string, level zerolog.Level) zerolog.Logger {

@@ -415,6 +415,16 @@ func OfflineMappers(ctx context.Context, cfg *settings.Config, base zerolog.Logg
 	return loadMappers(ctx, &off, base, nil, nil, nil, nil)
 }
 
+// StoppedMappers is OfflineMappers with the mapper decisions a stopped
+// daemon saved in its outbox (state, opened read-only): the catalogue as that
+// daemon's next start would make it of its drop-in directory. What the
+// catalogue saves goes to state, which may drop it.
+func StoppedMappers(ctx context.Context, cfg *settings.Config, base zerolog.Logger, state catalog.StateStore) (*Mappers, error) {
+	off := *cfg
+	off.MapperBuiltinGuard = runtime.GuardAlways
+	return loadMappers(ctx, &off, base, nil, state, nil, nil)
+}
+
 // controlHandler serves the catalogue's routes (/mappers, /deadletters) on the
 // daemon's HTTP server, behind the daemon's controlAuth (newMux).
 func (m *Mappers) controlHandler(ob outboxHandle, log zerolog.Logger) http.Handler {
@@ -430,12 +440,13 @@ func (m *Mappers) controlHandler(ob outboxHandle, log zerolog.Logger) http.Handl
 // made of it. The plog listeners and the local channel have the collector
 // name events that carry no id from the message (DeriveID), so a replay
 // gives the ids the first attempt would have; plog accepts a canonical event
-// as it is.
+// as it is, one without a timestamp given the time it was dead-lettered
+// (when it was received, give or take its mapping).
 func replayMessage(d outbox.StoredDeadLetter) pipeline.Message {
 	m := pipeline.Message{Body: d.Body, Exchange: d.Exchange, RoutingKey: d.RoutingKey, Compression: d.Compression}
 	switch d.Exchange {
 	case plog.Exchange:
-		m.Canonical, m.DeriveID = true, true
+		m.Canonical, m.DeriveID, m.Received = true, true, d.At
 	case channel.Exchange:
 		m.DeriveID = true
 	}

@@ -178,6 +178,7 @@ func AddFlags(fs *pflag.FlagSet, show func(key string) bool) {
 			fs.Bool(s.flag(), s.def == "true", usage)
 		} else {
 			fs.String(s.flag(), s.def, usage)
+			typeFlag(fs, s)
 		}
 		if show != nil && !show(s.key) {
 			_ = fs.MarkHidden(s.flag())

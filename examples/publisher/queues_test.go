@@ -1,0 +1,61 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
+)
+
+// `publisher queues` names the queues that exist with their messages, and
+// with --delete removes them; a queue that does not exist is left out.
+func TestQueuesListsAndDeletes(t *testing.T) {
+	testkit.RequireBroker(t)
+	url := "amqp://guest:guest@" + testkit.BrokerAddr + "/"
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("tally-publisher-queues-%d.info", time.Now().UnixNano())
+	missing := name + ".missing"
+	if _, err := ch.QueueDeclare(name, false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = ch.QueueDelete(name, false, false, false) })
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		dc, err := ch.PublishWithDeferredConfirm("", name, false, false, amqp.Publishing{Body: []byte("{}")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !dc.Wait() {
+			t.Fatal("publish not confirmed")
+		}
+	}
+	var out bytes.Buffer
+	if err := runQueues([]string{"--url", url, missing, name}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); got != name+" 2\n" {
+		t.Fatalf("queues printed %q, want %q", got, name+" 2\n")
+	}
+	out.Reset()
+	if err := runQueues([]string{"--url", url, "--delete", name, missing}, &out); err != nil || out.String() != name+" 2\n" {
+		t.Fatalf("queues --delete: %q, %v", out.String(), err)
+	}
+	out.Reset()
+	if err := runQueues([]string{"--url", url, name}, &out); err != nil || out.Len() != 0 {
+		t.Fatalf("after --delete: %q, %v", out.String(), err)
+	}
+}
