@@ -635,21 +635,23 @@ func hostFields(ctx context.Context, mod api.Module, stack []uint64) {
 		return
 	}
 	inst := cc.inst
+	if inst.in == nil {
+		clear(out)
+		stack[0] = uint64(uint32(count))
+		return
+	}
+	all, _ := mem.Read(0, mem.Size()) // as mem.Read(p, n) for each path, without a call each
 	for lo := 0; lo < int(count); lo += fieldsChunk {
 		hi := min(int(count), lo+fieldsChunk)
 		paths, slots := inst.paths[:0], inst.slots[:0]
-		if inst.in != nil {
-			for i := lo; i < hi; i++ {
-				p, n := binary.LittleEndian.Uint32(table[8*i:]), binary.LittleEndian.Uint32(table[8*i+4:])
-				if path, ok := mem.Read(p, n); ok {
-					paths, slots = append(paths, path), append(slots, int32(i))
-				}
+		for i := lo; i < hi; i++ {
+			p, n := uint64(binary.LittleEndian.Uint32(table[8*i:])), uint64(binary.LittleEndian.Uint32(table[8*i+4:]))
+			if p+n <= uint64(len(all)) {
+				paths, slots = append(paths, all[p:p+n]), append(slots, int32(i))
 			}
 		}
 		spans := slices.Grow(inst.spans[:0], len(paths))[:len(paths)]
-		if len(paths) > 0 {
-			inst.in.LookupMany(paths, spans)
-		}
+		inst.in.LookupMany(paths, spans)
 		j := 0
 		for i := lo; i < hi; i++ {
 			var r uint64

@@ -26,7 +26,6 @@ type manyItem struct {
 	i        int32  // its index in the batch
 	pos, end int32  // the segment being resolved: p[pos:end]
 	next     int32  // 1 + the next item of the chain, 0: none
-	slash    bool   // p holds a backslash
 }
 
 // manyState is the scratch of LookupMany, kept in the Index so that a warm
@@ -68,7 +67,7 @@ func (x *Index) LookupMany(paths [][]byte, out []Span) {
 			out[i] = x.span(0) // the whole document
 			continue
 		}
-		items = append(items, manyItem{p: p, i: int32(i), next: head, slash: bytes.IndexByte(p, '\\') >= 0})
+		items = append(items, manyItem{p: p, i: int32(i), next: head})
 		head = int32(len(items))
 	}
 	m.items = items
@@ -106,11 +105,15 @@ func (x *Index) resolveMany(cur int32, head int32, out []Span) {
 		it := &items[j-1]
 		next := it.next
 		p, pos := it.p, int(it.pos)
+		// The segment ends at the first '.' unless a backslash before it
+		// (in the segment) may escape it; either way only the bytes up to
+		// the segment's end are read, as by Lookup.
 		q, esc := len(p), false
-		if it.slash {
-			q, esc = segmentEnd(p, pos)
-		} else if d := bytes.IndexByte(p[pos:], '.'); d >= 0 {
+		if d := bytes.IndexByte(p[pos:], '.'); d >= 0 {
 			q = pos + d
+		}
+		if bytes.IndexByte(p[pos:q], '\\') >= 0 {
+			q, esc = segmentEnd(p, pos)
 		}
 		it.end = int32(q)
 		raw := p[pos:q]
