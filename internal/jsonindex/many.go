@@ -29,9 +29,9 @@ type manyItem struct {
 }
 
 // manyState is the scratch of LookupMany, kept in the Index so that a warm
-// Index allocates nothing. The names of one level (names to esc) are used
-// only until that level's children are known, before it descends, so one
-// set serves every level.
+// Index allocates nothing. The names of one level (names, heads, next, name,
+// raw, esc) are used only until that level's children are known, before it
+// descends, so one set serves every level.
 type manyState struct {
 	items     []manyItem
 	names     []byte            // escaped segments of the level, decoded
