@@ -42,9 +42,11 @@
 // The caller parses each message once into a jsonindex.Index and passes it to
 // Map. The guest receives the raw bytes and may look members up through the
 // tally.field import (one path) or tally.fields (many paths in one call), both
-// of which answer from that Index through one jsonindex.Cursor per call (a
-// path with the same parent as the previous one resumes from that parent):
-// the guest never needs to parse JSON itself.
+// of which answer from that Index: tally.field through one jsonindex.Cursor
+// per call (a path with the same parent as the previous one resumes from that
+// parent), tally.fields with jsonindex.LookupMany (the paths looked up
+// together, each container they share searched once for all of them), the
+// answers the same either way: the guest never needs to parse JSON itself.
 //
 // # Limits
 //

@@ -228,3 +228,38 @@ func rss() int64 {
 	fmt.Sscan(string(b), &size, &res)
 	return res * int64(os.Getpagesize())
 }
+
+// BenchmarkBuiltinNovaIndexed: the built-in nova module maps the 1.6 KB
+// compute.instance.exists, the input indexed again for every call as the
+// pipeline does (so the lookups find no table of an earlier call), watched
+// and unguarded, with only this module loaded. TALLY_BENCH_CALL_TIMEOUT
+// lengthens the deadline of a call, for counting instructions under
+// valgrind (docs/performance.md).
+func BenchmarkBuiltinNovaIndexed(b *testing.B) {
+	w := guest(b, goNova)
+	in := readFile(b, novaIn)
+	timeout, _ := time.ParseDuration(os.Getenv("TALLY_BENCH_CALL_TIMEOUT"))
+	e := newEngine(b, runtime.Config{CallTimeout: timeout})
+	for _, g := range []runtime.Guard{runtime.GuardWatched, runtime.GuardNever} {
+		b.Run("guard="+g.String(), func(b *testing.B) {
+			m, err := e.Load(context.Background(), goNova, w, runtime.WithGuard(g))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close(context.Background())
+			var x jsonindex.Index
+			b.ReportAllocs()
+			cpu0 := testkit.CPUTime()
+			for b.Loop() {
+				if err := x.Parse(in); err != nil {
+					b.Fatal(err)
+				}
+				res, err := m.Map(context.Background(), &x, src)
+				if err != nil || len(res.Events) != 1 {
+					b.Fatalf("events %d, err %v", len(res.Events), err)
+				}
+			}
+			testkit.ReportCPU(b, cpu0)
+		})
+	}
+}

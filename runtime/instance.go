@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -85,6 +86,9 @@ type instance struct {
 
 	in       *jsonindex.Index // input of the call in progress (tally.field)
 	cursor   jsonindex.Cursor // answers the lookups of the call in progress
+	paths    [][]byte         // tally.fields: the paths of one chunk, in guest memory
+	slots    []int32          // their slots in the call's table
+	spans    []jsonindex.Span // their answers
 	out      jsonindex.Index  // output parser, reused
 	ev       eventWriter      // the event contract, applied to each event
 	ids      idSeed           // derives event ids (Source.DeriveID)
@@ -603,11 +607,18 @@ func hostField(ctx context.Context, mod api.Module, stack []uint64) {
 // maxFields is the most paths one tally.fields call may ask for.
 const maxFields = 1 << 16
 
+// fieldsChunk is the most paths of a tally.fields call looked up together
+// (jsonindex.LookupMany): a call asks for them a chunk at a time, so that the
+// buffers kept for it stay small whatever the guest asks.
+const fieldsChunk = 256
+
 // hostFields answers tally.fields: count (ptr, len) path pairs at paths_ptr,
-// each looked up as by tally.field, the packed results stored as
+// each answered as by tally.field, the packed results stored as
 // little-endian i64s at out_ptr. It returns count, or -1 (nothing written)
 // when either table lies outside guest memory or count is out of range. A
-// path outside guest memory answers missing, as with tally.field.
+// path outside guest memory answers missing, as with tally.field. The paths
+// are looked up together (jsonindex.LookupMany), a chunk at a time: every
+// pair and path of a chunk is read before any of its results is written.
 func hostFields(ctx context.Context, mod api.Module, stack []uint64) {
 	ptr, count, outPtr := uint32(stack[0]), int32(uint32(stack[1])), uint32(stack[2])
 	stack[0] = uint64(uint32(0xFFFFFFFF)) // -1
@@ -623,19 +634,37 @@ func hostFields(ctx context.Context, mod api.Module, stack []uint64) {
 	if !ok1 || !ok2 {
 		return
 	}
-	in := cc.inst.in
-	cur := &cc.inst.cursor // bound to in for the whole tally_map call
-	for i := 0; i < int(count); i++ {
-		var r uint64
-		if in != nil {
-			p, n := binary.LittleEndian.Uint32(table[8*i:]), binary.LittleEndian.Uint32(table[8*i+4:])
-			if path, ok := mem.Read(p, n); ok {
-				if k, s, e := cur.LookupBytes(path); k != jsonindex.Missing && s <= maxSpan && e-s <= maxSpan {
-					r = uint64(k)<<56 | uint64(s)<<28 | uint64(e-s)
-				}
+	inst := cc.inst
+	if inst.in == nil {
+		clear(out)
+		stack[0] = uint64(uint32(count))
+		return
+	}
+	all, _ := mem.Read(0, mem.Size()) // as mem.Read(p, n) for each path, without a call each
+	for lo := 0; lo < int(count); lo += fieldsChunk {
+		hi := min(int(count), lo+fieldsChunk)
+		paths, slots := inst.paths[:0], inst.slots[:0]
+		for i := lo; i < hi; i++ {
+			p, n := uint64(binary.LittleEndian.Uint32(table[8*i:])), uint64(binary.LittleEndian.Uint32(table[8*i+4:]))
+			if p+n <= uint64(len(all)) {
+				paths, slots = append(paths, all[p:p+n]), append(slots, int32(i))
 			}
 		}
-		binary.LittleEndian.PutUint64(out[8*i:], r)
+		spans := slices.Grow(inst.spans[:0], len(paths))[:len(paths)]
+		inst.in.LookupMany(paths, spans)
+		j := 0
+		for i := lo; i < hi; i++ {
+			var r uint64
+			if j < len(slots) && int(slots[j]) == i {
+				if sp := spans[j]; sp.Kind != jsonindex.Missing && sp.Start <= maxSpan && sp.End-sp.Start <= maxSpan {
+					r = uint64(sp.Kind)<<56 | uint64(sp.Start)<<28 | uint64(sp.End-sp.Start)
+				}
+				j++
+			}
+			binary.LittleEndian.PutUint64(out[8*i:], r)
+		}
+		clear(paths) // keep no view of guest memory past the call
+		inst.paths, inst.slots, inst.spans = paths, slots, spans
 	}
 	stack[0] = uint64(uint32(count))
 }

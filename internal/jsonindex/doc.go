@@ -29,15 +29,26 @@
 // and the empty path is the whole document. Member names in the input may be
 // JSON-escaped; they are compared after unescaping.
 //
-// Of members with the same name the last one counts, for Lookup, LookupBytes
-// and a Cursor alike: {"a":1,"a":2} answers 2 for "a", and so does
+// Of members with the same name the last one counts, for Lookup, LookupBytes,
+// a Cursor and LookupMany alike: {"a":1,"a":2} answers 2 for "a", and so does
 // {"a":1,"\u0061":2}. Python's json, which oslo.messaging and Ceilometer decode
 // notifications with, keeps the last duplicate, and so does encoding/json; the
 // collector reads the value they read.
 //
 // A Cursor answers a series of lookups, starting each from the container its
 // parent path resolved to last time when the parent is the same ("payload.a",
-// then "payload.b"): the host uses one for a guest's batch of lookups.
+// then "payload.b"): the host uses one for a guest's single lookups
+// (tally.field).
+//
+// LookupMany answers a batch of paths at once, each exactly as Lookup would:
+// the host uses it for a guest's batch (tally.fields). It takes the paths down
+// the document together, level by level, so that every container several
+// paths pass through is searched once for all the names wanted in it, not
+// once per path: "payload.a", "payload.b" and "payload.c.d" cost one walk
+// over the members of the document and one over those of payload (and one of
+// payload.c). The names wanted in one object are matched against its members
+// in a small table of the names (bucketed by length and first and last
+// byte), duplicates resolved as above, the last one counting.
 //
 // AppendChildren lists the members or elements of a container (the host uses it
 // to rewrite each event a mapper returns), duplicate member names included, in
@@ -57,6 +68,19 @@
 // plus at most one pass over the document for the tables: no shape of input
 // makes lookups quadratic. The tables take at most 32 bytes per member and 4
 // per element, about as much as the node table itself.
+//
+// LookupMany keeps that bound. It walks an object only for up to 32
+// distinct names at a time, and only while the walk stays within
+// smallContainer + 4 members per path that goes through the object
+// (walkPerPath); past that the object gets its table as for Lookup and each
+// name is probed there, and an object asked for more than 32 names at once
+// has each of those paths resolved on its own. So a walk costs at most a
+// constant per path, a member's name is compared with a wanted name only
+// when they fall in the same bucket and have the same length, and a guest
+// that asks for one member of a large object again and again pays a probe
+// each time, not a walk. Its scratch (one entry per path of the batch, the
+// decoded names of one level) stays in the Index and allocates nothing once
+// grown to the largest batch.
 //
 // # Invariants
 //

@@ -70,6 +70,8 @@ type Index struct {
 	seed                     maphash.Seed
 	seeded                   bool
 	segBuf, nameBuf, candBuf []byte
+
+	many manyState // LookupMany's scratch
 }
 
 // Bytes returns the input last given to Parse or SetRaw.

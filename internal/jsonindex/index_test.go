@@ -657,4 +657,24 @@ func BenchmarkLargeObject(b *testing.B) {
 			}
 		}
 	})
+	// The same lookups in batches of 256, as tally.fields asks for them.
+	b.Run("parse+1000-batched", func(b *testing.B) {
+		out := make([]Span, 256)
+		b.SetBytes(int64(len(src)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := x.Parse(src); err != nil {
+				b.Fatal(err)
+			}
+			for lo := 0; lo < len(paths); lo += 256 {
+				batch := paths[lo:min(len(paths), lo+256)]
+				x.LookupMany(batch, out)
+				for i := range batch {
+					if out[i].Kind != Number {
+						b.Fatalf("%s: %v", batch[i], out[i].Kind)
+					}
+				}
+			}
+		}
+	})
 }

@@ -36,34 +36,41 @@ func resolve[P string | []byte](x *Index, path P) (int32, bool) {
 	if !x.valid || len(x.nodes) == 0 {
 		return 0, false
 	}
-	cur := int32(0)
-	if len(path) > 0 {
-		p := 0
-		for {
-			// Segment [p, q), escapes noted.
-			q := p
-			esc := false
-			for q < len(path) && path[q] != '.' {
-				if path[q] == '\\' {
-					esc = true
-					q++
-				}
-				q++
-			}
-			if q > len(path) {
-				q = len(path)
-			}
-			var ok bool
-			if cur, ok = child(x, cur, path[p:q], esc); !ok {
-				return 0, false
-			}
-			if q >= len(path) {
-				break
-			}
-			p = q + 1 // a trailing '.' leaves an empty last segment: the member ""
-		}
+	if len(path) == 0 {
+		return 0, true
 	}
-	return cur, true
+	return resolveFrom(x, 0, path, 0)
+}
+
+// resolveFrom returns the node at the rest of path, from the segment that
+// starts at byte p, below the container at cur.
+func resolveFrom[P string | []byte](x *Index, cur int32, path P, p int) (int32, bool) {
+	for {
+		q, esc := segmentEnd(path, p)
+		var ok bool
+		if cur, ok = child(x, cur, path[p:q], esc); !ok {
+			return 0, false
+		}
+		if q >= len(path) {
+			return cur, true
+		}
+		p = q + 1 // a trailing '.' leaves an empty last segment: the member ""
+	}
+}
+
+// segmentEnd answers the end of the path segment that starts at byte p (the
+// next '.' that no backslash escapes, or the end of path) and whether the
+// segment holds escapes.
+func segmentEnd[P string | []byte](path P, p int) (q int, esc bool) {
+	q = p
+	for q < len(path) && path[q] != '.' {
+		if path[q] == '\\' {
+			esc = true
+			q++
+		}
+		q++
+	}
+	return min(q, len(path)), esc
 }
 
 // child returns the node of one path segment inside the container at cur: a
