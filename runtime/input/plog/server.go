@@ -65,7 +65,7 @@ type item struct {
 }
 
 type commitItem struct {
-	events [][]byte
+	events []ledger.Keyed
 	letter *outbox.DeadLetter
 	// For the ledger: the message's event type, and why it was skipped
 	// (an item with neither events nor a letter only counts).
@@ -383,7 +383,7 @@ func (l *listener) process(ctx context.Context, it item) {
 	case pipeline.Mapped:
 		l.st.mapped.Add(1)
 		if len(res.Events) > 0 {
-			l.toCommit(ctx, commitItem{events: res.Events, eventType: res.EventType, taken: taken})
+			l.toCommit(ctx, commitItem{events: res.AppendKeyed(nil), eventType: res.EventType, taken: taken})
 		}
 	case pipeline.Skipped:
 		l.st.skipped.Add(1)
@@ -422,7 +422,7 @@ const maxBatchBytes = 512 << 10
 // batch grows with the outbox's latency (group commit).
 func (l *listener) commitLoop(ctx context.Context) {
 	var (
-		events  [][]byte
+		events  []ledger.Keyed
 		letters []outbox.DeadLetter
 		msgs    int
 		size    int
@@ -477,7 +477,7 @@ func (l *listener) commitLoop(ctx context.Context) {
 				events = append(events, c.events...)
 				msgs++
 				for _, ev := range c.events {
-					size += len(ev)
+					size += len(ev.Bytes)
 				}
 			}
 			if max(counted, len(events)+len(letters)) >= l.set.BatchMax || size >= maxBatchBytes {
@@ -498,10 +498,10 @@ var appendRetry = backoff.Policy{Min: 10 * time.Millisecond, Max: time.Second}
 // outbox drops the batch (counted in failed_to_send and outbox_full). TCP retries
 // until the outbox takes it, which stops the workers, then the readers, then the
 // clients (back-pressure), or until the drain deadline.
-func (l *listener) appendEvents(ctx context.Context, events [][]byte, msgs int, taken time.Time, tally *ledger.Delta) {
+func (l *listener) appendEvents(ctx context.Context, events []ledger.Keyed, msgs int, taken time.Time, tally *ledger.Delta) {
 	retry := backoff.New(appendRetry)
 	for {
-		err := l.srv.opts.Outbox.AppendCounted(ctx, events, taken, tally)
+		err := l.srv.opts.Outbox.AppendKeyed(ctx, events, taken, tally)
 		if err == nil {
 			l.st.eventsCommitted.Add(uint64(len(events)))
 			return
