@@ -6,7 +6,8 @@
 //
 // Append returns nil only after its events are synced to disk in one
 // transaction; the consumer acknowledges deliveries after that and not
-// before. BeginAppendCounted is the same append without the wait (see
+// before. BeginAppendCounted (BeginAppendKeyed with the events' ledger
+// keys) is the same append without the wait (see
 // "Pipelined appends"): its Pending reports the durability. Events leave the outbox only through Delete of an explicit range
 // the sender had delivered. Between the two an event exists here and
 // nowhere else, so nothing else deletes, truncates or rewrites events.
@@ -203,6 +204,21 @@
 // operator created ACCEPT-DAMAGE in the directory: then the unreadable dead
 // letters are removed, the missing events counted in
 // tally_collector_outbox_damaged_events_total, and the store used as it is.
+//
+// # What the ledger reads from an event
+//
+// The ledger (ledger.go, package ledger) counts each event in an intake row
+// (its source.exchange and event_type) when it is appended, and in a stored
+// row (the hour of its timestamp, its project_id and resource_type) and by its
+// identity (event_id and timestamp) when it is delivered or refused. An append
+// takes the events as ledger.Keyed: the bytes and, when the host's event
+// writer produced them, where it wrote those six members (ledger.Keys). The
+// append then reads the members from there (ledger.Reader.ReadKeyed) and does
+// not parse the event. An event without keys (appended with Append or
+// AppendCounted, or an event the Reporting API refused that a replay commits
+// again as it is) is parsed (ledger.Reader.Read). Both answer the same for the same event, and the keys
+// are not stored: a delivery, and a reading of the ledger (the pending
+// events), parse the events they read back from the store.
 //
 // # Draining
 //

@@ -180,6 +180,12 @@ func (o *Outbox) AppendCounted(ctx context.Context, events [][]byte, taken time.
 	return o.BeginAppendCounted(ctx, events, taken, tally).Err()
 }
 
+// AppendKeyed is AppendCounted with each event's ledger keys
+// (BeginAppendKeyed).
+func (o *Outbox) AppendKeyed(ctx context.Context, events []ledger.Keyed, taken time.Time, tally *ledger.Delta) error {
+	return o.BeginAppendKeyed(ctx, events, taken, tally).Err()
+}
+
 // commitTally commits tally on its own, in one synced transaction.
 func (o *Outbox) commitTally(ctx context.Context, tally *ledger.Delta) error {
 	if tally.Empty() {

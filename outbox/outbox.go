@@ -115,6 +115,9 @@ type Outbox struct {
 	appendMu sync.Mutex
 	lastSeq  uint64 // guarded by appendMu: the highest sequence handed to the store (durable or not)
 	scratch  []byte // guarded by appendMu: the raw events of the segment being encoded
+	// segEvents, guarded by appendMu: the events of the segment being
+	// encoded (emptied after each, so that it holds no event's bytes).
+	segEvents [][]byte
 
 	// The commit pipeline (pipeline.go): appends handed to Badger and not
 	// yet settled, completed strictly in the order they were sequenced.

@@ -69,7 +69,19 @@ func (o *Outbox) Append(ctx context.Context, events [][]byte) error {
 	if len(events) == 0 {
 		return nil
 	}
-	return o.beginAppend(ctx, events, time.Time{}, nil).Err()
+	return o.beginAppend(ctx, unkeyed(events), time.Time{}, nil).Err()
+}
+
+// unkeyed is events without their ledger keys: the ledger reads each.
+func unkeyed(events [][]byte) []ledger.Keyed {
+	if len(events) == 0 {
+		return nil
+	}
+	out := make([]ledger.Keyed, len(events))
+	for i, ev := range events {
+		out[i].Bytes = ev
+	}
+	return out
 }
 
 // BeginAppendCounted is AppendCounted without the wait: it sequences the
@@ -82,6 +94,14 @@ func (o *Outbox) Append(ctx context.Context, events [][]byte) error {
 // before the hand-off (ErrFull, ErrRefused for want of space, ErrClosed, the
 // context's) come back as an already settled Pending.
 func (o *Outbox) BeginAppendCounted(ctx context.Context, events [][]byte, taken time.Time, tally *ledger.Delta) *Pending {
+	return o.BeginAppendKeyed(ctx, unkeyed(events), taken, tally)
+}
+
+// BeginAppendKeyed is BeginAppendCounted with each event's ledger keys
+// (ledger.Keyed): the ledger takes an event's row from its keys when it has
+// them, and parses the event when it has not. Either way the rows are the
+// same.
+func (o *Outbox) BeginAppendKeyed(ctx context.Context, events []ledger.Keyed, taken time.Time, tally *ledger.Delta) *Pending {
 	if len(events) == 0 && tally.Empty() {
 		return settledPending(nil)
 	}
@@ -91,7 +111,7 @@ func (o *Outbox) BeginAppendCounted(ctx context.Context, events [][]byte, taken 
 // beginAppend sequences events (possibly none, with tally) and hands them
 // to the store in one or more units. The ledger counts the events of each
 // unit in that unit, and tally in the last.
-func (o *Outbox) beginAppend(ctx context.Context, events [][]byte, taken time.Time, tally *ledger.Delta) *Pending {
+func (o *Outbox) beginAppend(ctx context.Context, events []ledger.Keyed, taken time.Time, tally *ledger.Delta) *Pending {
 	if err := ctx.Err(); err != nil {
 		return settledPending(err)
 	}
@@ -207,8 +227,8 @@ func (o *Outbox) beginAppend(ctx context.Context, events [][]byte, taken time.Ti
 		n, raw := 0, 0
 		sd := &ledger.Delta{}
 		var sdBytes int64
-		for n < len(rest) && n < segmentMaxEvents && (n == 0 || raw+len(rest[n]) <= segmentMaxBytes) {
-			e := o.appReader.Read(rest[n])
+		for n < len(rest) && n < segmentMaxEvents && (n == 0 || raw+len(rest[n].Bytes) <= segmentMaxBytes) {
+			e := o.appReader.ReadKeyed(rest[n])
 			k := ledger.Key{Hour: hour, Source: ledger.Name(e.Source), Type: ledger.Name(e.Type)}
 			cost := int64(0)
 			if sd.Intake[k] == nil {
@@ -219,7 +239,7 @@ func (o *Outbox) beginAppend(ctx context.Context, events [][]byte, taken time.Ti
 			}
 			sd.Row(k).Events++
 			sdBytes += cost
-			raw += len(rest[n])
+			raw += len(rest[n].Bytes)
 			n++
 		}
 		// What the segment's counts add to the unit's.
@@ -234,7 +254,12 @@ func (o *Outbox) beginAppend(ctx context.Context, events [][]byte, taken time.Ti
 		// the earlier ones in the old array), and it returns to the pool
 		// with the append's last unit.
 		start := len(segBuf)
-		segBuf, o.scratch = appendSegment(segBuf, now, rest[:n], o.scratch)
+		o.segEvents = o.segEvents[:0]
+		for _, e := range rest[:n] {
+			o.segEvents = append(o.segEvents, e.Bytes)
+		}
+		segBuf, o.scratch = appendSegment(segBuf, now, o.segEvents, o.scratch)
+		clear(o.segEvents)
 		val := segBuf[start:len(segBuf):len(segBuf)]
 		k := seqKey(prefixEvent, u.last+1)
 		// Split before Badger's transaction limits (leaving room for the

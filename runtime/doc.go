@@ -32,8 +32,9 @@
 // input into guest memory (tally_alloc), calls tally_map, validates the output,
 // writes each event out under the event contract (event.go: required members
 // checked, what breaks the contract elsewhere left out and counted in
-// Result.Dropped, strings decoded, the host's "source" filled in), and puts
-// the instance back. After any failure but a guest error or an event that
+// Result.Dropped, strings decoded, the host's "source" filled in, and where
+// each member the completeness ledger reads was written noted in
+// Result.Keys), and puts the instance back. After any failure but a guest error or an event that
 // breaks the contract (ReasonInvalidEvent) the instance is closed and a fresh
 // one is started by the next call that needs it.
 //
@@ -89,7 +90,8 @@
 // # Allocation
 //
 // A successful unguarded call allocates nothing but the copy of its events (one
-// buffer and the slice of events); GuardWatched adds none (the hand-over uses
+// buffer, the slice of events and the slice of their ledger keys);
+// GuardWatched adds none (the hand-over uses
 // the instance's two channels). Guarded calls add wazero's per-call watcher
 // (a goroutine and a channel per exported-function call).
 package runtime

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
+	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/contract"
 	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonstr"
 )
@@ -150,17 +151,49 @@ func (s *idSeed) append(dst []byte, i int) []byte {
 	return append(dst, '"')
 }
 
+// sourceMember is the `"source":{...}` member of the events of one call, and
+// where the content of its exchange lies in it.
+type sourceMember struct {
+	b        []byte
+	exchange ledger.Span
+}
+
+// keyOf is the member of ledger.Keys a required member is (by its index in
+// requiredMembers), or nil for those the ledger does not read.
+func keyOf(k *ledger.Keys, req int) *ledger.Span {
+	switch req {
+	case 0: // event_id
+		return &k.ID
+	case 1: // timestamp
+		return &k.Timestamp
+	case 2: // event_type
+		return &k.Type
+	case 4: // resource_type
+		return &k.ResourceType
+	case 6: // project_id
+		return &k.Project
+	}
+	return nil
+}
+
+// spanOf is the span of the content of the string that ends dst (its
+// closing quote last), from its opening quote at open, relative to begin.
+func spanOf(dst []byte, begin, open int) ledger.Span {
+	return ledger.Span{Start: uint32(open + 1 - begin), End: uint32(len(dst) - 1 - begin)}
+}
+
 // write appends the event at path of x (an object) to dst, checked against
-// the contract, with src (`"source":{...}`) as its source. ids, when not
-// nil, names an event without a usable event_id (the i-th of its call). It
-// returns dst unchanged and an error naming the member when a required one
-// fails.
-func (w *eventWriter) write(dst []byte, x *jsonindex.Index, path []byte, src []byte, ids *idSeed, i int, drops *Drops) ([]byte, error) {
+// the contract, with src as its source, and sets keys to where the members
+// the ledger reads lie in it. ids, when not nil, names an event without a
+// usable event_id (the i-th of its call). It returns dst unchanged and an
+// error naming the member when a required one fails.
+func (w *eventWriter) write(dst []byte, x *jsonindex.Index, path []byte, src sourceMember, ids *idSeed, i int, drops *Drops, keys *ledger.Keys) ([]byte, error) {
 	doc := x.Bytes()
 	begin := len(dst)
 	w.members = x.AppendChildrenBytes(w.members[:0], path)
 	w.names = w.markLast(w.names, doc, w.members)
 	dst = append(dst, '{')
+	*keys = ledger.Keys{}
 	var have [len(requiredMembers)]bool
 	wroteAttrs := false
 	for j, mb := range w.members {
@@ -209,19 +242,31 @@ func (w *eventWriter) write(dst []byte, x *jsonindex.Index, path []byte, src []b
 		dst = append(dst, '"')
 		dst = append(dst, name...)
 		dst = append(dst, `":`...)
+		open := len(dst)
 		dst = w.appendString(dst, doc, mb)
+		if req >= 0 {
+			if k := keyOf(keys, req); k != nil {
+				*k = spanOf(dst, begin, open)
+			}
+		}
 		dst = append(dst, ',')
 	}
 	if !have[0] && ids != nil {
 		dst = append(dst, `"event_id":`...)
+		open := len(dst)
 		dst = ids.append(dst, i)
+		keys.ID = spanOf(dst, begin, open)
 		dst = append(dst, ',')
 		have[0] = true
 	}
 	if !have[1] && w.received != nil {
-		dst = append(dst, `"timestamp":"`...)
+		dst = append(dst, `"timestamp":`...)
+		open := len(dst)
+		dst = append(dst, '"')
 		dst = append(dst, w.received...)
-		dst = append(dst, `",`...)
+		dst = append(dst, '"')
+		keys.Timestamp = spanOf(dst, begin, open)
+		dst = append(dst, ',')
 		have[1] = true
 	}
 	for r, ok := range have {
@@ -233,7 +278,9 @@ func (w *eventWriter) write(dst []byte, x *jsonindex.Index, path []byte, src []b
 	if !wroteAttrs {
 		dst = append(dst, `"attributes":{},`...)
 	}
-	dst = append(dst, src...)
+	at := uint32(len(dst) - begin)
+	keys.Exchange = ledger.Span{Start: at + src.exchange.Start, End: at + src.exchange.End}
+	dst = append(dst, src.b...)
 	return append(dst, '}'), nil
 }
 
@@ -425,8 +472,9 @@ func (w *eventWriter) markLast(names [][]byte, doc []byte, members []jsonindex.C
 // for concurrent use.
 type CanonicalWriter struct {
 	w        eventWriter
-	src      []byte
+	src      sourceMember
 	ids      idSeed
+	keys     ledger.Keys
 	received []byte
 }
 
@@ -435,7 +483,7 @@ type CanonicalWriter struct {
 // mapper is written as source.mapper. A required member that breaks the
 // contract fails it with an error wrapping ErrInvalidEvent.
 func (c *CanonicalWriter) Write(x *jsonindex.Index, src Source, mapper string) (ev []byte, dropped Drops, err error) {
-	c.src = appendSource(c.src[:0], nil, src, mapper)
+	c.src = appendSource(c.src.b[:0], nil, src, mapper)
 	c.w.begin(time.Now())
 	var ids *idSeed
 	if src.DeriveID != nil {
@@ -447,9 +495,14 @@ func (c *CanonicalWriter) Write(x *jsonindex.Index, src Source, mapper string) (
 		c.received = src.Received.UTC().AppendFormat(c.received[:0], timestampLayout)
 		c.w.received = c.received
 	}
-	ev, err = c.w.write(nil, x, nil, c.src, ids, 0, &dropped)
+	ev, err = c.w.write(nil, x, nil, c.src, ids, 0, &dropped, &c.keys)
 	if err != nil {
+		c.keys = ledger.Keys{}
 		return nil, dropped, fmt.Errorf("%w: %v", ErrInvalidEvent, err)
 	}
 	return ev, dropped, nil
 }
+
+// Keys says where the members the completeness ledger reads lie in the event
+// Write returned last (the zero Keys after a failed Write).
+func (c *CanonicalWriter) Keys() ledger.Keys { return c.keys }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
+	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
 	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/contract"
 )
@@ -252,5 +253,56 @@ func TestCanonicalWriter(t *testing.T) {
 	}
 	if _, _, err := w.Write(&x, runtime.Source{}, "canonical"); !errors.Is(err, runtime.ErrInvalidEvent) {
 		t.Errorf("no timestamp after one received: %v", err)
+	}
+}
+
+// The keys the host writes an event with read as the ledger reads the
+// event's bytes, for escaped and duplicated members, a derived event_id and
+// an exchange that needs escaping, through a module's output check and the
+// canonical writer alike.
+func TestWrittenKeysReadAsTheEvent(t *testing.T) {
+	docs := []string{
+		validEvent,
+		with(t, "project_id", `"p\u00e9\"\\1"`),
+		with(t, "event_type", `"compute\u002einstance.exists"`),
+		with(t, "event_id", `""`),
+		with(t, "event_id", ""),
+		strings.Replace(validEvent, `{`, `{"resource_type":"first","source":{"exchange":"guest"},`, 1),
+	}
+	srcs := []runtime.Source{
+		{Exchange: "nova", RoutingKey: "notifications.info"},
+		{Exchange: "ex\"change\\\u2028é", RoutingKey: "r", DeriveID: []byte("body")},
+	}
+	var keyed, parsed ledger.Reader
+	for _, doc := range docs {
+		for _, src := range srcs {
+			res, err := runtime.CheckOutput([]byte(`{"events":[`+doc+`,`+doc+`]}`), nil, "m@1.0.0", src)
+			if err != nil {
+				if src.DeriveID == nil {
+					continue // no event_id and none derived
+				}
+				t.Fatalf("%s: %v", doc, err)
+			}
+			if len(res.Keys) != len(res.Events) {
+				t.Fatalf("%d events, %d keys", len(res.Events), len(res.Keys))
+			}
+			var x jsonindex.Index
+			if err := x.Parse([]byte(doc)); err != nil {
+				t.Fatal(err)
+			}
+			var w runtime.CanonicalWriter
+			ev, _, err := w.Write(&x, src, "canonical")
+			if err != nil {
+				t.Fatal(err)
+			}
+			evs := append(res.Events, ev)
+			keys := append(res.Keys, w.Keys())
+			for i, ev := range evs {
+				got, want := keyed.ReadKeyed(ledger.Keyed{Bytes: ev, Keys: keys[i]}), parsed.Read(ev)
+				if keys[i] == (ledger.Keys{}) || got != want {
+					t.Fatalf("event %s: keys %+v read %+v, the event reads %+v", ev, keys[i], got, want)
+				}
+			}
+		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
+	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonstr"
 )
 
@@ -94,9 +95,10 @@ type instance struct {
 	ids      idSeed           // derives event ids (Source.DeriveID)
 	children []jsonindex.Child
 	path     []byte
-	src      []byte // the "source" member of this call
-	buf      []byte // events being built
+	src      sourceMember // the "source" member of this call
+	buf      []byte       // events being built
 	ends     []int
+	keys     []ledger.Keys // of the events being built
 	stack    [2]uint64
 }
 
@@ -447,6 +449,8 @@ func (inst *instance) buildResult(in *jsonindex.Index, out []byte, src Source) (
 	maxEvent := inst.m.e.cfg.MaxEventBytes
 	buf := inst.buf[:0]
 	ends := inst.ends[:0]
+	keys := inst.keys[:0]
+	var k ledger.Keys
 	var res Result
 	for i, ev := range inst.children {
 		if ev.Kind != jsonindex.Object {
@@ -455,9 +459,9 @@ func (inst *instance) buildResult(in *jsonindex.Index, out []byte, src Source) (
 		inst.path = strconv.AppendInt(append(inst.path[:0], "events."...), int64(i), 10)
 		begin := len(buf)
 		var err error
-		buf, err = inst.ev.write(buf, x, inst.path, inst.src, ids, len(ends), &res.Dropped)
+		buf, err = inst.ev.write(buf, x, inst.path, inst.src, ids, len(ends), &res.Dropped, &k)
 		if err != nil {
-			inst.buf, inst.ends = buf[:0], ends[:0]
+			inst.buf, inst.ends, inst.keys = buf[:0], ends[:0], keys[:0]
 			return Result{}, ReasonInvalidEvent, fmt.Errorf("%w: event %d: %v", ErrInvalidEvent, i, err)
 		}
 		if len(buf)-begin > maxEvent {
@@ -466,8 +470,9 @@ func (inst *instance) buildResult(in *jsonindex.Index, out []byte, src Source) (
 			continue
 		}
 		ends = append(ends, len(buf))
+		keys = append(keys, k)
 	}
-	inst.buf, inst.ends = buf, ends
+	inst.buf, inst.ends, inst.keys = buf, ends, keys
 	if len(ends) > 0 {
 		all := make([]byte, len(buf))
 		copy(all, buf)
@@ -477,6 +482,7 @@ func (inst *instance) buildResult(in *jsonindex.Index, out []byte, src Source) (
 			res.Events[i] = all[prev:end:end]
 			prev = end
 		}
+		res.Keys = slices.Clone(keys)
 	}
 	if cap(inst.buf) > 4*maxEvent && cap(inst.buf) > 1<<20 {
 		inst.buf = nil // do not keep a rare huge buffer
@@ -486,14 +492,17 @@ func (inst *instance) buildResult(in *jsonindex.Index, out []byte, src Source) (
 
 // buildSource writes `"source":{...}` for this call into inst.src.
 func (inst *instance) buildSource(in *jsonindex.Index, src Source) {
-	inst.src = appendSource(inst.src[:0], in, src, inst.m.id)
+	inst.src = appendSource(inst.src.b[:0], in, src, inst.m.id)
 }
 
-// appendSource appends `"source":{...}`: the delivery's exchange and routing
-// key, the input's publisher_id (in may be nil) and the mapper.
-func appendSource(b []byte, in *jsonindex.Index, src Source, mapper string) []byte {
+// appendSource appends `"source":{...}` to b: the delivery's exchange and
+// routing key, the input's publisher_id (in may be nil) and the mapper.
+func appendSource(b []byte, in *jsonindex.Index, src Source, mapper string) sourceMember {
+	begin := len(b)
 	b = append(b, `"source":{"exchange":`...)
+	open := len(b)
 	b = jsonstr.AppendQuoted(b, src.Exchange)
+	exchange := spanOf(b, begin, open)
 	b = append(b, `,"routing_key":`...)
 	b = jsonstr.AppendQuoted(b, src.RoutingKey)
 	if in != nil {
@@ -505,7 +514,7 @@ func appendSource(b []byte, in *jsonindex.Index, src Source, mapper string) []by
 	}
 	b = append(b, `,"mapper":`...)
 	b = jsonstr.AppendQuoted(b, mapper)
-	return append(b, '}')
+	return sourceMember{b: append(b, '}'), exchange: exchange}
 }
 
 // Host module "tally".

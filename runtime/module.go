@@ -13,6 +13,7 @@ import (
 	"github.com/tetratelabs/wazero"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
+	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 )
 
 // Source is where a message came from; the host writes it, with the publisher
@@ -38,6 +39,10 @@ type Result struct {
 	// Events are the final event documents, "source" filled in. The caller owns
 	// them.
 	Events [][]byte
+	// Keys[i] says where the members the completeness ledger reads lie in
+	// Events[i] (ledger.Keys), as the host wrote them, so that the outbox
+	// does not parse the event again. One per event.
+	Keys []ledger.Keys
 	// Oversize counts events left out because they were larger than
 	// Config.MaxEventBytes.
 	Oversize int

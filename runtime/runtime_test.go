@@ -313,8 +313,8 @@ func TestMapAllocations(t *testing.T) {
 	}
 	fm := load(t, e, "fieldmap", runtime.WithGuard(runtime.GuardNever))
 	fm.Map(ctx, x, src)
-	if a := testing.AllocsPerRun(200, func() { fm.Map(ctx, x, src) }); a > 2 {
-		t.Fatalf("fieldmap Map allocates %v times per call, want at most 2 (the output copy)", a)
+	if a := testing.AllocsPerRun(200, func() { fm.Map(ctx, x, src) }); a > 3 {
+		t.Fatalf("fieldmap Map allocates %v times per call, want at most 3 (the output copy: the events' bytes, the slice of events, the slice of their ledger keys)", a)
 	}
 	// The event contract's checks of every member allocate nothing.
 	mirror := load(t, e, "mirror", runtime.WithGuard(runtime.GuardNever))
@@ -325,8 +325,8 @@ func TestMapAllocations(t *testing.T) {
 	if err != nil || len(res.Events) != 1 || res.Dropped.Total() != 2 {
 		t.Fatalf("mirror: %s, dropped %v, %v", res.Events, res.Dropped, err)
 	}
-	if a := testing.AllocsPerRun(200, func() { mirror.Map(ctx, full, src) }); a > 2 {
-		t.Fatalf("mirror Map of a full event allocates %v times per call, want at most 2 (the output copy)", a)
+	if a := testing.AllocsPerRun(200, func() { mirror.Map(ctx, full, src) }); a > 3 {
+		t.Fatalf("mirror Map of a full event allocates %v times per call, want at most 3 (the output copy)", a)
 	}
 }
 

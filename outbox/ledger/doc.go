@@ -39,6 +39,15 @@
 // (every notification accounted for once) and events = delivered + refused +
 // damaged + pending, pending being the events still in the outbox.
 //
+// # Reading events
+//
+// What a row takes from an event (Event: its exchange, type, project, resource
+// type, the hour of its timestamp, and its identity) is read by a Reader,
+// either by parsing the event (Read) or, when whoever wrote the event says
+// where those members are (Keys, handed over with the event as Keyed), from
+// there without a parse (ReadKeyed). The two share everything after finding
+// the members, so they answer the same for the same event.
+//
 // # Bounds
 //
 // Names and hours come from what publishers send; the rows they key are

@@ -207,7 +207,7 @@ func replayBatch(ctx context.Context, ob *outbox.Outbox, p *pipeline.Pipeline, b
 			return pipeline.Message{Body: d.Body, Exchange: d.Exchange, RoutingKey: d.RoutingKey, Compression: d.Compression}
 		}
 	}
-	var events [][]byte
+	var events []ledger.Keyed
 	var done, stale []uint64
 	var renewed []outbox.DeadLetter
 	for _, d := range batch {
@@ -215,7 +215,7 @@ func replayBatch(ctx context.Context, ob *outbox.Outbox, p *pipeline.Pipeline, b
 		switch d.Reason {
 		case outbox.ReasonRefusedByAPI:
 			// An event the Reporting API refused: sent again as it is.
-			events = append(events, d.Body)
+			events = append(events, ledger.Keyed{Bytes: d.Body})
 			done = append(done, d.Seq)
 			continue
 		case outbox.ReasonDamagedSegment:
@@ -228,7 +228,7 @@ func replayBatch(ctx context.Context, ob *outbox.Outbox, p *pipeline.Pipeline, b
 		}
 		r := p.Process(ctx, message(d))
 		if r.Outcome == pipeline.Mapped {
-			events = append(events, r.Events...)
+			events = r.AppendKeyed(events)
 			done = append(done, d.Seq)
 			continue
 		}
@@ -270,7 +270,7 @@ func replayBatch(ctx context.Context, ob *outbox.Outbox, p *pipeline.Pipeline, b
 				tally.Row(ledger.Key{Hour: ledger.HourOf(now), Source: d.Exchange, Type: d.EventType}).Replayed++
 			}
 		}
-		if err := ob.AppendCounted(ctx, events, now, tally); err != nil {
+		if err := ob.AppendKeyed(ctx, events, now, tally); err != nil {
 			rep.Remaining += len(done)
 			return fmt.Errorf("replay: commit events: %w", err)
 		}

@@ -31,20 +31,22 @@ type Processor interface {
 // bound (nothing written) and outbox.ErrRefused when the store cannot write.
 //
 // Each call carries the messages' counts for the completeness ledger,
-// committed in the same transaction (ledger.Delta; AppendCounted with no
-// events commits the counts alone).
+// committed in the same transaction (ledger.Delta; AppendKeyed with no
+// events commits the counts alone), and each event's ledger keys as the
+// pipeline has them (pipeline.Result.AppendKeyed), so that the outbox need
+// not parse the events again to count them.
 type Outbox interface {
-	AppendCounted(ctx context.Context, events [][]byte, taken time.Time, tally *ledger.Delta) error
+	AppendKeyed(ctx context.Context, events []ledger.Keyed, taken time.Time, tally *ledger.Delta) error
 	AppendDeadLettersCounted(ctx context.Context, letters []outbox.DeadLetter, tally *ledger.Delta) error
 }
 
 // PipelinedOutbox is an Outbox that takes the next batch while the
-// previous one syncs (*outbox.Outbox: BeginAppendCounted). The returned
+// previous one syncs (*outbox.Outbox: BeginAppendKeyed). The returned
 // Pending settles in the order the appends were begun; an input may
 // acknowledge a batch only once its Pending reports it durable. The broker
 // input uses it when its Outbox has it and its CommitPipeline is above 1.
 type PipelinedOutbox interface {
-	BeginAppendCounted(ctx context.Context, events [][]byte, taken time.Time, tally *ledger.Delta) *outbox.Pending
+	BeginAppendKeyed(ctx context.Context, events []ledger.Keyed, taken time.Time, tally *ledger.Delta) *outbox.Pending
 }
 
 var (

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
+	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
 )
 
@@ -114,7 +115,24 @@ type Result struct {
 	// Module is the ID (name@version) of the module that mapped or failed.
 	Module string
 	Events [][]byte
-	Err    error
+	// Keys[i], when Keys is not nil, says where the members the completeness
+	// ledger reads lie in Events[i] (runtime.Result.Keys); AppendKeyed hands
+	// both to the outbox.
+	Keys []ledger.Keys
+	Err  error
+}
+
+// AppendKeyed appends r's events to dst with their ledger keys (the zero
+// Keys for an event whose keys r does not hold: the outbox then reads it).
+func (r *Result) AppendKeyed(dst []ledger.Keyed) []ledger.Keyed {
+	for i, ev := range r.Events {
+		e := ledger.Keyed{Bytes: ev}
+		if len(r.Keys) == len(r.Events) {
+			e.Keys = r.Keys[i]
+		}
+		dst = append(dst, e)
+	}
+	return dst
 }
 
 // Mapper is a loaded module as the pipeline uses it; *runtime.Module satisfies it.
@@ -293,18 +311,27 @@ func (p *Pipeline) mapWith(ctx context.Context, msg Message, m Mapper, in *jsoni
 		return Result{Outcome: Failed, Reason: reason, EventType: eventType, Module: m.ID(), Err: err}
 	}
 	p.dropped(msg, &res.Dropped, eventType, m.ID())
-	events := res.Events
+	events, keys := res.Events, res.Keys
+	if len(keys) != len(events) {
+		keys = nil
+	}
 	// The runtime enforces its own per-event limit; the pipeline's may be tighter.
 	oversize := res.Oversize
-	kept := events[:0]
-	for _, ev := range events {
+	kept, keptKeys := events[:0], keys[:0]
+	for i, ev := range events {
 		if len(ev) > p.opts.MaxEventBytes {
 			oversize++
 			continue
 		}
 		kept = append(kept, ev)
+		if keys != nil {
+			keptKeys = append(keptKeys, keys[i])
+		}
 	}
 	events = kept
+	if keys != nil {
+		keys = keptKeys
+	}
 	if oversize > 0 {
 		p.metrics.skipped.WithLabelValues(ReasonEventTooLarge).Add(float64(oversize))
 		p.warn.Warn().Str("exchange", msg.Exchange).Str("routing_key", msg.RoutingKey).
@@ -314,7 +341,7 @@ func (p *Pipeline) mapWith(ctx context.Context, msg Message, m Mapper, in *jsoni
 			return Result{Outcome: Skipped, Reason: ReasonEventTooLarge, EventType: eventType, Module: m.ID()}
 		}
 	}
-	return Result{Outcome: Mapped, EventType: eventType, Module: m.ID(), Events: events}
+	return Result{Outcome: Mapped, EventType: eventType, Module: m.ID(), Events: events, Keys: keys}
 }
 
 // Chain is a fixed, ordered list of modules routed by their claims: the most
@@ -363,7 +390,8 @@ func (p *Pipeline) passThrough(msg Message, s *scratch, in *jsonindex.Index, eve
 		p.metrics.skipped.WithLabelValues(ReasonEventTooLarge).Inc()
 		return Result{Outcome: Skipped, Reason: ReasonEventTooLarge, EventType: eventType}
 	}
-	return Result{Outcome: Mapped, EventType: eventType, Module: canonicalMapper, Events: [][]byte{ev}}
+	return Result{Outcome: Mapped, EventType: eventType, Module: canonicalMapper, Events: [][]byte{ev},
+		Keys: []ledger.Keys{s.canonical.Keys()}}
 }
 
 // canonicalMapper is the source.mapper of a canonical event.

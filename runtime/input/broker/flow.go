@@ -36,7 +36,7 @@ type item struct {
 // batch is what one commit writes: the events and dead letters of a run of
 // consecutive deliveries, acknowledged together up to lastTag.
 type batch struct {
-	events  [][]byte
+	events  []ledger.Keyed
 	letters []outbox.DeadLetter
 	lastTag uint64
 	n       int
@@ -324,7 +324,7 @@ func (s *sess) nextBatch(limit int) *batch {
 		k := ledger.Key{Hour: ledger.HourOf(b.taken), Source: it.exchange, Type: it.res.EventType}
 		switch {
 		case it.res.Outcome == pipeline.Mapped:
-			b.events = append(b.events, it.res.Events...)
+			b.events = it.res.AppendKeyed(b.events)
 			b.tally.Row(k).Commit()
 		case it.letter != nil:
 			b.letters = append(b.letters, *it.letter)
@@ -491,8 +491,8 @@ func (s *sess) begin(b *batch) (wait func() error, settled <-chan struct{}) {
 	var p *outbox.Pending
 	if len(b.events) > 0 || len(b.letters) == 0 {
 		if s.c.pipe != nil {
-			p = s.c.pipe.BeginAppendCounted(ctx, b.events, b.taken, tally)
-		} else if err := s.c.box.AppendCounted(ctx, b.events, b.taken, tally); err != nil {
+			p = s.c.pipe.BeginAppendKeyed(ctx, b.events, b.taken, tally)
+		} else if err := s.c.box.AppendKeyed(ctx, b.events, b.taken, tally); err != nil {
 			return done(err)
 		}
 	}

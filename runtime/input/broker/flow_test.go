@@ -42,10 +42,10 @@ var (
 	_ input.PipelinedOutbox = (*recordingOutbox)(nil)
 )
 
-func (r *recordingOutbox) BeginAppendCounted(ctx context.Context, events [][]byte, taken time.Time, tally *ledger.Delta) *outbox.Pending {
+func (r *recordingOutbox) BeginAppendKeyed(ctx context.Context, events []ledger.Keyed, taken time.Time, tally *ledger.Delta) *outbox.Pending {
 	r.appending.Add(1)
 	time.Sleep(r.delay)
-	p := r.Outbox.BeginAppendCounted(ctx, events, taken, tally)
+	p := r.Outbox.BeginAppendKeyed(ctx, events, taken, tally)
 	go func() {
 		<-p.Done()
 		r.appending.Add(-1)
@@ -62,18 +62,18 @@ func (r *recordingOutbox) BeginAppendCounted(ctx context.Context, events [][]byt
 		var ev struct {
 			EventID string `json:"event_id"`
 		}
-		_ = json.Unmarshal(e, &ev)
+		_ = json.Unmarshal(e.Bytes, &ev)
 		r.handed[ev.EventID] = p
 		r.order = append(r.order, ev.EventID)
 	}
 	return p
 }
 
-func (r *recordingOutbox) AppendCounted(ctx context.Context, events [][]byte, taken time.Time, tally *ledger.Delta) error {
+func (r *recordingOutbox) AppendKeyed(ctx context.Context, events []ledger.Keyed, taken time.Time, tally *ledger.Delta) error {
 	r.appending.Add(1)
 	defer r.appending.Add(-1)
 	time.Sleep(r.delay)
-	if err := r.Outbox.AppendCounted(ctx, events, taken, tally); err != nil {
+	if err := r.Outbox.AppendKeyed(ctx, events, taken, tally); err != nil {
 		return err
 	}
 	r.mu.Lock()
@@ -83,7 +83,7 @@ func (r *recordingOutbox) AppendCounted(ctx context.Context, events [][]byte, ta
 		var ev struct {
 			EventID string `json:"event_id"`
 		}
-		_ = json.Unmarshal(e, &ev)
+		_ = json.Unmarshal(e.Bytes, &ev)
 		r.committed[ev.EventID] = true
 		r.order = append(r.order, ev.EventID)
 	}

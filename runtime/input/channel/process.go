@@ -32,6 +32,7 @@ type item struct {
 	status    wire.Status
 	reason    string
 	events    [][]byte
+	keys      []ledger.Keys // of events, as the pipeline has them (pipeline.Result.Keys)
 	letter    *outbox.DeadLetter
 	eventType string    // of the message, for the ledger
 	taken     time.Time // when it was read, for the ledger
@@ -112,7 +113,7 @@ func (s *Server) process(ctx context.Context, it *item) {
 		if r := recover(); r != nil {
 			s.m.exceptions.Inc()
 			s.log.Error().Interface("panic", r).Int("bytes", len(it.body)).Msg("channel message processing panicked")
-			it.status, it.reason, it.events = wire.Skipped, "exception", nil
+			it.status, it.reason, it.events, it.keys = wire.Skipped, "exception", nil, nil
 		}
 	}()
 	res := s.opts.Processor.Process(ctx, pipeline.Message{
@@ -125,7 +126,7 @@ func (s *Server) process(ctx context.Context, it *item) {
 	switch res.Outcome {
 	case pipeline.Mapped:
 		s.m.mapped.Inc()
-		it.status, it.events = wire.Committed, res.Events
+		it.status, it.events, it.keys = wire.Committed, res.Events, res.Keys
 	case pipeline.Skipped:
 		s.m.skipped.Inc()
 		it.status, it.reason = wire.Skipped, res.Reason
@@ -161,7 +162,7 @@ const maxBatchBytes = 512 << 10
 func (s *Server) commitLoop(ctx context.Context) {
 	var (
 		batch  []*item
-		events [][]byte
+		events []ledger.Keyed
 		size   int
 	)
 	timer := time.NewTimer(time.Hour)
@@ -185,7 +186,7 @@ func (s *Server) commitLoop(ctx context.Context) {
 				timer.Reset(s.opts.BatchLinger)
 			}
 			batch = append(batch, it)
-			events = append(events, it.events...)
+			events = (&pipeline.Result{Events: it.events, Keys: it.keys}).AppendKeyed(events)
 			for _, ev := range it.events {
 				size += len(ev)
 			}
@@ -198,7 +199,7 @@ func (s *Server) commitLoop(ctx context.Context) {
 	}
 }
 
-func (s *Server) commit(ctx context.Context, batch []*item, events [][]byte) {
+func (s *Server) commit(ctx context.Context, batch []*item, events []ledger.Keyed) {
 	var letters []outbox.DeadLetter
 	// The ledger: each message consumed with its outcome, in the hour the
 	// batch's first was read; the dead-lettered ones with the dead letters,
@@ -293,9 +294,9 @@ func (s *Server) commit(ctx context.Context, batch []*item, events [][]byte) {
 // write commits what is left of a batch: the events, then the dead letters,
 // each with its part of the ledger and forgotten once it is in, so that a
 // retry does not write it twice.
-func (s *Server) write(ctx context.Context, events *[][]byte, letters *[]outbox.DeadLetter, taken time.Time, tally, deadTally **ledger.Delta) error {
+func (s *Server) write(ctx context.Context, events *[]ledger.Keyed, letters *[]outbox.DeadLetter, taken time.Time, tally, deadTally **ledger.Delta) error {
 	if len(*events) > 0 || (len(*letters) == 0 && !(*tally).Empty()) {
-		if err := s.opts.Outbox.AppendCounted(ctx, *events, taken, *tally); err != nil {
+		if err := s.opts.Outbox.AppendKeyed(ctx, *events, taken, *tally); err != nil {
 			return err
 		}
 		*events, *tally = nil, nil

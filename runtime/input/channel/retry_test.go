@@ -15,7 +15,7 @@ import (
 )
 
 // refusingOutbox answers outbox.ErrFull to the first refuse calls of
-// AppendCounted, then passes them on, and records when each call came.
+// AppendKeyed, then passes them on, and records when each call came.
 type refusingOutbox struct {
 	input.Outbox
 	mu     sync.Mutex
@@ -23,7 +23,7 @@ type refusingOutbox struct {
 	calls  []time.Time
 }
 
-func (r *refusingOutbox) AppendCounted(ctx context.Context, events [][]byte, taken time.Time, tally *ledger.Delta) error {
+func (r *refusingOutbox) AppendKeyed(ctx context.Context, events []ledger.Keyed, taken time.Time, tally *ledger.Delta) error {
 	r.mu.Lock()
 	r.calls = append(r.calls, time.Now())
 	refuse := len(r.calls) <= r.refuse
@@ -31,7 +31,7 @@ func (r *refusingOutbox) AppendCounted(ctx context.Context, events [][]byte, tak
 	if refuse {
 		return fmt.Errorf("test outbox: %w", outbox.ErrFull)
 	}
-	return r.Outbox.AppendCounted(ctx, events, taken, tally)
+	return r.Outbox.AppendKeyed(ctx, events, taken, tally)
 }
 
 // TestRefusedBatchRetried: a batch the outbox refuses is held and tried

@@ -23,11 +23,11 @@ type timedOutbox struct {
 	n, events, total, max atomic.Int64
 }
 
-func (o *timedOutbox) AppendCounted(ctx context.Context, events [][]byte, taken time.Time, tally *ledger.Delta) error {
+func (o *timedOutbox) AppendKeyed(ctx context.Context, events []ledger.Keyed, taken time.Time, tally *ledger.Delta) error {
 	start := time.Now()
 	var err error
 	if !o.discard {
-		err = o.Outbox.AppendCounted(ctx, events, taken, tally)
+		err = o.Outbox.AppendKeyed(ctx, events, taken, tally)
 	}
 	d := int64(time.Since(start))
 	o.n.Add(1)

@@ -68,7 +68,7 @@ type item struct {
 }
 
 type commitItem struct {
-	events [][]byte
+	events []ledger.Keyed
 	letter *outbox.DeadLetter
 	// For the ledger: the message's event type, and why it was skipped
 	// (an item with neither events nor a letter only counts).
@@ -388,7 +388,7 @@ func (l *listener) process(ctx context.Context, it item) {
 	case pipeline.Mapped:
 		l.st.mapped.Add(1)
 		if len(res.Events) > 0 {
-			l.toCommit(ctx, commitItem{events: res.Events, eventType: res.EventType, taken: taken})
+			l.toCommit(ctx, commitItem{events: res.AppendKeyed(nil), eventType: res.EventType, taken: taken})
 		}
 	case pipeline.Skipped:
 		l.st.skipped.Add(1)
@@ -427,7 +427,7 @@ const maxBatchBytes = 512 << 10
 // batch grows with the outbox's latency (group commit).
 func (l *listener) commitLoop(ctx context.Context) {
 	var (
-		events  [][]byte
+		events  []ledger.Keyed
 		letters []outbox.DeadLetter
 		msgs    int
 		size    int
@@ -482,7 +482,7 @@ func (l *listener) commitLoop(ctx context.Context) {
 				events = append(events, c.events...)
 				msgs++
 				for _, ev := range c.events {
-					size += len(ev)
+					size += len(ev.Bytes)
 				}
 			}
 			if max(counted, len(events)+len(letters)) >= l.set.BatchMax || size >= maxBatchBytes {
@@ -503,10 +503,10 @@ var appendRetry = backoff.Policy{Min: 10 * time.Millisecond, Max: time.Second}
 // outbox drops the batch (counted in failed_to_send and outbox_full). TCP retries
 // until the outbox takes it, which stops the workers, then the readers, then the
 // clients (back-pressure), or until the drain deadline.
-func (l *listener) appendEvents(ctx context.Context, events [][]byte, msgs int, taken time.Time, tally *ledger.Delta) {
+func (l *listener) appendEvents(ctx context.Context, events []ledger.Keyed, msgs int, taken time.Time, tally *ledger.Delta) {
 	retry := backoff.New(appendRetry)
 	for {
-		err := l.srv.opts.Outbox.AppendCounted(ctx, events, taken, tally)
+		err := l.srv.opts.Outbox.AppendKeyed(ctx, events, taken, tally)
 		if err == nil {
 			l.st.eventsCommitted.Add(uint64(len(events)))
 			return
