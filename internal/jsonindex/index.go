@@ -71,6 +71,14 @@ type Index struct {
 	seed                     maphash.Seed
 	seeded                   bool
 	segBuf, nameBuf, candBuf []byte
+
+	// While ParseWrapped parses: the Index that the strings of the root
+	// member wrapName (path syntax) are indexed into, and the storage of
+	// their decoded bytes.
+	wrapped   *Index
+	wrapName  string
+	wrapPlain []byte // wrapName unescaped
+	wrapBuf   []byte
 }
 
 // Bytes returns the input last given to Parse or SetRaw.
@@ -194,8 +202,14 @@ func (x *Index) parse(src []byte) error {
 			}
 			continue // parse the first element
 		case '"':
-			end, _, err := scanString(src, i+1)
-			if err != nil {
+			var end int
+			var err error
+			if x.wrapped != nil && len(stack) == 1 && nodes[stack[0]].kind == Object && x.isWrapName(src[key0:key1], keyEsc) {
+				// A document in a string: its index finds the string's end.
+				if x.wrapBuf, end, err = x.wrapped.ParseQuoted(x.wrapBuf, src, i+1); end < 0 {
+					return err
+				}
+			} else if end, _, err = scanString(src, i+1); err != nil {
 				return err
 			}
 			nodes = append(nodes, node{kind: String, keyEsc: keyEsc, key0: key0, key1: key1, start: int32(i + 1), end: int32(end), next: idx + 1})
