@@ -97,7 +97,8 @@
 //     not modify the input while the Index refers to it. ParseQuoted refers to
 //     the decoded bytes, in the buffer the caller passed and got back.
 //   - After warm-up (once the buffers, the tables' included, have grown to the
-//     largest document seen) Parse and Lookup allocate nothing.
+//     largest document seen) Parse, ParseQuoted, ParseWrapped and Lookup
+//     allocate nothing.
 //
 // # Concurrency
 //

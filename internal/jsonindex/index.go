@@ -73,8 +73,8 @@ type Index struct {
 	segBuf, nameBuf, candBuf []byte
 
 	// While ParseWrapped parses: the Index that the strings of the root
-	// member wrapName (path syntax) are indexed into, and the storage of
-	// their decoded bytes.
+	// member wrapName (one member name in path syntax) are indexed into,
+	// and the storage of their decoded bytes.
 	wrapped   *Index
 	wrapName  string
 	wrapPlain []byte // wrapName unescaped
@@ -358,11 +358,11 @@ func scanString(src []byte, i int) (end int, esc bool, err error) {
 // is nonzero exactly when some byte does, and its lowest mark is exact: it
 // names the first such byte.
 //
-// Each subtraction sets the high bit of a byte that matches its test (below
-// 0x20, '"', '\\') and of no other ASCII byte it does not borrow from; the
-// first byte to borrow from the next is one that matches, so a false mark
-// can only stand above a true one. A byte of 0x80 and above is marked by w
-// itself, whatever the subtractions make of it.
+// Where no borrow comes into it, each subtraction sets the high bit of an
+// ASCII byte exactly when the byte matches its test (below 0x20, '"', '\\'),
+// and borrows from the next byte only then. So borrows start at a matching
+// byte, and a false mark can only stand above a true one. A byte of 0x80 and
+// above is marked by w itself, whatever the subtractions make of it.
 func specialMask(w uint64) uint64 {
 	const (
 		ones  = 0x0101010101010101

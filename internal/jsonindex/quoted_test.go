@@ -254,7 +254,7 @@ func TestParseQuotedDecodes(t *testing.T) {
 }
 
 // TestParseQuotedAllocatesNothingWarm: with the storage passed back, a
-// second decode allocates nothing.
+// second decode allocates nothing, alone or within ParseWrapped.
 func TestParseQuotedAllocatesNothingWarm(t *testing.T) {
 	src := quotedSeeds(t)[len(quotedSeeds(t))-1] // the nova sample
 	var x Index
@@ -267,6 +267,19 @@ func TestParseQuotedAllocatesNothingWarm(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("ParseQuoted allocates %v times warm", allocs)
+	}
+	env := []byte(`{"oslo.version": "2.0", "oslo.message": "` + string(src) + `}`)
+	var outer, inner Index
+	if k, b, err := outer.ParseWrapped(env, `oslo\.message`, &inner, nil); err != nil || k != String || !inner.Valid() {
+		t.Fatalf("ParseWrapped: %v %v %v", k, err, inner.Valid())
+	} else {
+		buf = b
+	}
+	allocs = testing.AllocsPerRun(100, func() {
+		_, buf, _ = outer.ParseWrapped(env, `oslo\.message`, &inner, buf)
+	})
+	if allocs != 0 {
+		t.Errorf("ParseWrapped allocates %v times warm", allocs)
 	}
 }
 
