@@ -54,6 +54,36 @@
 // to rewrite each event a mapper returns), duplicate member names included, in
 // document order; AppendUnquote decodes an escaped string span.
 //
+// # A document inside a string
+//
+// oslo.messaging's v2 envelope carries the notification as a JSON string:
+// {"oslo.version": "2.0", "oslo.message": "{\"event_type\": ...}"}. Read in
+// passes, its bytes are scanned three times: the envelope's Parse scans the
+// string for its end, AppendUnquote decodes it into a buffer, and Parse scans
+// the buffer. ParseQuoted reads such a string once: it decodes each escape of
+// the string as it meets it and feeds the decoded characters to the same
+// grammar as Parse, writing the decoded bytes to the caller's buffer as it
+// goes, so that the node table's spans point into the decoded document and
+// the string's end is found by the document's own last character. Plain runs
+// are copied eight bytes at a time up to the first byte that needs attention
+// (specialMask names it); what json.dumps writes between tokens (\" around
+// strings, a space after ',' and ':') is read inline, and every other form the
+// string may take (white space as \n or \u0020, a character of the grammar
+// written as \u007b, the document's own escapes under the string's: \\\"
+// is the document's \") through a slower path that decodes one character.
+// ParseWrapped is Parse with that reading for one member of the root object:
+// the envelope's other members are parsed as usual, the member's string by
+// ParseQuoted into a second Index.
+//
+// The answer is the one of the passes, byte for byte and refusal for refusal:
+// the string is refused for an invalid escape, a raw control character,
+// invalid UTF-8 or no closing quote, whatever the document; a lone surrogate
+// decodes to U+FFFD as AppendUnquote decodes it; and the document is then
+// refused as Parse of the decoded bytes refuses it (ErrDepth at the same
+// depth). When the document goes wrong first, the rest of the string is still
+// checked as a string, so that a broken string wins as it does in the passes.
+// FuzzParseQuoted and FuzzParseWrapped hold the passes as the reference.
+//
 // # Cost
 //
 // A lookup walks the siblings of an object of up to 16 members (see
@@ -88,9 +118,11 @@
 //     UTF-8, control characters, nesting up to MaxDepth) before it reports success;
 //     on error the Index answers every lookup with Missing.
 //   - Parse keeps a reference to the input; it does not copy it. The caller must
-//     not modify the input while the Index refers to it.
+//     not modify the input while the Index refers to it. ParseQuoted refers to
+//     the decoded bytes, in the buffer the caller passed and got back.
 //   - After warm-up (once the buffers, the tables' included, have grown to the
-//     largest document seen) Parse and Lookup allocate nothing.
+//     largest document seen) Parse, ParseQuoted, ParseWrapped and Lookup
+//     allocate nothing.
 //
 // # Concurrency
 //

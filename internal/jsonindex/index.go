@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
+	"math/bits"
 	"unicode/utf8"
 )
 
@@ -72,6 +73,14 @@ type Index struct {
 	segBuf, nameBuf, candBuf []byte
 
 	many manyState // LookupMany's scratch
+
+	// While ParseWrapped parses: the Index that the strings of the root
+	// member wrapName (one member name in path syntax) are indexed into,
+	// and the storage of their decoded bytes.
+	wrapped   *Index
+	wrapName  string
+	wrapPlain []byte // wrapName unescaped
+	wrapBuf   []byte
 }
 
 // Bytes returns the input last given to Parse or SetRaw.
@@ -195,8 +204,14 @@ func (x *Index) parse(src []byte) error {
 			}
 			continue // parse the first element
 		case '"':
-			end, _, err := scanString(src, i+1)
-			if err != nil {
+			var end int
+			var err error
+			if x.wrapped != nil && len(stack) == 1 && nodes[stack[0]].kind == Object && x.isWrapName(src[key0:key1], keyEsc) {
+				// A document in a string: its index finds the string's end.
+				if x.wrapBuf, end, err = x.wrapped.ParseQuoted(x.wrapBuf, src, i+1); end < 0 {
+					return err
+				}
+			} else if end, _, err = scanString(src, i+1); err != nil {
 				return err
 			}
 			nodes = append(nodes, node{kind: String, keyEsc: keyEsc, key0: key0, key1: key1, start: int32(i + 1), end: int32(end), next: idx + 1})
@@ -289,16 +304,23 @@ func parseKey(src []byte, i int) (next int, k0, k1 int32, esc bool, err error) {
 func scanString(src []byte, i int) (end int, esc bool, err error) {
 	n := len(src)
 	for i < n {
-		// Fast run over plain bytes: eight at a time while a whole word is
-		// plain, then one at a time up to the byte that needs attention.
-		for i+8 <= n && !wordSpecial(binary.LittleEndian.Uint64(src[i:])) {
-			i += 8
-		}
-		for i < n && !strSpecial[src[i]] {
-			i++
-		}
-		if i >= n {
-			break
+		// Fast run over plain bytes: eight at a time, up to the first byte
+		// that needs attention (the lowest mark of specialMask), then one
+		// at a time near the end of src.
+		if i+8 <= n {
+			m := specialMask(binary.LittleEndian.Uint64(src[i : i+8 : i+8]))
+			if m == 0 {
+				i += 8
+				continue
+			}
+			i += bits.TrailingZeros64(m) >> 3
+		} else {
+			for i < n && !strSpecial[src[i]] {
+				i++
+			}
+			if i >= n {
+				break
+			}
 		}
 		switch c := src[i]; {
 		case c == '"':
@@ -332,21 +354,26 @@ func scanString(src []byte, i int) (end int, esc bool, err error) {
 	return 0, false, syntaxErr(n, "unterminated string")
 }
 
-// wordSpecial answers whether any of the eight bytes of w needs attention
-// inside a string, as strSpecial says: below 0x20, '"', '\\', or 0x80 and
-// above. Each term is exact as a whole (nonzero exactly when some byte
-// matches), which is all the caller asks.
-func wordSpecial(w uint64) bool {
+// specialMask marks, with its high bit, a byte of w (little-endian: the
+// first byte is the lowest) that needs attention inside a string, as
+// strSpecial says: below 0x20, '"', '\\', or 0x80 and above. The mask
+// is nonzero exactly when some byte does, and its lowest mark is exact: it
+// names the first such byte.
+//
+// Where no borrow comes into it, each subtraction sets the high bit of an
+// ASCII byte exactly when the byte matches its test (below 0x20, '"', '\\'),
+// and borrows from the next byte only then. So borrows start at a matching
+// byte, and a false mark can only stand above a true one. A byte of 0x80 and
+// above is marked by w itself, whatever the subtractions make of it.
+func specialMask(w uint64) uint64 {
 	const (
 		ones  = 0x0101010101010101
 		highs = 0x8080808080808080
 	)
-	q := w ^ ('"' * ones)  // a zero byte where w has '"'
-	b := w ^ ('\\' * ones) // a zero byte where w has '\\'
-	below := (w - 0x20*ones) &^ w
-	quote := (q - ones) &^ q
-	backslash := (b - ones) &^ b
-	return (below|quote|backslash|w)&highs != 0
+	below := w - 0x20*ones
+	quote := (w ^ ('"' * ones)) - ones
+	backslash := (w ^ ('\\' * ones)) - ones
+	return (below | quote | backslash | w) & highs
 }
 
 func isHex4(b []byte) bool {

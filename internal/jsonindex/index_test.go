@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -517,8 +518,9 @@ func BenchmarkMapperPaths(b *testing.B) {
 	})
 }
 
-// wordSpecial is the eight-byte form of strSpecial: it must answer true
-// exactly when one of the word's bytes is special, whatever the others.
+// specialMask is the eight-byte form of strSpecial: it must be nonzero
+// exactly when one of the word's bytes is special, whatever the others, and
+// its lowest mark must name the first byte the table marks.
 func TestWordSpecialAgreesWithTheTable(t *testing.T) {
 	want := func(w [8]byte) bool {
 		for _, c := range w {
@@ -528,10 +530,23 @@ func TestWordSpecialAgreesWithTheTable(t *testing.T) {
 		}
 		return false
 	}
+	// The first byte that needs attention, 8 when none does: what the
+	// lowest mark of specialMask must name.
+	first := func(w [8]byte) int {
+		for i, c := range w {
+			if strSpecial[c] {
+				return i
+			}
+		}
+		return 8
+	}
 	check := func(w [8]byte) {
 		t.Helper()
-		if got := wordSpecial(binary.LittleEndian.Uint64(w[:])); got != want(w) {
-			t.Fatalf("wordSpecial(%q) = %v, want %v", w[:], got, want(w))
+		if got := specialMask(binary.LittleEndian.Uint64(w[:])) != 0; got != want(w) {
+			t.Fatalf("specialMask(%q) != 0 is %v, want %v", w[:], got, want(w))
+		}
+		if got := bits.TrailingZeros64(specialMask(binary.LittleEndian.Uint64(w[:]))) >> 3; got != first(w) {
+			t.Fatalf("specialMask(%q) marks byte %d first, want %d", w[:], got, first(w))
 		}
 	}
 	// Every byte value at every position, among plain bytes and among

@@ -17,9 +17,14 @@
 //     "bad_compression". The AMQP input keeps Unparseable bodies as dead
 //     letters marked undeliverable, within a budget of their own.
 //  2. The body is indexed once, natively (jsonindex). An oslo messagingv2
-//     envelope ({"oslo.version":"2.0","oslo.message":"<string>"}) is unwrapped:
-//     the string is unescaped into a reused buffer and the inner message is
-//     indexed; a bare messaging-v1 body is used as it is. Bytes that are not JSON
+//     envelope ({"oslo.version":"2.0","oslo.message":"<string>"}) is unwrapped
+//     in the same pass (jsonindex.ParseWrapped): the envelope's parse hands the
+//     string to the inner message's index, which decodes its escapes into a
+//     reused buffer while it indexes the decoded bytes, and finds where the
+//     string ends; that buffer is what the module's input is copied from. It
+//     refuses exactly what unescaping the string and indexing the result
+//     refused (FuzzDecode holds those passes as the reference). A bare
+//     messaging-v1 body is used as it is. Bytes that are not JSON
 //     (msgpack, zlib, garbage) are Unparseable, reason "not_json", unless the
 //     message names a module chain (Message.Modules), whose first module then
 //     receives the bytes exactly as they arrived.

@@ -270,27 +270,22 @@ func (p *Pipeline) process(ctx context.Context, msg Message) Result {
 }
 
 // decode indexes the body and unwraps an oslo envelope. It reports false when the
-// bytes (or the envelope's inner message) are not JSON.
+// bytes (or the envelope's inner message) are not JSON. The envelope is read
+// once: its oslo.message string is decoded and indexed in the same pass that
+// finds where it ends (jsonindex.ParseWrapped), into s.buf, the bytes the
+// module's input is copied from.
 func (p *Pipeline) decode(s *scratch, body []byte) (*jsonindex.Index, bool) {
-	if err := s.outer.Parse(body); err != nil {
+	k, buf, err := s.outer.ParseWrapped(body, `oslo\.message`, &s.inner, s.buf)
+	s.buf = buf
+	switch {
+	case err != nil:
 		return nil, false
-	}
-	k, start, end := s.outer.Lookup(`oslo\.message`)
-	if k == jsonindex.Missing {
+	case k == jsonindex.Missing:
 		return &s.outer, true
+	case k == jsonindex.String && s.inner.Valid():
+		return &s.inner, true
 	}
-	if k != jsonindex.String {
-		return nil, false
-	}
-	var err error
-	s.buf, err = jsonindex.AppendUnquote(s.buf[:0], body[start:end])
-	if err != nil {
-		return nil, false
-	}
-	if err := s.inner.Parse(s.buf); err != nil {
-		return nil, false
-	}
-	return &s.inner, true
+	return nil, false
 }
 
 func (p *Pipeline) mapWith(ctx context.Context, msg Message, m Mapper, in *jsonindex.Index, eventType string) Result {
