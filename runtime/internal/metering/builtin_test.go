@@ -216,9 +216,10 @@ func FuzzMeter(f *testing.F) {
 }
 
 // BenchmarkNovaExists maps the 2.5 KB compute.instance.exists through the
-// nova module as built and metered, both without wazero's termination
-// checks (runtime.GuardNever), indexing the JSON on every iteration as the
-// pipeline does; docs/performance.md, "Metering", has the figures.
+// nova module, indexing the JSON on every iteration as the pipeline does:
+// as built under each guard that bounds runaways today, and metered
+// (runtime.Config.Metered) without wazero's termination checks.
+// docs/performance.md, "Metering", has the figures.
 func BenchmarkNovaExists(b *testing.B) {
 	wasm, err := mappers.Builtin()
 	if errors.Is(err, mappers.ErrMissing) {
@@ -231,29 +232,31 @@ func BenchmarkNovaExists(b *testing.B) {
 	// TALLY_BENCH_CALL_TIMEOUT lengthens the deadline of a call, for
 	// counting instructions under valgrind.
 	timeout, _ := time.ParseDuration(os.Getenv("TALLY_BENCH_CALL_TIMEOUT"))
-	eng, err := runtime.NewEngine(ctx, runtime.Config{CacheDir: testkit.CacheDir(b), CallTimeout: timeout, Logger: zerolog.Nop()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer eng.Close(ctx)
 	in, err := os.ReadFile(testkit.RepoPath(b, "mappers", "nova", "testdata", "edge__exists_2024_1"+fixture.InSuffix))
 	if err != nil {
 		b.Fatal(err)
 	}
-	metered, err := metering.Meter(wasm["nova.wasm"], metering.Options{Initial: math.MaxInt64})
-	if err != nil {
-		b.Fatal(err)
-	}
 	for _, c := range []struct {
-		name string
-		wasm []byte
-	}{{"metered=no", wasm["nova.wasm"]}, {"metered=yes", metered}} {
-		b.Run(c.name, func(b *testing.B) {
-			m, err := eng.Load(ctx, "builtin:nova.wasm", c.wasm, runtime.WithGuard(runtime.GuardNever))
+		mode    string
+		metered bool
+		guard   runtime.Guard
+	}{
+		{"never", false, runtime.GuardNever},
+		{"watched", false, runtime.GuardWatched},
+		{"always", false, runtime.GuardAlways},
+		{"metered", true, runtime.GuardNever},
+	} {
+		b.Run("mode="+c.mode, func(b *testing.B) {
+			eng, err := runtime.NewEngine(ctx, runtime.Config{CacheDir: testkit.CacheDir(b), CallTimeout: timeout,
+				Metered: c.metered, Logger: zerolog.Nop()})
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer m.Close(ctx)
+			defer eng.Close(ctx)
+			m, err := eng.Load(ctx, "builtin:nova.wasm", wasm["nova.wasm"], runtime.WithGuard(c.guard))
+			if err != nil {
+				b.Fatal(err)
+			}
 			var idx jsonindex.Index
 			b.ReportAllocs()
 			for b.Loop() {

@@ -6,6 +6,33 @@ import "fmt"
 // validation has no such bound; real code stays far below it).
 const maxDepth = 1 << 16
 
+// chargeCost is what a charge adds for itself: its own instructions, so
+// that the tightest loop is charged for what it really runs.
+const chargeCost = 10
+
+// slowCost is the charge of an instruction that takes a processor tens of
+// cycles whatever its operands: integer division and remainder, floating
+// point division and square root.
+const slowCost = 30
+
+// weight is what each one-byte opcode is charged (a prefixed instruction is
+// charged as its prefix: 1).
+var weight = func() [256]uint8 {
+	var w [256]uint8
+	for i := range w {
+		w[i] = 1
+	}
+	for _, op := range []byte{
+		0x6d, 0x6e, 0x6f, 0x70, // i32.div_s, div_u, rem_s, rem_u
+		0x7f, 0x80, 0x81, 0x82, // i64.div_s, div_u, rem_s, rem_u
+		0x91, 0x95, // f32.sqrt, f32.div
+		0x9f, 0xa3, // f64.sqrt, f64.div
+	} {
+		w[op] = slowCost
+	}
+	return w
+}()
+
 // point is a place where the budget is charged: a function's entry or a
 // loop's header.
 type point struct {
@@ -67,7 +94,7 @@ func scan(r reader, globals uint32, points []point, stack []int) ([]point, []int
 			return nil, nil, fmt.Errorf("locals: %w", err)
 		}
 	}
-	points = append(points, point{at: r.pos})
+	points = append(points, point{at: r.pos, cost: chargeCost})
 	stack = append(stack, 0) // the point each open block charges to
 	for {
 		if len(stack) == 0 {
@@ -81,7 +108,7 @@ func scan(r reader, globals uint32, points []point, stack []int) ([]point, []int
 		}
 		at := r.off()
 		op, _ := r.byte()
-		points[stack[len(stack)-1]].cost++
+		points[stack[len(stack)-1]].cost += int64(weight[op])
 		switch op {
 		case opBlock, opLoop, opIf:
 			if err := r.sleb(33); err != nil { // block type
@@ -92,7 +119,7 @@ func scan(r reader, globals uint32, points []point, stack []int) ([]point, []int
 			}
 			p := stack[len(stack)-1]
 			if op == opLoop {
-				points = append(points, point{at: r.pos})
+				points = append(points, point{at: r.pos, cost: chargeCost})
 				p = len(points) - 1
 			}
 			stack = append(stack, p)
