@@ -178,3 +178,39 @@ func BenchmarkMeteredRunaway(b *testing.B) {
 		})
 	}
 }
+
+// The runtime's other misbehaving test modules, metered and unguarded: the
+// ones that loop are stopped by their budget (a loop that calls the host on
+// every turn included), the one that runs out of memory still fails with
+// memory, and a module that loops after a good run keeps its good run.
+func TestMeteredHeldOutModules(t *testing.T) {
+	ctx := context.Background()
+	for _, g := range []runtime.Guard{runtime.GuardNever, runtime.GuardWatched} {
+		t.Run(g.String(), func(t *testing.T) {
+			e := meteredEngine(t)
+			for _, c := range []struct {
+				module, input string
+				want          runtime.Reason
+			}{
+				{"fieldloop", `{"a":1}`, runtime.ReasonBudget},
+				{"spinfield", spinInput(4000), runtime.ReasonBudget},
+				{"membomb", `{"a":1}`, runtime.ReasonMemory},
+			} {
+				m := load(t, e, c.module, runtime.WithGuard(g))
+				_, err := m.Map(ctx, index(t, c.input), src)
+				wantReason(t, err, c.want)
+			}
+			m := load(t, e, "loopafter", runtime.WithGuard(g))
+			for i := range 3000 {
+				if _, err := m.Map(ctx, index(t, `{"a":1}`), src); err != nil {
+					t.Fatalf("call %d: %v", i, err)
+				}
+			}
+			_, err := m.Map(ctx, index(t, `{"a":1}`), src)
+			wantReason(t, err, runtime.ReasonBudget)
+			if n := e.Abandoned(); n != 0 {
+				t.Fatalf("%d calls abandoned", n)
+			}
+		})
+	}
+}
