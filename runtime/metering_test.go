@@ -3,6 +3,8 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -154,14 +156,39 @@ func TestBuiltinBudget(t *testing.T) {
 
 // BenchmarkMeteredRunaway: how long a runaway runs before the default
 // budget stops it, for the tightest loop there is (loop.wat: `loop br 0`,
-// charged 12 a turn), for spin.wat's counting loop, and for divloop.wat's
-// chain of 64-bit divisions, the most time for one charged instruction.
+// charged 12 a turn), for spin.wat's counting loop, for divloop.wat's chain
+// of 64-bit divisions (the most time for one charged instruction), and for
+// nova built with the tag tally_runaway (a Go `for { spins++ }` on a
+// notification whose payload.host is "loop-forever"), built here.
 func BenchmarkMeteredRunaway(b *testing.B) {
 	e := newEngine(b, runtime.Config{Metered: true, CallTimeout: time.Hour, PoolSize: 1})
 	ctx := context.Background()
-	for _, c := range []struct{ module, input string }{{"loop", `{"a":1}`}, {"spin", spinInput(100_000)}, {"divloop", `{"a":1}`}} {
+	novaLoop := filepath.Join(b.TempDir(), "nova-loop.wasm")
+	build := exec.Command(testkit.GoBin(b), "build", "-tags", "tally_runaway", "-buildmode=c-shared", "-trimpath",
+		"-o", novaLoop, "./mappers/nova")
+	build.Dir = testkit.RepoRoot(b)
+	build.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("build nova with the tag tally_runaway: %v\n%s", err, out)
+	}
+	create := readFile(b, testkit.RepoPath(b, "mappers", "nova", "testdata", "compute.instance.create.end__ceilometer__1"+fixture.InSuffix))
+	loopForever := strings.Replace(string(create), `"host": "`, `"host": "loop-forever", "was": "`, 1)
+	if loopForever == string(create) {
+		b.Fatal("no payload host in the nova fixture")
+	}
+	for _, c := range []struct{ module, input string }{
+		{"loop", `{"a":1}`}, {"spin", spinInput(100_000)}, {"divloop", `{"a":1}`}, {"nova-loop", loopForever},
+	} {
 		b.Run(c.module, func(b *testing.B) {
-			m := load(b, e, c.module, runtime.WithGuard(runtime.GuardNever))
+			var m *runtime.Module
+			if c.module == "nova-loop" {
+				var err error
+				if m, err = e.Load(ctx, novaLoop, readFile(b, novaLoop), runtime.WithGuard(runtime.GuardNever)); err != nil {
+					b.Fatal(err)
+				}
+			} else {
+				m = load(b, e, c.module, runtime.WithGuard(runtime.GuardNever))
+			}
 			var idx jsonindex.Index
 			if err := idx.Parse([]byte(c.input)); err != nil {
 				b.Fatal(err)

@@ -129,6 +129,7 @@ func loadMappers(ctx context.Context, cfg *settings.Config, base zerolog.Logger,
 		PoolSize:         cfg.MapperPoolSize,
 		Logger:           component(base, "runtime"),
 		OnWatchedOverrun: onOverrun,
+		Metered:          cfg.MapperMetered,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start the mapper engine: %w", err)

@@ -77,6 +77,7 @@ func TestDefaults(t *testing.T) {
 		{"MapperCallTimeout", c.MapperCallTimeout, 250 * time.Millisecond},
 		{"MapperPoolSize", c.MapperPoolSize, 0},
 		{"MapperBuiltinGuard", c.MapperBuiltinGuard, runtime.GuardWatched},
+		{"MapperMetered", c.MapperMetered, false},
 		{"ReportingTimeout", c.ReportingTimeout, 30 * time.Second},
 		{"StopTimeout", c.StopTimeout, 30 * time.Second},
 		{"FlushTimeout", c.FlushTimeout, 10 * time.Second},
@@ -517,6 +518,17 @@ func TestMapperBuiltinGuard(t *testing.T) {
 	}
 	if _, err := Load(parse(t, nil), append(daemonEnv[:len(daemonEnv):len(daemonEnv)], "TALLY_OSC_MAPPER_BUILTIN_GUARD=never"), ModeDaemon); err == nil {
 		t.Fatal("MAPPER_BUILTIN_GUARD=never was accepted")
+	}
+}
+
+// MAPPER_METERED: off by default, a boolean.
+func TestMapperMetered(t *testing.T) {
+	c, err := Load(parse(t, nil), append(daemonEnv[:len(daemonEnv):len(daemonEnv)], "TALLY_OSC_MAPPER_METERED=true"), ModeDaemon)
+	if err != nil || !c.MapperMetered {
+		t.Fatalf("MAPPER_METERED=true: metered %v, err %v", c != nil && c.MapperMetered, err)
+	}
+	if _, err := Load(parse(t, nil), append(daemonEnv[:len(daemonEnv):len(daemonEnv)], "TALLY_OSC_MAPPER_METERED=sometimes"), ModeDaemon); err == nil {
+		t.Fatal("MAPPER_METERED=sometimes was accepted")
 	}
 }
 

@@ -362,6 +362,9 @@ var table = []setting{
 			}
 			return nil
 		}},
+	{key: "mapper_metered", def: "false", modes: mapperModes,
+		usage: "meter every mapper module: a call that runs more than its budget of instructions fails with reason budget and is dead-lettered, without waiting for its deadline (docs/abi.md, \"Metering\")",
+		field: func(c *Config) any { return &c.MapperMetered }},
 	{key: "mapper_cache_dir", modes: mapperModes,
 		usage: "on-disk compilation cache of mapper modules (empty: none)",
 		field: func(c *Config) any { return &c.MapperCacheDir }},
