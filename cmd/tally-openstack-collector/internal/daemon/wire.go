@@ -141,6 +141,7 @@ func loadMappers(ctx context.Context, cfg *settings.Config, base zerolog.Logger,
 		Logger:           component(base, "runtime"),
 		OnWatchedOverrun: onOverrun,
 		Metered:          cfg.MapperMetered,
+		Budget:           cfg.MapperBudget,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start the mapper engine: %w", err)

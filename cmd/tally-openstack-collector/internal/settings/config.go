@@ -107,6 +107,9 @@ type Config struct {
 	// MapperMetered runs every module metered (runtime.Config.Metered): a
 	// runaway spends its budget and fails with reason budget.
 	MapperMetered bool
+	// MapperBudget is the budget of a metered call, in instructions
+	// (runtime.Config.Budget).
+	MapperBudget int64
 
 	DebugPprof     bool
 	DebugPprofAddr string

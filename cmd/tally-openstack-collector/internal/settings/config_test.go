@@ -78,6 +78,7 @@ func TestDefaults(t *testing.T) {
 		{"MapperPoolSize", c.MapperPoolSize, 0},
 		{"MapperBuiltinGuard", c.MapperBuiltinGuard, runtime.GuardWatched},
 		{"MapperMetered", c.MapperMetered, false},
+		{"MapperBudget", c.MapperBudget, int64(runtime.DefaultBudget)},
 		{"ReportingTimeout", c.ReportingTimeout, 30 * time.Second},
 		{"StopTimeout", c.StopTimeout, 30 * time.Second},
 		{"FlushTimeout", c.FlushTimeout, 10 * time.Second},
@@ -529,6 +530,13 @@ func TestMapperMetered(t *testing.T) {
 	}
 	if _, err := Load(parse(t, nil), append(daemonEnv[:len(daemonEnv):len(daemonEnv)], "TALLY_OSC_MAPPER_METERED=sometimes"), ModeDaemon); err == nil {
 		t.Fatal("MAPPER_METERED=sometimes was accepted")
+	}
+	c, err = Load(parse(t, nil), append(daemonEnv[:len(daemonEnv):len(daemonEnv)], "TALLY_OSC_MAPPER_BUDGET=20000000"), ModeDaemon)
+	if err != nil || c.MapperBudget != 20_000_000 {
+		t.Fatalf("MAPPER_BUDGET=20000000: %v", err)
+	}
+	if _, err := Load(parse(t, nil), append(daemonEnv[:len(daemonEnv):len(daemonEnv)], "TALLY_OSC_MAPPER_BUDGET=1000"), ModeDaemon); err == nil {
+		t.Fatal("MAPPER_BUDGET=1000 was accepted")
 	}
 }
 
