@@ -58,8 +58,9 @@ type section struct {
 // Meter returns a copy of wasm with a budget: a mutable i64 global, exported
 // as Export, that every function entry and every loop header decrements by
 // the static cost of what follows (doc.go), trapping (unreachable) once it is
-// below zero. It refuses, with an error wrapping ErrUnsupported, a module it
-// cannot meter; a malformed module fails with another error.
+// below zero. It refuses a module it cannot meter, or cannot decode, with an
+// error wrapping ErrUnsupported (and an *UnsupportedError for an
+// instruction).
 func Meter(wasm []byte, opts Options) ([]byte, error) {
 	out, err := meter(wasm, opts)
 	if err != nil {

@@ -337,3 +337,13 @@ func TestVersionInOutput(t *testing.T) {
 		t.Fatalf("output ends % x, want % x", out[len(out)-len(want):], want)
 	}
 }
+
+// TestUnsupportedErrorNamesTheInstruction: a refused instruction is an
+// *UnsupportedError with its offset and opcode.
+func TestUnsupportedErrorNamesTheInstruction(t *testing.T) {
+	_, err := metering.Meter(module([]byte{0, 0x41, 0, 0xfe, 0x10, 2, 0, 0x1a, 0x0b}, ""), metering.Options{})
+	var ue *metering.UnsupportedError
+	if !errors.As(err, &ue) || ue.Offset != 38 || ue.Opcode != "0xfe" {
+		t.Fatalf("err %v, want an *UnsupportedError at offset 38 naming 0xfe", err)
+	}
+}
