@@ -323,8 +323,9 @@ var benchInputs = []struct{ name, module, file string }{
 
 // BenchmarkBuiltin maps one input per module through its compiled module,
 // indexing the JSON on every iteration as the pipeline does once per
-// message: guard=always is how the daemon runs built-in modules
-// (termination checks compiled in), guard=never the same code without them.
+// message: guard=watched is how the daemon runs built-in modules by default,
+// guard=always with termination checks compiled in, guard=never the same
+// code without them, metered as with MAPPER_METERED (metered, unguarded).
 // Compare each with the native benchmark of the module's package;
 // docs/performance.md has the figures.
 func BenchmarkBuiltin(b *testing.B) {
@@ -334,14 +335,32 @@ func BenchmarkBuiltin(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
+	// The metered engine runs the modules as the daemon does with
+	// MAPPER_METERED: metered and unguarded (mode "metered").
+	timeout, _ := time.ParseDuration(os.Getenv("TALLY_BENCH_CALL_TIMEOUT"))
+	metered, err := runtime.NewEngine(ctx, runtime.Config{CacheDir: testkit.CacheDir(b), CallTimeout: timeout, Metered: true, Logger: zerolog.Nop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer metered.Close(ctx)
+	modes := []struct {
+		name string
+		eng  *runtime.Engine
+		g    runtime.Guard
+	}{
+		{"guard=never", shared.eng, runtime.GuardNever},
+		{"guard=watched", shared.eng, runtime.GuardWatched},
+		{"guard=always", shared.eng, runtime.GuardAlways},
+		{"metered", metered, runtime.GuardNever},
+	}
 	for _, bi := range benchInputs {
 		in, err := os.ReadFile(filepath.Join(bi.module, "testdata", bi.file+fixture.InSuffix))
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, g := range []runtime.Guard{runtime.GuardNever, runtime.GuardWatched, runtime.GuardAlways} {
-			b.Run(bi.name+"/guard="+g.String(), func(b *testing.B) {
-				m, err := shared.eng.Load(ctx, "builtin:"+bi.module+".wasm", wasm[bi.module+".wasm"], runtime.WithGuard(g))
+		for _, mode := range modes {
+			b.Run(bi.name+"/"+mode.name, func(b *testing.B) {
+				m, err := mode.eng.Load(ctx, "builtin:"+bi.module+".wasm", wasm[bi.module+".wasm"], runtime.WithGuard(mode.g))
 				if err != nil {
 					b.Fatal(err)
 				}

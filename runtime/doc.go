@@ -68,6 +68,13 @@
 //     Config.OnWatchedOverrun is called before such a caller is answered (a
 //     daemon exits there), and a call under GuardedCall runs the module's
 //     guarded code whatever its Guard (a redelivery, a replay).
+//   - Instructions: with Config.Metered every module is rewritten before it
+//     is compiled (runtime/internal/metering) to charge a budget at every
+//     function entry and loop header and trap once it is spent; the host
+//     sets Config.Budget before each call (metering.go). A call that spends
+//     it fails with ReasonBudget and its instance is discarded, whatever the
+//     module's Guard: the guest stops itself, so nothing is abandoned and a
+//     garbage collection waits for it only until then.
 //   - Output: Config.MaxOutputBytes per call; Config.MaxEventBytes per event
 //     (larger events are left out and counted in Result.Oversize).
 //   - Imports: only the "tally" host module and WASI preview 1 (no preopened

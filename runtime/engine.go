@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	goruntime "runtime"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,8 @@ import (
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	"github.com/tally-billing/tally-openstack-collector/runtime/internal/metering"
 )
 
 // Engine compiles, validates and runs mapper modules. It holds two wazero
@@ -316,6 +319,13 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, opts ...Mod
 	invalid := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s: %s", ErrInvalidModule, name, fmt.Sprintf(format, args...))
 	}
+	if e.cfg.Metered {
+		metered, err := metering.Meter(wasm, metering.Options{Initial: e.initBudget()})
+		if err != nil {
+			return nil, invalid("%v", err)
+		}
+		wasm = metered
+	}
 	guarded := o.guard != GuardNever && o.guard != GuardWatched
 	cm, err := e.compile(ctx, guarded, wasm)
 	if err != nil {
@@ -355,6 +365,15 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, opts ...Mod
 	e.mu.Unlock()
 	m.log.Debug().Str("guard", o.guard.String()).Msg("mapper loaded")
 	return m, nil
+}
+
+// initBudget is the budget of starting a metered instance: its start
+// function and _initialize.
+func (e *Engine) initBudget() int64 {
+	if e.cfg.Budget > math.MaxInt64/InitBudgetFactor {
+		return math.MaxInt64
+	}
+	return e.cfg.Budget * InitBudgetFactor
 }
 
 // compile compiles wasm (or takes it from the compilation cache), one

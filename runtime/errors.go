@@ -25,6 +25,7 @@ type Reason string
 const (
 	ReasonTrap          Reason = "trap"           // the guest trapped or exited
 	ReasonTimeout       Reason = "timeout"        // the call overran its deadline
+	ReasonBudget        Reason = "budget"         // a metered call spent its budget (Config.Metered)
 	ReasonMemory        Reason = "memory"         // the guest ran out of memory, or tally_alloc failed
 	ReasonInvalidOutput Reason = "invalid_output" // output too large, not JSON, or missing required fields
 	ReasonABI           Reason = "abi"            // a pointer or length outside guest memory

@@ -36,3 +36,7 @@ func MemorySize(m *Module) uint32 {
 	}
 	return m.idle[len(m.idle)-1].mem.Size()
 }
+
+// MostCharged returns the most instructions a metered call of m was charged
+// (tests).
+func MostCharged(m *Module) int64 { return m.charged.Load() }

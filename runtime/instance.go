@@ -64,6 +64,8 @@ type instance struct {
 	// deadlineFired once the watchdog found it overran.
 	deadline atomic.Int64
 	oom      atomic.Bool
+	budget   api.MutableGlobal // Config.Metered: the budget global (metering.go)
+	given    int64             // the budget the current guest call was given
 	lastDur  time.Duration
 	clk      vclock    // the guest's clocks (sandbox.go)
 	rnd      guestRand // the guest's random source (sandbox.go)
@@ -135,6 +137,10 @@ func (m *Module) newInstance(ctx context.Context, guarded bool) (*instance, erro
 	if inst.mem == nil || inst.alloc == nil || inst.mapf == nil {
 		_ = mod.Close(ctx)
 		return nil, errors.New("exports missing after instantiation")
+	}
+	if err := inst.findBudget(); err != nil {
+		_ = mod.Close(ctx)
+		return nil, err
 	}
 	if init := mod.ExportedFunction("_initialize"); init != nil {
 		if _, err := init.Call(ictx); err != nil {
@@ -269,6 +275,7 @@ func (inst *instance) readManifest(ctx context.Context) (Manifest, error) {
 	inst.beginClock(int64(initTimeout), nil)
 	d := inst.m.e.clock() + int64(initTimeout)
 	inst.deadline.Store(d)
+	inst.setBudget(inst.m.e.initBudget())
 	err := inst.guestCall(fn)
 	if !inst.deadline.CompareAndSwap(d, 0) && err == nil {
 		err = errors.New("deadline passed")
@@ -314,6 +321,7 @@ func (inst *instance) call(in *jsonindex.Index, src Source, timeout time.Duratio
 	start := e.clock()
 	d := start + int64(timeout)
 	inst.deadline.Store(d)
+	inst.setBudget(e.cfg.Budget)
 	ptr, len32, reason, err := inst.invoke(input)
 	fired := !inst.deadline.CompareAndSwap(d, 0)
 	if inst.isAbandoned() {
@@ -321,6 +329,7 @@ func (inst *instance) call(in *jsonindex.Index, src Source, timeout time.Duratio
 		return Result{}, ReasonTimeout, fmt.Errorf("call overran its deadline of %v: %w", timeout, err)
 	}
 	inst.lastDur = time.Duration(e.clock() - start)
+	inst.noteCharge()
 	inst.in = nil
 	inst.cursor.Reset(nil)
 	inst.rnd.input = nil
@@ -394,6 +403,9 @@ func (inst *instance) invokeHere(input []byte) (ptr, n uint32, reason Reason, er
 func (inst *instance) classify(err error) Reason {
 	if inst.deadline.Load() == deadlineFired {
 		return ReasonTimeout
+	}
+	if inst.budgetSpent() {
+		return ReasonBudget
 	}
 	var exit *sys.ExitError
 	if errors.As(err, &exit) && (exit.ExitCode() == sys.ExitCodeDeadlineExceeded || exit.ExitCode() == sys.ExitCodeContextCanceled) {

@@ -78,6 +78,7 @@ type Module struct {
 	trusted   atomic.Bool  // GuardUntrusted: new instances run unguarded
 	compiling atomic.Bool
 	overruns  atomic.Int64 // unguarded calls that overran their deadline
+	charged   atomic.Int64 // Config.Metered: the most a call was charged
 }
 
 func newModule(e *Engine, name string, o moduleOptions) *Module {

@@ -25,6 +25,19 @@ type Config struct {
 	// here (docs/abi.md, "Runaway guests"). If it returns, the call is
 	// abandoned to its guest and answered with ReasonTimeout.
 	OnWatchedOverrun func(module string)
+
+	// Metered runs every module through the metering pass before compiling
+	// it (runtime/internal/metering; docs/abi.md, "Metering"): a call that
+	// spends Budget instructions traps and fails with ReasonBudget, its
+	// instance discarded, whatever the module's Guard; the guard and the
+	// deadline stay, as a second line for what metering cannot see (a host
+	// call that blocks). Off by default: the guard settings alone decide.
+	Metered bool
+	// Budget is the instructions a metered call may run (Wasm
+	// instructions, counted as the pass counts them); default
+	// DefaultBudget. Starting an instance (its start function and
+	// _initialize) may run InitBudgetFactor times as many.
+	Budget int64
 }
 
 // Defaults.
@@ -33,6 +46,12 @@ const (
 	DefaultCallTimeout    = 250 * time.Millisecond
 	DefaultMaxEventBytes  = 64 << 10
 	DefaultMaxOutputBytes = 1 << 20
+	// DefaultBudget is 100 times the most any built-in module's call was
+	// charged over the fixture corpus, rounded up (docs/performance.md,
+	// "Metering"; TestBuiltinBudget keeps it so).
+	DefaultBudget = 650_000_000
+	// InitBudgetFactor times Budget is the budget of starting an instance.
+	InitBudgetFactor = 100
 )
 
 const wasmPage = 65536
@@ -52,6 +71,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxOutputBytes <= 0 {
 		c.MaxOutputBytes = DefaultMaxOutputBytes
+	}
+	if c.Budget <= 0 {
+		c.Budget = DefaultBudget
 	}
 	if c.PoolSize <= 0 {
 		c.PoolSize = goruntime.GOMAXPROCS(0)

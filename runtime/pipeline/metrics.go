@@ -52,7 +52,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, r := range unparseableReasons {
 		m.unparseable.WithLabelValues(r)
 	}
-	for _, r := range []string{"trap", "timeout", "memory", "invalid_output", "invalid_event", "abi", "guest_error", "load"} {
+	for _, r := range []string{"trap", "timeout", "budget", "memory", "invalid_output", "invalid_event", "abi", "guest_error", "load"} {
 		m.failures.WithLabelValues(r)
 	}
 	for v := contract.OK + 1; int(v) < contract.NumViolations; v++ {

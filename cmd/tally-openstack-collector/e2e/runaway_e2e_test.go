@@ -155,6 +155,99 @@ func TestRunawayBuiltinNeverFreezes(t *testing.T) {
 	bin := buildRunawayBinary(t)
 	t.Run("deadline", func(t *testing.T) { runawayScenario(t, bin, false) })
 	t.Run("frozen", func(t *testing.T) { runawayScenario(t, bin, true) })
+	t.Run("metered", func(t *testing.T) { meteredRunawayScenario(t, bin) })
+}
+
+// meteredRunawayScenario: with MAPPER_METERED the looping notification,
+// among 6,000 ordinary ones, spends its budget and is dead-lettered with
+// reason budget: no collector exits, nothing is lost, and each answers
+// /livez within a second the whole time, garbage collections forced
+// throughout.
+func meteredRunawayScenario(t *testing.T, bin string) {
+	b := buildBinaries(t)
+	b.collector = bin
+	v := testkit.NewVhost(t)
+	v.DeclareExchanges(t, false, "nova")
+	a := startAPI(t, b)
+	var reps [2]*supervised
+	for i := range reps {
+		pprofAddr := testkit.FreeAddr(t)
+		c := newCollector(t, b, v, a.url(), a.token, "TALLY_OSC_EXCHANGES=nova",
+			fmt.Sprintf("TALLY_OSC_REPLICA_NAME=collector-%d", i),
+			"TALLY_OSC_MAPPER_METERED=true",
+			"TALLY_OSC_PREFETCH=20",
+			"TALLY_OSC_DEBUG_PPROF=true", "TALLY_OSC_DEBUG_PPROF_ADDR="+pprofAddr)
+		reps[i] = &supervised{collector: c, name: fmt.Sprintf("collector-%d", i), pprofAddr: pprofAddr}
+		c.start(t)
+	}
+	for _, s := range reps {
+		s.waitReady(t)
+	}
+	supervise := func() {
+		for _, s := range reps {
+			s.check(t, time.Second)
+			s.forceGC()
+		}
+	}
+
+	const ordinary = 6000
+	want := map[string]bool{}
+	var bodies [][]byte
+	for i := range ordinary {
+		id := fmt.Sprintf("0000mete-0000-4000-8000-%012x", i)
+		want[id] = true
+		bodies = append(bodies, novaNotification(t, id, "compute-host-name"))
+		if i == ordinary/2 {
+			bodies = append(bodies, novaNotification(t, "0000mete-0000-4000-8000-1008f00f00f0", "loop-forever"))
+		}
+	}
+	start := time.Now()
+	v.Publish(t, "nova", "notifications.info", bodies...)
+	testkit.WaitFor(t, 5*time.Minute, "every ordinary notification at the API, the looping one dead-lettered, the queue empty", func() bool {
+		supervise()
+		evs, _ := a.events(t)
+		for _, e := range evs {
+			delete(want, e.EventID)
+		}
+		if len(want) > 0 {
+			return false
+		}
+		dead := 0
+		for _, s := range reps {
+			l, ok := s.deadLetters(t)
+			if !ok {
+				return false
+			}
+			dead += len(l)
+		}
+		ready, unacked := queueDepth(t, v, "tally-notifications")
+		return dead >= 1 && ready == 0 && unacked == 0
+	})
+	t.Logf("%s: every ordinary notification delivered", time.Since(start).Round(time.Millisecond))
+	dead := 0
+	for _, s := range reps {
+		l, ok := s.deadLetters(t)
+		if !ok {
+			t.Fatalf("%s: GET /deadletters failed", s.name)
+		}
+		for _, d := range l {
+			dead++
+			if d.Reason != "budget" || !strings.HasPrefix(d.Module, "nova@") {
+				t.Errorf("%s: dead letter %+v, want the nova module's budget", s.name, d)
+			}
+		}
+		if len(s.exits) > 0 {
+			t.Errorf("%s ended: %v", s.name, s.exits)
+		}
+	}
+	if dead != 1 {
+		t.Fatalf("dead letters = %d, want exactly 1", dead)
+	}
+	worst := time.Duration(0)
+	for _, s := range reps {
+		worst = max(worst, s.worstGap)
+	}
+	t.Logf("figures: no exit; longest /livez silence of a live process %s", worst.Round(time.Millisecond))
 }
 
 // forceGC makes a running collector collect garbage, through its profiler;

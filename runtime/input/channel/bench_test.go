@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
+	"github.com/tally-billing/tally-openstack-collector/runtime"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/channel/client"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/channel/wire"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
@@ -28,6 +29,14 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkPublish -benchtime 100000x ./runtime/input/channel/
 func BenchmarkPublish(b *testing.B) {
+	b.Run("mode=watched", func(b *testing.B) { benchPublish(b, false) })
+	b.Run("mode=metered", func(b *testing.B) { benchPublish(b, true) })
+}
+
+// benchPublish is BenchmarkPublish with the channel module as the daemon
+// loads it by default (watched: a channel message runs guarded), or metered
+// (MAPPER_METERED: unguarded).
+func benchPublish(b *testing.B, metered bool) {
 	for _, typ := range []struct {
 		name string
 		t    client.Message
@@ -37,6 +46,9 @@ func BenchmarkPublish(b *testing.B) {
 	} {
 		b.Run(typ.name, func(b *testing.B) {
 			h := newHarness(b, Options{})
+			if metered {
+				h.useMapper(meteredChannelModule(b))
+			}
 			h.start()
 			var committed, deadLettered, other atomic.Int64
 			c := h.client(client.Options{OnSettled: func(s client.Settlement) {
@@ -99,9 +111,28 @@ func BenchmarkPublish(b *testing.B) {
 
 // BenchmarkChannelModule is the pipeline's part of the cost of one message:
 // a small usage message's envelope indexed and mapped by the built-in
-// channel module in wazero (guarded, as in the daemon), CPU per call.
+// channel module in wazero, CPU per call: loaded watched, as the daemon does
+// by default (a channel message then runs guarded), and metered, as with
+// MAPPER_METERED (unguarded, its runaways stopped by their budget).
 func BenchmarkChannelModule(b *testing.B) {
-	p, err := pipeline.New(pipeline.Options{Router: pipeline.Chain{channelModule(b)}, Logger: zerolog.Nop()})
+	b.Run("mode=watched", func(b *testing.B) { benchChannelModule(b, channelModule(b)) })
+	b.Run("mode=metered", func(b *testing.B) {
+		ctx := context.Background()
+		eng, err := runtime.NewEngine(ctx, runtime.Config{CacheDir: testkit.CacheDir(b), Metered: true, Logger: zerolog.Nop()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer eng.Close(ctx)
+		m, err := eng.Load(ctx, "builtin:channel.wasm", testkit.BuiltModule(b, "mappers/dist/channel.wasm"), runtime.WithGuard(runtime.GuardNever))
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchChannelModule(b, m)
+	})
+}
+
+func benchChannelModule(b *testing.B, mod pipeline.Mapper) {
+	p, err := pipeline.New(pipeline.Options{Router: pipeline.Chain{mod}, Logger: zerolog.Nop()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -121,7 +152,7 @@ func BenchmarkChannelModule(b *testing.B) {
 			bodies := make([][]byte, 1024)
 			for i := range bodies {
 				pub := wire.Publish{Type: tc.typ, Tag: []byte("usage.license"), Data: []byte(tc.data(i))}
-				bodies[i], _, _ = appendEnvelope(nil, &pub, 1)
+				bodies[i], _, _ = appendEnvelope(nil, &pub, time.Now().UnixNano())
 			}
 			msg := func(i int) pipeline.Message {
 				return pipeline.Message{Body: bodies[i%len(bodies)], Exchange: Exchange, RoutingKey: "usage.license", DeriveID: true}

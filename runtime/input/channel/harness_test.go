@@ -68,6 +68,42 @@ func channelModule(tb testing.TB) pipeline.Mapper {
 	return moduleMod
 }
 
+var (
+	meteredOnce sync.Once
+	meteredEng  *runtime.Engine
+	meteredMod  *runtime.Module
+	meteredErr  error
+)
+
+// meteredChannelModule is the built-in channel module as the daemon loads
+// it with MAPPER_METERED: metered and unguarded, compiled once per test
+// binary.
+func meteredChannelModule(tb testing.TB) pipeline.Mapper {
+	tb.Helper()
+	meteredOnce.Do(func() {
+		wasm := testkit.BuiltModule(tb, "mappers/dist/channel.wasm")
+		ctx := context.Background()
+		meteredEng, meteredErr = runtime.NewEngine(ctx, runtime.Config{CacheDir: testkit.CacheDir(tb), Metered: true, Logger: zerolog.Nop()})
+		if meteredErr != nil {
+			return
+		}
+		meteredMod, meteredErr = meteredEng.Load(ctx, "builtin:channel.wasm", wasm, runtime.WithGuard(runtime.GuardNever))
+	})
+	if meteredErr != nil {
+		tb.Fatal(meteredErr)
+	}
+	return meteredMod
+}
+
+// useMapper makes the harness's pipeline map with m (before start).
+func (h *harness) useMapper(m pipeline.Mapper) {
+	p, err := pipeline.New(pipeline.Options{Router: pipeline.Chain{m}, Logger: zerolog.Nop()})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.proc.p = p
+}
+
 // gate wraps the pipeline and can hold every call.
 type gate struct {
 	p    *pipeline.Pipeline

@@ -102,11 +102,22 @@ func openOutbox(cfg *settings.Config, log zerolog.Logger, reg prometheus.Registe
 // away". MAPPER_BUILTIN_GUARD=always runs them guarded like drop-in modules,
 // which always are.
 func builtinModuleOptions(cfg *settings.Config) []runtime.ModuleOption {
-	g := cfg.MapperBuiltinGuard
-	if g != runtime.GuardAlways {
-		g = runtime.GuardWatched
+	return []runtime.ModuleOption{runtime.WithGuard(builtinGuard(cfg))}
+}
+
+// builtinGuard is the guard of the built-in modules. Metered
+// (MAPPER_METERED), they run without termination checks and unwatched
+// (runtime.GuardNever) unless MAPPER_BUILTIN_GUARD=always: a runaway spends
+// its budget and fails like any other call, so no call needs handing over
+// nor guarded code, a redelivery or a channel message included.
+func builtinGuard(cfg *settings.Config) runtime.Guard {
+	switch {
+	case cfg.MapperBuiltinGuard == runtime.GuardAlways:
+		return runtime.GuardAlways
+	case cfg.MapperMetered:
+		return runtime.GuardNever
 	}
-	return []runtime.ModuleOption{runtime.WithGuard(g)}
+	return runtime.GuardWatched
 }
 
 // loadMappers starts the engine and the catalogue: the built-in modules
@@ -129,6 +140,8 @@ func loadMappers(ctx context.Context, cfg *settings.Config, base zerolog.Logger,
 		PoolSize:         cfg.MapperPoolSize,
 		Logger:           component(base, "runtime"),
 		OnWatchedOverrun: onOverrun,
+		Metered:          cfg.MapperMetered,
+		Budget:           cfg.MapperBudget,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start the mapper engine: %w", err)

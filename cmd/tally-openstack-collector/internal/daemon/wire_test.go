@@ -30,6 +30,25 @@ func TestBuiltinModuleOptions(t *testing.T) {
 	}
 }
 
+// The built-in modules run watched, or guarded on request; metered, they
+// need neither and run unguarded unless guarded is asked for.
+func TestBuiltinGuard(t *testing.T) {
+	for _, c := range []struct {
+		guard   runtime.Guard
+		metered bool
+		want    runtime.Guard
+	}{
+		{runtime.GuardWatched, false, runtime.GuardWatched},
+		{runtime.GuardAlways, false, runtime.GuardAlways},
+		{runtime.GuardWatched, true, runtime.GuardNever},
+		{runtime.GuardAlways, true, runtime.GuardAlways},
+	} {
+		if g := builtinGuard(&settings.Config{MapperBuiltinGuard: c.guard, MapperMetered: c.metered}); g != c.want {
+			t.Errorf("guard %v, metered %v: %v, want %v", c.guard, c.metered, g, c.want)
+		}
+	}
+}
+
 // A dead letter is replayed as its input made the message: plog's with a
 // canonical event accepted and ids derived, the channel's with ids derived,
 // the broker's as an AMQP delivery.

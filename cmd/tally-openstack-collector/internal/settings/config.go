@@ -104,6 +104,12 @@ type Config struct {
 	// MapperBuiltinGuard is how the built-in modules run: runtime.GuardWatched
 	// (the default) or runtime.GuardAlways.
 	MapperBuiltinGuard runtime.Guard
+	// MapperMetered runs every module metered (runtime.Config.Metered): a
+	// runaway spends its budget and fails with reason budget.
+	MapperMetered bool
+	// MapperBudget is the budget of a metered call, in instructions
+	// (runtime.Config.Budget).
+	MapperBudget int64
 
 	DebugPprof     bool
 	DebugPprofAddr string

@@ -77,6 +77,8 @@ func TestDefaults(t *testing.T) {
 		{"MapperCallTimeout", c.MapperCallTimeout, 250 * time.Millisecond},
 		{"MapperPoolSize", c.MapperPoolSize, 0},
 		{"MapperBuiltinGuard", c.MapperBuiltinGuard, runtime.GuardWatched},
+		{"MapperMetered", c.MapperMetered, false},
+		{"MapperBudget", c.MapperBudget, int64(runtime.DefaultBudget)},
 		{"ReportingTimeout", c.ReportingTimeout, 30 * time.Second},
 		{"StopTimeout", c.StopTimeout, 30 * time.Second},
 		{"FlushTimeout", c.FlushTimeout, 10 * time.Second},
@@ -517,6 +519,24 @@ func TestMapperBuiltinGuard(t *testing.T) {
 	}
 	if _, err := Load(parse(t, nil), append(daemonEnv[:len(daemonEnv):len(daemonEnv)], "TALLY_OSC_MAPPER_BUILTIN_GUARD=never"), ModeDaemon); err == nil {
 		t.Fatal("MAPPER_BUILTIN_GUARD=never was accepted")
+	}
+}
+
+// MAPPER_METERED: off by default, a boolean.
+func TestMapperMetered(t *testing.T) {
+	c, err := Load(parse(t, nil), append(daemonEnv[:len(daemonEnv):len(daemonEnv)], "TALLY_OSC_MAPPER_METERED=true"), ModeDaemon)
+	if err != nil || !c.MapperMetered {
+		t.Fatalf("MAPPER_METERED=true: metered %v, err %v", c != nil && c.MapperMetered, err)
+	}
+	if _, err := Load(parse(t, nil), append(daemonEnv[:len(daemonEnv):len(daemonEnv)], "TALLY_OSC_MAPPER_METERED=sometimes"), ModeDaemon); err == nil {
+		t.Fatal("MAPPER_METERED=sometimes was accepted")
+	}
+	c, err = Load(parse(t, nil), append(daemonEnv[:len(daemonEnv):len(daemonEnv)], "TALLY_OSC_MAPPER_BUDGET=20000000"), ModeDaemon)
+	if err != nil || c.MapperBudget != 20_000_000 {
+		t.Fatalf("MAPPER_BUDGET=20000000: %v", err)
+	}
+	if _, err := Load(parse(t, nil), append(daemonEnv[:len(daemonEnv):len(daemonEnv)], "TALLY_OSC_MAPPER_BUDGET=1000"), ModeDaemon); err == nil {
+		t.Fatal("MAPPER_BUDGET=1000 was accepted")
 	}
 }
 

@@ -122,6 +122,11 @@ const (
 	// scheduling delays and a garbage collection of the guest as well: 50 ms is
 	// 500 times the slowest call measured, a fifth of the default.
 	MinMapperCallTimeout = 50 * time.Millisecond
+	// MinMapperBudget bounds MAPPER_BUDGET: the built-in modules' calls
+	// over the fixture corpus are charged up to 6.4 million instructions
+	// (docs/abi.md, "Metering"); a budget below 10 million would
+	// dead-letter ordinary notifications.
+	MinMapperBudget = 10_000_000
 	// MinFlushTimeout bounds FLUSH_TIMEOUT: at least one POST of the outbox's
 	// head must fit.
 	MinFlushTimeout = time.Second
@@ -371,6 +376,12 @@ var table = []setting{
 			}
 			return nil
 		}},
+	{key: "mapper_metered", def: "false", modes: mapperModes,
+		usage: "meter every mapper module: a call that runs more than its budget of instructions fails with reason budget and is dead-lettered, without waiting for its deadline (docs/abi.md, \"Metering\")",
+		field: func(c *Config) any { return &c.MapperMetered }},
+	{key: "mapper_budget", def: strconv.FormatInt(runtime.DefaultBudget, 10), modes: mapperModes, min: MinMapperBudget, max: 1 << 50,
+		usage: "instructions a metered mapper call may run (MAPPER_METERED); the default is 100 times the most a built-in module's call needs",
+		field: func(c *Config) any { return &c.MapperBudget }},
 	{key: "mapper_cache_dir", modes: mapperModes,
 		usage: "on-disk compilation cache of mapper modules (empty: none)",
 		field: func(c *Config) any { return &c.MapperCacheDir }},

@@ -1,0 +1,197 @@
+package metering
+
+import "fmt"
+
+// maxDepth bounds the nesting of blocks the pass follows (wazero's own
+// validation has no such bound; real code stays far below it).
+const maxDepth = 1 << 16
+
+// chargeCost is what a charge adds for itself: its own instructions, so
+// that the tightest loop is charged for what it really runs.
+const chargeCost = 10
+
+// slowCost is the charge of an instruction that takes a processor tens of
+// cycles whatever its operands: integer division and remainder, floating
+// point division and square root.
+const slowCost = 30
+
+// weight is what each one-byte opcode is charged (a prefixed instruction is
+// charged as its prefix: 1).
+var weight = func() [256]uint8 {
+	var w [256]uint8
+	for i := range w {
+		w[i] = 1
+	}
+	for _, op := range []byte{
+		0x6d, 0x6e, 0x6f, 0x70, // i32.div_s, div_u, rem_s, rem_u
+		0x7f, 0x80, 0x81, 0x82, // i64.div_s, div_u, rem_s, rem_u
+		0x91, 0x95, // f32.sqrt, f32.div
+		0x9f, 0xa3, // f64.sqrt, f64.div
+	} {
+		w[op] = slowCost
+	}
+	return w
+}()
+
+// point is a place where the budget is charged: a function's entry or a
+// loop's header.
+type point struct {
+	at   int   // offset in the body, where the charge is inserted
+	cost int64 // instructions charged there
+}
+
+// meterCode rewrites every function body of the code section.
+func meterCode(s section, budget, globals uint32) ([]byte, error) {
+	r := reader{b: s.body, base: s.off}
+	n, err := r.u32()
+	if err != nil {
+		return nil, fmt.Errorf("code section: %w", err)
+	}
+	out := appendULEB(make([]byte, 0, len(s.body)+len(s.body)/4+16), uint64(n))
+	var points []point
+	var stack []int
+	var body []byte
+	for i := range n {
+		size, err := r.u32()
+		if err != nil {
+			return nil, fmt.Errorf("function body %d: %w", i, err)
+		}
+		at := r.off()
+		b, err := r.bytes(int(size))
+		if err != nil {
+			return nil, fmt.Errorf("function body %d: %w", i, err)
+		}
+		points, stack, err = scan(reader{b: b, base: at}, globals, points[:0], stack[:0])
+		if err != nil {
+			return nil, fmt.Errorf("function body %d: %w", i, err)
+		}
+		body = rewrite(body[:0], b, points, budget)
+		out = appendULEB(out, uint64(len(body)))
+		out = append(out, body...)
+	}
+	if !r.done() {
+		return nil, fmt.Errorf("offset %d: bytes after the last function body", r.off())
+	}
+	return out, nil
+}
+
+// scan decodes one function body: its locals, then every instruction, and
+// returns the points to charge with their static costs. Each instruction
+// counts towards the innermost loop or function that holds it, so that what
+// a charge pays for is everything that can run before the next charge: the
+// instructions of its own level, those of nested blocks and ifs, none of
+// nested loops (they charge for themselves) nor of callees (likewise).
+func scan(r reader, globals uint32, points []point, stack []int) ([]point, []int, error) {
+	nl, err := r.u32()
+	if err != nil {
+		return nil, nil, fmt.Errorf("locals: %w", err)
+	}
+	for range nl {
+		if _, err := r.u32(); err != nil {
+			return nil, nil, fmt.Errorf("locals: %w", err)
+		}
+		if _, err := r.byte(); err != nil {
+			return nil, nil, fmt.Errorf("locals: %w", err)
+		}
+	}
+	points = append(points, point{at: r.pos, cost: chargeCost})
+	stack = append(stack, 0) // the point each open block charges to
+	for {
+		if len(stack) == 0 {
+			if !r.done() {
+				return nil, nil, fmt.Errorf("offset %d: bytes after the function's end", r.off())
+			}
+			return points, stack, nil
+		}
+		if r.done() {
+			return nil, nil, fmt.Errorf("offset %d: %w: function body ends inside a block", r.off(), errTruncated)
+		}
+		at := r.off()
+		op, _ := r.byte()
+		points[stack[len(stack)-1]].cost += int64(weight[op])
+		switch op {
+		case opBlock, opLoop, opIf:
+			if err := r.sleb(33); err != nil { // block type
+				return nil, nil, err
+			}
+			if len(stack) >= maxDepth {
+				return nil, nil, fmt.Errorf("offset %d: blocks nested deeper than %d", at, maxDepth)
+			}
+			p := stack[len(stack)-1]
+			if op == opLoop {
+				points = append(points, point{at: r.pos, cost: chargeCost})
+				p = len(points) - 1
+			}
+			stack = append(stack, p)
+		case opElse:
+		case opEnd:
+			stack = stack[:len(stack)-1]
+		case opBrTable:
+			n, err := r.u32()
+			if err != nil {
+				return nil, nil, err
+			}
+			for range uint64(n) + 1 {
+				if _, err := r.u32(); err != nil {
+					return nil, nil, err
+				}
+			}
+		case opGlobalGet, opGlobalSet:
+			g, err := r.u32()
+			if err != nil {
+				return nil, nil, err
+			}
+			if g >= globals {
+				// Valid only once the budget exists: a module must not
+				// reach its own budget.
+				return nil, nil, &UnsupportedError{Offset: at, Opcode: fmt.Sprintf("0x%02x", op),
+					Reason: fmt.Sprintf("global index %d out of range (%d globals)", g, globals)}
+			}
+		case prefixMisc:
+			if err := r.skipMisc(at); err != nil {
+				return nil, nil, err
+			}
+		case prefixSIMD:
+			if err := r.skipSIMD(at); err != nil {
+				return nil, nil, err
+			}
+		default:
+			if k := plain[op]; k != 0 {
+				if err := r.skipPlain(k); err != nil {
+					return nil, nil, err
+				}
+				break
+			}
+			reason := "unknown instruction"
+			if why, ok := refusedOps[op]; ok {
+				reason = why
+			}
+			return nil, nil, &UnsupportedError{Offset: at, Opcode: fmt.Sprintf("0x%02x", op), Reason: reason}
+		}
+	}
+}
+
+// rewrite copies body b with the charge of each point inserted.
+func rewrite(out, b []byte, points []point, budget uint32) []byte {
+	last := 0
+	for _, p := range points {
+		out = append(out, b[last:p.at]...)
+		out = appendCharge(out, budget, p.cost)
+		last = p.at
+	}
+	return append(out, b[last:]...)
+}
+
+// appendCharge appends: budget -= cost; if budget < 0 { unreachable }.
+func appendCharge(out []byte, budget uint32, cost int64) []byte {
+	out = append(out, opGlobalGet)
+	out = appendULEB(out, uint64(budget))
+	out = append(out, opI64Const)
+	out = appendSLEB(out, cost)
+	out = append(out, opI64Sub, opGlobalSet)
+	out = appendULEB(out, uint64(budget))
+	out = append(out, opGlobalGet)
+	out = appendULEB(out, uint64(budget))
+	out = append(out, opI64Const, 0, opI64LtS, opIf, blockEmpty, opUnreachable, opEnd)
+	return out
+}

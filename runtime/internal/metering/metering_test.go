@@ -1,0 +1,349 @@
+package metering_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
+	"github.com/tally-billing/tally-openstack-collector/runtime/internal/metering"
+)
+
+const plenty = math.MaxInt64 / 2
+
+// guest is one instance of a test module.
+type guest struct {
+	mod    api.Module
+	budget api.MutableGlobal // nil when not metered
+}
+
+func instantiate(t *testing.T, wasm []byte, metered bool, imports ...[]byte) guest {
+	t.Helper()
+	ctx := context.Background()
+	rt := wazero.NewRuntime(ctx)
+	t.Cleanup(func() { _ = rt.Close(ctx) })
+	for i, b := range imports {
+		name := []string{"env"}[i]
+		if _, err := rt.InstantiateWithConfig(ctx, b, wazero.NewModuleConfig().WithName(name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if metered {
+		var err error
+		if wasm, err = metering.Meter(wasm, metering.Options{Initial: plenty}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mod, err := rt.Instantiate(ctx, wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := guest{mod: mod}
+	if metered {
+		glob := mod.ExportedGlobal(metering.Export)
+		if glob == nil {
+			t.Fatalf("no export %s", metering.Export)
+		}
+		mg, ok := glob.(api.MutableGlobal)
+		if !ok || glob.Type() != api.ValueTypeI64 {
+			t.Fatalf("export %s is not a mutable i64", metering.Export)
+		}
+		g.budget = mg
+	}
+	return g
+}
+
+// call runs fn(n) with the budget set to budget, and answers its result,
+// what the call charged, and its error.
+func (g guest) call(t *testing.T, fn string, n, budget int64) (res uint64, charged int64, err error) {
+	t.Helper()
+	f := g.mod.ExportedFunction(fn)
+	if f == nil {
+		t.Fatalf("no export %s", fn)
+	}
+	if g.budget != nil {
+		g.budget.Set(uint64(budget))
+	}
+	out, err := f.Call(context.Background(), uint64(n))
+	if g.budget != nil {
+		charged = budget - int64(g.budget.Get())
+	}
+	if err != nil {
+		return 0, charged, err
+	}
+	return out[0], charged, nil
+}
+
+func (g guest) left() int64 { return int64(g.budget.Get()) }
+
+var control = []struct {
+	fn      string
+	n       int64 // finishes
+	runaway int64 // does not finish in any reasonable time
+}{
+	{"straight", 5, -1},
+	{"nested", 40, 1 << 40},
+	{"brtable", 1000, 1 << 60},
+	{"brif_out", 777, 1<<62 + 1},
+	{"fact", 20, 1 << 40}, // runs out of budget long before its stack
+	{"tree", 10, 62},
+	{"inside", 300, 1 << 60},
+	{"continue", 1001, 1 << 60},
+	{"simd", 50, 1 << 60},
+	{"spin", -1, 0},
+}
+
+// TestFiniteSameResult: a computation that ends returns with the budget what
+// it returns without, and charges more for more work.
+func TestFiniteSameResult(t *testing.T) {
+	wasm := testkit.WAT(t, "testdata", "control")
+	plain := instantiate(t, wasm, false)
+	metered := instantiate(t, wasm, true)
+	for _, c := range control {
+		if c.n < 0 {
+			continue
+		}
+		t.Run(c.fn, func(t *testing.T) {
+			want, _, err := plain.call(t, c.fn, c.n, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, charged, err := metered.call(t, c.fn, c.n, plenty)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != want {
+				t.Fatalf("%s(%d) = %d metered, %d unmetered", c.fn, c.n, got, want)
+			}
+			_, less, err := metered.call(t, c.fn, c.n/2, plenty)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if charged <= 0 || (c.fn != "straight" && less >= charged) {
+				t.Fatalf("%s charged %d for n=%d and %d for n=%d", c.fn, charged, c.n, less, c.n/2)
+			}
+		})
+	}
+}
+
+// TestExactBudget: a call that charges C instructions ends with a budget of
+// C (nothing left) and traps with C-1.
+func TestExactBudget(t *testing.T) {
+	wasm := testkit.WAT(t, "testdata", "control")
+	g := instantiate(t, wasm, true)
+	for _, c := range control {
+		if c.n < 0 {
+			continue
+		}
+		t.Run(c.fn, func(t *testing.T) {
+			want, charged, err := g.call(t, c.fn, c.n, plenty)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _, err := g.call(t, c.fn, c.n, charged)
+			if err != nil || got != want || g.left() != 0 {
+				t.Fatalf("budget %d: got %d, %v, %d left; want %d, nil, 0 left", charged, got, err, g.left(), want)
+			}
+			if _, _, err := g.call(t, c.fn, c.n, charged-1); err == nil || g.left() >= 0 {
+				t.Fatalf("budget %d: err %v, %d left; want a trap with the budget below zero", charged-1, err, g.left())
+			}
+		})
+	}
+}
+
+// TestRunawayTraps: every construct that runs away is stopped when its
+// budget is spent, and the budget below zero tells that trap from the
+// guest's own.
+func TestRunawayTraps(t *testing.T) {
+	wasm := testkit.WAT(t, "testdata", "control")
+	g := instantiate(t, wasm, true)
+	const budget = 2_000_000
+	for _, c := range control {
+		if c.runaway < 0 {
+			continue
+		}
+		t.Run(c.fn, func(t *testing.T) {
+			_, charged, err := g.call(t, c.fn, c.runaway, budget)
+			if err == nil || !strings.Contains(err.Error(), "unreachable") {
+				t.Fatalf("%s(%d): err %v, want the budget's trap", c.fn, c.runaway, err)
+			}
+			if g.left() >= 0 || charged <= budget {
+				t.Fatalf("%s(%d): %d left, want below zero", c.fn, c.runaway, g.left())
+			}
+		})
+	}
+	t.Run("guest trap", func(t *testing.T) {
+		_, _, err := g.call(t, "trap", 0, budget)
+		if err == nil || g.left() < 0 {
+			t.Fatalf("err %v, %d left: want a trap with budget left", err, g.left())
+		}
+	})
+}
+
+// TestCallTreeChargesEveryCall: a tree of calls that each end is charged
+// at least one instruction per call.
+func TestCallTreeChargesEveryCall(t *testing.T) {
+	wasm := testkit.WAT(t, "testdata", "control")
+	g := instantiate(t, wasm, true)
+	_, charged, err := g.call(t, "tree", 12, plenty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls, err := g.mod.ExportedFunction("calls").Call(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls[0] != 1<<13-1 || charged < int64(calls[0])*5 {
+		t.Fatalf("%d calls charged %d", calls[0], charged)
+	}
+}
+
+// TestImportedGlobals: the budget's index follows the imported and the
+// defined globals, and those keep working.
+func TestImportedGlobals(t *testing.T) {
+	wasm := testkit.WAT(t, "testdata", "imports")
+	env := testkit.WAT(t, "testdata", "env")
+	plain := instantiate(t, wasm, false, env)
+	metered := instantiate(t, wasm, true, env)
+	want, _, err := plain.call(t, "run", 100, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, charged, err := metered.call(t, "run", 100, plenty)
+	if err != nil || got != want || charged <= 0 {
+		t.Fatalf("got %d, %v, charged %d; want %d", got, err, charged, want)
+	}
+	if a, b := plain.mod.ExportedGlobal("own").Get(), metered.mod.ExportedGlobal("own").Get(); a != b {
+		t.Fatalf("global own: %d metered, %d unmetered", b, a)
+	}
+}
+
+// TestStartFunction: the start function runs on Options.Initial, and a
+// module whose start function needs more cannot be instantiated.
+func TestStartFunction(t *testing.T) {
+	wasm := testkit.WAT(t, "testdata", "start")
+	ctx := context.Background()
+	rt := wazero.NewRuntime(ctx)
+	defer rt.Close(ctx)
+	for _, c := range []struct {
+		initial int64
+		ok      bool
+	}{{100_000, true}, {100, false}} {
+		out, err := metering.Meter(wasm, metering.Options{Initial: c.initial})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mod, err := rt.InstantiateWithConfig(ctx, out, wazero.NewModuleConfig().WithName(""))
+		if (err == nil) != c.ok {
+			t.Fatalf("initial %d: instantiate: %v", c.initial, err)
+		}
+		if mod != nil {
+			_ = mod.Close(ctx)
+		}
+	}
+}
+
+// module encodes a module of one function () -> () with the given body
+// (locals and instructions, the final end included) and, when export is
+// set, an exported function of that name.
+func module(body []byte, export string) []byte {
+	b := []byte("\x00asm\x01\x00\x00\x00")
+	sec := func(id byte, content ...byte) {
+		b = append(b, id, byte(len(content)))
+		b = append(b, content...)
+	}
+	sec(1, 1, 0x60, 0, 0)             // type: () -> ()
+	sec(3, 1, 0)                      // function 0 of type 0
+	sec(5, 1, 0, 1)                   // memory, min 1 page
+	sec(6, 1, 0x7f, 0, 0x41, 0, 0x0b) // global 0: i32 const 0
+	if export != "" {
+		e := []byte{1, byte(len(export))}
+		e = append(e, export...)
+		e = append(e, 0, 0)
+		sec(7, e...)
+	}
+	code := []byte{1, byte(len(body))}
+	sec(10, append(code, body...)...)
+	return b
+}
+
+func TestRefuses(t *testing.T) {
+	for _, c := range []struct {
+		name, export string
+		body         []byte
+		want         string // in the error
+	}{
+		{"threads", "", []byte{0, 0x41, 0, 0xfe, 0x10, 2, 0, 0x1a, 0x0b}, "offset 38: opcode 0xfe"},
+		{"exceptions", "", []byte{0, 0x06, 0x40, 0x0b, 0x0b}, "opcode 0x06: exception handling"},
+		{"unknown", "", []byte{0, 0x27, 0x0b}, "offset 36: opcode 0x27: unknown instruction"},
+		{"simd gap", "", []byte{0, 0xfd, 0x9a, 0x01, 0x0b}, "opcode 0xfd 0x9a"},
+		{"relaxed simd", "", []byte{0, 0xfd, 0x80, 0x02, 0x0b}, "opcode 0xfd 0x100: relaxed SIMD"},
+		{"misc unknown", "", []byte{0, 0xfc, 0x12, 0x0b}, "opcode 0xfc 18"},
+		{"gc", "", []byte{0, 0xfb, 0x00, 0x0b}, "opcode 0xfb: garbage collection"},
+		{"reaches the budget", "", []byte{0, 0x42, 0, 0x24, 1, 0x0b}, "global index 1 out of range"},
+		{"exports the name", metering.Export, []byte{0, 0x0b}, "already exports"},
+		{"truncated", "", []byte{0, 0x02, 0x40, 0x0b}, "ends inside a block"},
+		{"trailing", "", []byte{0, 0x0b, 0x01}, "bytes after the function's end"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := metering.Meter(module(c.body, c.export), metering.Options{})
+			if !errors.Is(err, metering.ErrUnsupported) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err %v, want ErrUnsupported naming %q", err, c.want)
+			}
+		})
+	}
+}
+
+// TestNoGlobalNorExportSection: the pass adds the sections a module lacks.
+func TestNoGlobalNorExportSection(t *testing.T) {
+	wasm := []byte("\x00asm\x01\x00\x00\x00" +
+		"\x01\x05\x01\x60\x00\x01\x7f" + // type () -> i32
+		"\x03\x02\x01\x00" + // one function
+		"\x0a\x06\x01\x04\x00\x41\x07\x0b") // i32.const 7
+	out, err := metering.Meter(wasm, metering.Options{Initial: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rt := wazero.NewRuntime(ctx)
+	defer rt.Close(ctx)
+	mod, err := rt.Instantiate(ctx, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := mod.ExportedGlobal(metering.Export); g == nil || g.Get() != 10 {
+		t.Fatalf("budget %v, want 10", g)
+	}
+}
+
+// TestVersionInOutput: the output ends with the pass's version, so that the
+// compilation cache, keyed by the bytes, tells the versions apart.
+func TestVersionInOutput(t *testing.T) {
+	out, err := metering.Meter(module([]byte{0, 0x0b}, ""), metering.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := metering.VersionSection
+	want := append([]byte{0, byte(1 + len(name) + len(fmt.Sprint(metering.Version))), byte(len(name))}, name...)
+	want = fmt.Append(want, metering.Version)
+	if !bytes.HasSuffix(out, want) {
+		t.Fatalf("output ends % x, want % x", out[len(out)-len(want):], want)
+	}
+}
+
+// TestUnsupportedErrorNamesTheInstruction: a refused instruction is an
+// *UnsupportedError with its offset and opcode.
+func TestUnsupportedErrorNamesTheInstruction(t *testing.T) {
+	_, err := metering.Meter(module([]byte{0, 0x41, 0, 0xfe, 0x10, 2, 0, 0x1a, 0x0b}, ""), metering.Options{})
+	var ue *metering.UnsupportedError
+	if !errors.As(err, &ue) || ue.Offset != 38 || ue.Opcode != "0xfe" {
+		t.Fatalf("err %v, want an *UnsupportedError at offset 38 naming 0xfe", err)
+	}
+}
