@@ -60,14 +60,27 @@
 //     module's Guard (see WithGuard): guarded code checks for termination at
 //     loop heads and is stopped at the deadline; unguarded code cannot be
 //     stopped, only detected. GuardWatched runs unguarded code on a goroutine
-//     of the instance's own, so that its caller is answered at the deadline
-//     and the instance abandoned to its guest (Engine.Runaways); a guest that
-//     calls the host after that is stopped there. Compiled guest code cannot
-//     be preempted by Go: an abandoned guest keeps its core, and a garbage
-//     collection waits for it to return, every goroutine stopped meanwhile.
-//     Config.OnWatchedOverrun is called before such a caller is answered (a
-//     daemon exits there), and a call under GuardedCall runs the module's
-//     guarded code whatever its Guard (a redelivery, a replay).
+//     of the instance's own (the hand-over), so that its caller is answered
+//     at the deadline and the instance abandoned to its guest
+//     (Engine.Runaways); a guest that calls the host after that is stopped
+//     there. Compiled guest code cannot be preempted by Go: an abandoned
+//     guest keeps its core, and a garbage collection waits for it to
+//     return, every goroutine stopped meanwhile. Config.OnWatchedOverrun is
+//     called before such a caller is answered (a daemon exits there), and a
+//     call under GuardedCall runs the module's guarded code whatever its
+//     Guard (a redelivery, a replay).
+//   - Watched calls without the hand-over: an engine whose hook ends the
+//     process says so (Config.OverrunEndsProcess, which the daemon sets).
+//     Nobody would be answered at the deadline there, so a watched call
+//     runs on its caller's goroutine and its instance has no goroutine of
+//     its own. The watchdog sees its deadline as any other (the instance is
+//     tracked and the deadline stored before the guest is entered, and the
+//     watchdog runs on a goroutine of its own) and calls the hook while the
+//     guest still runs. Should the hook return all the same, the caller
+//     cannot be answered before the guest returns or calls the host (where
+//     it is stopped): the call then fails with ReasonTimeout, counted in
+//     Module.Overruns, and the module runs guarded, as after a GuardNever
+//     overrun; nothing is abandoned.
 //   - Instructions: with Config.Metered every module is rewritten before it
 //     is compiled (runtime/internal/metering) to charge a budget at every
 //     function entry and loop header and trap once it is spent; the host
@@ -98,7 +111,7 @@
 //
 // A successful unguarded call allocates nothing but the copy of its events (one
 // buffer, the slice of events and the slice of their ledger keys);
-// GuardWatched adds none (the hand-over uses
-// the instance's two channels). Guarded calls add wazero's per-call watcher
-// (a goroutine and a channel per exported-function call).
+// GuardWatched adds none (the hand-over uses the instance's two channels, and
+// without it there is nothing to add). Guarded calls add wazero's per-call
+// watcher (a goroutine and a channel per exported-function call).
 package runtime

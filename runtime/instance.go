@@ -70,13 +70,18 @@ type instance struct {
 	clk      vclock    // the guest's clocks (sandbox.go)
 	rnd      guestRand // the guest's random source (sandbox.go)
 
-	// A GuardWatched instance runs its guest calls on a goroutine of its own
-	// (run): calls carries a function to call with stack, results its error.
+	// watched marks the unguarded code of a GuardWatched module: an overrun
+	// calls Config.OnWatchedOverrun and the module runs guarded afterwards.
+	// Unless the engine's hook ends the process (Config.OverrunEndsProcess),
+	// such an instance runs its guest calls on a goroutine of its own
+	// (run), the hand-over: calls carries a function to call with stack,
+	// results its error; calls is nil without a hand-over.
 	// state is per guest call: stRunning while the guest runs, then
 	// stReturned (set by run) or stAbandoned (set by the caller at the
 	// deadline), whichever comes first. hostMu is held by the host functions
 	// that read the caller's data (the input index, the random seed), so that
 	// an abandoned guest never reads what its caller has gone on to reuse.
+	watched bool
 	calls   chan api.Function
 	results chan error
 	state   atomic.Int32
@@ -152,9 +157,12 @@ func (m *Module) newInstance(ctx context.Context, guarded bool) (*instance, erro
 		}
 	}
 	if !guarded && m.opts.guard == GuardWatched {
-		inst.calls = make(chan api.Function)
-		inst.results = make(chan error, 1)
-		go inst.run()
+		inst.watched = true
+		if !m.e.cfg.OverrunEndsProcess {
+			inst.calls = make(chan api.Function)
+			inst.results = make(chan error, 1)
+			go inst.run()
+		}
 	}
 	m.e.track(inst)
 	return inst, nil
@@ -194,11 +202,15 @@ func (inst *instance) run() {
 
 // guestCall calls fn with inst.stack as its parameters and results, or, with
 // fn nil, makes the whole tally_map call of inst.job (invokeHere): on the
-// caller's goroutine, or for a watched instance on the instance's own,
-// waiting until the guest returns or the watchdog finds the call past its
-// deadline. In the latter case the instance is abandoned (errAbandoned).
-// One hand-over per call: the two goroutine switches cost more than the
-// tally_alloc call they would be spent on.
+// caller's goroutine, or for a watched instance with a hand-over on the
+// instance's own, waiting until the guest returns or the watchdog finds the
+// call past its deadline. In the latter case the instance is abandoned
+// (errAbandoned). One hand-over per call: the two goroutine switches cost
+// more than the tally_alloc call they would be spent on. A watched instance
+// of an engine whose overrun hook ends the process has no hand-over: the
+// watchdog sees its deadline the same way (the instance is tracked and the
+// deadline stored before the call), and the hook ends the process while the
+// guest still runs on the caller's goroutine.
 func (inst *instance) guestCall(fn api.Function) error {
 	if inst.calls == nil {
 		if fn == nil {
@@ -241,7 +253,7 @@ func (inst *instance) expire(d int64) {
 		close(inst.cc.done) // wazero's watcher stops the guest
 		return
 	}
-	if inst.calls != nil {
+	if inst.watched {
 		if f := inst.m.e.cfg.OnWatchedOverrun; f != nil {
 			id := inst.m.id
 			if id == "" { // the manifest's call, at load
@@ -250,8 +262,15 @@ func (inst *instance) expire(d int64) {
 			f(id) // before the caller is answered: a daemon exits here
 		}
 		inst.cc.fired.Store(true)
-		close(inst.cc.done) // the caller stops waiting (guestCall)
+		close(inst.cc.done) // with a hand-over, the caller stops waiting (guestCall)
 		inst.m.demote()
+		if inst.calls == nil {
+			// No hand-over, and the hook said it would end the process but
+			// returned: the caller runs the guest itself and is answered
+			// when the guest returns or calls the host (stopped there).
+			inst.m.log.Error().Dur("deadline", inst.m.e.cfg.CallTimeout).
+				Msg("a watched mapper call overran its deadline and the overrun hook returned instead of ending the process: its caller waits until the guest returns or calls the host; the module now runs guarded")
+		}
 		return
 	}
 	inst.m.untrust()
@@ -558,10 +577,10 @@ func (cc *callCtx) abortIfExpired() {
 }
 
 // hostEnter is called by a host function before it reads the state of the
-// call (the input index, the random seed), and hostExit after: a watched
-// instance's guest abandoned by its caller is stopped here instead, and its
-// caller waits (guestCall) for a host function in progress to finish before
-// it goes on to reuse that state.
+// call (the input index, the random seed), and hostExit after: the guest of a
+// watched instance with a hand-over, abandoned by its caller, is stopped here
+// instead, and its caller waits (guestCall) for a host function in progress
+// to finish before it goes on to reuse that state.
 func (cc *callCtx) hostEnter() {
 	cc.abortIfExpired()
 	if !cc.inst.lockCallerState() {
@@ -571,9 +590,10 @@ func (cc *callCtx) hostEnter() {
 
 func (cc *callCtx) hostExit() { cc.inst.unlockCallerState() }
 
-// lockCallerState takes a watched instance's host lock unless its call was
-// abandoned (false, not locked); the caller's data (input, index) may be read
-// until unlockCallerState. A no-op for other instances.
+// lockCallerState takes the host lock of a watched instance with a
+// hand-over unless its call was abandoned (false, not locked); the caller's
+// data (input, index) may be read until unlockCallerState. A no-op for other
+// instances, whose guest runs on the caller's goroutine.
 func (inst *instance) lockCallerState() bool {
 	if inst.calls == nil {
 		return true

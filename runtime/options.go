@@ -20,11 +20,31 @@ type Config struct {
 
 	// OnWatchedOverrun, when set, is called by the engine's watchdog when a
 	// call of a GuardWatched module overruns its deadline, before its caller
-	// is answered; module is the module's name@version. Its guest cannot be stopped, and the next garbage collection would wait
-	// for it to return, stopping every goroutine meanwhile; a daemon exits
-	// here (docs/abi.md, "Runaway guests"). If it returns, the call is
-	// abandoned to its guest and answered with ReasonTimeout.
+	// is answered; module is the module's name@version. Its guest cannot be
+	// stopped, and the next garbage collection would wait for it to return,
+	// stopping every goroutine meanwhile; a daemon exits here (docs/abi.md,
+	// "Runaway guests"). If it returns, the call is abandoned to its guest
+	// and answered with ReasonTimeout (unless OverrunEndsProcess is set).
 	OnWatchedOverrun func(module string)
+
+	// OverrunEndsProcess declares that OnWatchedOverrun ends the process
+	// and does not return. The hand-over of GuardWatched calls (each made
+	// by a goroutine of the instance's own, so that the caller can be
+	// answered at the deadline) then buys nothing, since nobody is
+	// answered: watched calls run on their caller's goroutine, as
+	// GuardNever calls do, and the watchdog still finds an overrun and
+	// calls the hook. Ignored without OnWatchedOverrun.
+	//
+	// Should the hook return all the same, the call cannot be answered at
+	// its deadline: its caller waits until the guest returns or calls the
+	// host (where it is stopped), the call then fails with ReasonTimeout,
+	// its instance is discarded, the module runs guarded from then on and
+	// Module.Overruns counts it (Engine.Abandoned does not: nothing was
+	// abandoned). That is GuardNever's behaviour at an overrun, logged as
+	// an error, and the reason the hook's promise is a field of its own
+	// rather than read from the hook's presence: a hook that only logs
+	// keeps the hand-over and its answer at the deadline.
+	OverrunEndsProcess bool
 
 	// Metered runs every module through the metering pass before compiling
 	// it (runtime/internal/metering; docs/abi.md, "Metering"): a call that
@@ -78,6 +98,9 @@ func (c Config) withDefaults() Config {
 	if c.PoolSize <= 0 {
 		c.PoolSize = goruntime.GOMAXPROCS(0)
 	}
+	if c.OnWatchedOverrun == nil {
+		c.OverrunEndsProcess = false // nothing would end it
+	}
 	return c
 }
 
@@ -110,6 +133,9 @@ const (
 	// abandoned calls still running). For modules whose code is known, such as
 	// the built-in ones: termination checks cost a Go guest two to four times
 	// its mapping, handing the call to another goroutine about a microsecond.
+	// With Config.OverrunEndsProcess the call runs on its caller's goroutine
+	// instead (no hand-over): an overrun ends the process through
+	// Config.OnWatchedOverrun, and nobody is answered.
 	GuardWatched
 )
 

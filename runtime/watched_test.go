@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	goruntime "runtime"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -208,4 +209,140 @@ func TestGuardedCallOfWatchedModule(t *testing.T) {
 		t.Fatalf("instances = %d, over the pool size of 2", n)
 	}
 	testkit.WaitFor(t, 2*time.Minute, "the abandoned guest to return", func() bool { return e.Runaways() == 0 })
+}
+
+// handOverGoroutines counts the goroutines of watched instances that make
+// their guest calls for their caller (the hand-over), from a dump of every
+// goroutine's stack.
+func handOverGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := goruntime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), "runtime.(*instance).run(")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// daemonConfig is an engine configuration as the daemon's: a hook that
+// (in the daemon) ends the process, and the engine told so. hooked receives
+// the module of each overrun; the hook returns once proceed is closed.
+func daemonConfig(hooked chan<- string, proceed <-chan struct{}) runtime.Config {
+	return runtime.Config{CallTimeout: 50 * time.Millisecond, PoolSize: 4,
+		OnWatchedOverrun: func(module string) {
+			hooked <- module
+			<-proceed
+		},
+		OverrunEndsProcess: true}
+}
+
+// With an overrun hook that ends the process (Config.OverrunEndsProcess),
+// watched calls run on their caller's goroutine: a pool of watched
+// instances starts no goroutine, where the same pool with a hook that does
+// not end the process starts one per instance (the hand-over).
+func TestWatchedWithoutHandOverStartsNoGoroutine(t *testing.T) {
+	noGC(t)
+	// Instances of earlier tests' engines end their goroutines when closed
+	// or, abandoned, when their guest returns.
+	testkit.WaitFor(t, 2*time.Minute, "the hand-over goroutines of earlier tests to end", func() bool { return handOverGoroutines() == 0 })
+	ctx := context.Background()
+	const pool = 4
+	for _, c := range []struct {
+		name       string
+		endsProc   bool
+		goroutines int
+	}{
+		{"the daemon's configuration", true, 0},
+		{"a hook that returns", false, pool},
+	} {
+		proceed := make(chan struct{})
+		close(proceed)
+		cfg := daemonConfig(make(chan string, pool+1), proceed)
+		cfg.OverrunEndsProcess = c.endsProc
+		cfg.CallTimeout = time.Minute // no overrun here, however loaded the machine
+		e := newEngine(t, cfg)
+		beforeRun := handOverGoroutines()
+		m := load(t, e, "spin", runtime.WithGuard(runtime.GuardWatched))
+		// Counted from the first instance on: a compilation's workers may
+		// still be on their way out when Load returns.
+		before := goruntime.NumGoroutine()
+		runtime.Grow(t, m, pool, index(t, `{"a":1}`), src)
+		for range 20 {
+			if res, err := m.Map(ctx, index(t, `{"a":1}`), src); err != nil || len(res.Events) != 0 {
+				t.Fatalf("%s: %v, %v", c.name, res, err)
+			}
+		}
+		if n := m.Instances(); n != pool {
+			t.Fatalf("%s: instances = %d, want %d", c.name, n, pool)
+		}
+		if m.Guarded() {
+			t.Fatalf("%s: the module runs guarded", c.name)
+		}
+		if got := handOverGoroutines() - beforeRun; got != c.goroutines {
+			t.Errorf("%s: %d hand-over goroutines for %d watched instances, want %d", c.name, got, pool, c.goroutines)
+		}
+		// The first instance's goroutine, if any, was there before.
+		if got, want := goruntime.NumGoroutine()-before, c.goroutines*(pool-1)/pool; got != want {
+			t.Errorf("%s: %d more goroutines after growing the pool from 1 to %d instances, want %d", c.name, got, pool, want)
+		}
+	}
+}
+
+// In the daemon's configuration a watched call that overruns still calls
+// the hook, from the engine's watchdog while the guest runs on the caller's
+// goroutine, before the caller is answered. Should the hook return (it
+// ends the process in the daemon), the caller gets its answer when the
+// guest calls the host, where it is stopped: a timeout, nothing abandoned,
+// and the module runs guarded from then on.
+func TestWatchedWithoutHandOverOverrunCallsHook(t *testing.T) {
+	noGC(t)
+	hooked := make(chan string, 1)
+	proceed := make(chan struct{})
+	e := newEngine(t, daemonConfig(hooked, proceed))
+	// spinfield spins about half a second for 1 KB of input, then calls
+	// the host in a loop that never ends but for that call's stop.
+	m := load(t, e, "spinfield", runtime.WithGuard(runtime.GuardWatched))
+	answered := make(chan error, 1)
+	go func() {
+		_, err := m.Map(context.Background(), index(t, spinInput(1000)), src)
+		answered <- err
+	}()
+	if got := <-hooked; got != "spinfield@1.0.0" {
+		t.Fatalf("hook called with %q, want spinfield@1.0.0", got)
+	}
+	select {
+	case err := <-answered:
+		t.Fatalf("the caller was answered (%v) before the hook returned", err)
+	default:
+	}
+	close(proceed)
+	wantTimeout(t, <-answered)
+	if n := e.Abandoned(); n != 0 {
+		t.Fatalf("abandoned calls = %d, want 0: without a hand-over nothing is abandoned", n)
+	}
+	if n := e.Runaways(); n != 0 {
+		t.Fatalf("runaways = %d, want 0", n)
+	}
+	if n := m.Overruns(); n != 1 {
+		t.Fatalf("overruns = %d, want 1", n)
+	}
+	if !m.Guarded() {
+		t.Fatal("the module still runs unguarded after an overrun")
+	}
+	if n := m.Instances(); n != 0 {
+		t.Fatalf("instances = %d, want 0 (the overrun one is discarded)", n)
+	}
+	// The module goes on, guarded: the next overrun is stopped at its
+	// deadline by the termination checks, and the hook is not called.
+	_, err := m.Map(context.Background(), index(t, spinInput(4000)), src)
+	wantTimeout(t, err)
+	select {
+	case mod := <-hooked:
+		t.Fatalf("hook called for %s by a guarded call", mod)
+	default:
+	}
+	if n := e.Abandoned(); n != 0 {
+		t.Fatalf("abandoned calls after a guarded overrun = %d, want 0", n)
+	}
 }

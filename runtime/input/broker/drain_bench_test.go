@@ -33,7 +33,8 @@ import (
 // Each does its work once, whatever b.N: run it with -benchtime 1x.
 // TALLY_BENCH_N sets the number of notifications (default 20 000).
 // TALLY_BENCH_GUARD=always runs nova guarded; TALLY_BENCH_CALL_TIMEOUT
-// lengthens a call's deadline.
+// lengthens a call's deadline; TALLY_BENCH_HANDOVER=1 runs the watched calls
+// with the hand-over of an engine without the daemon's overrun hook.
 //
 // Beside the rates it reports what each delivery costs in hand-offs: heap
 // allocations per delivery (the process's, for the bare drain and for the
@@ -57,7 +58,20 @@ func novaProcessor(b *testing.B) input.Processor {
 	// mappers: under valgrind a call past the default deadline would be
 	// abandoned and the module would run guarded from then on.
 	timeout, _ := time.ParseDuration(os.Getenv("TALLY_BENCH_CALL_TIMEOUT"))
-	eng, err := runtime.NewEngine(ctx, runtime.Config{CacheDir: testkit.CacheDir(b), CallTimeout: timeout, Logger: zerolog.Nop()})
+	cfg := runtime.Config{CacheDir: testkit.CacheDir(b), CallTimeout: timeout, Logger: zerolog.Nop()}
+	// As the daemon's engine: a watched call that overruns ends the process
+	// (status 70, as the daemon's), so watched calls run on the worker
+	// without a hand-over. TALLY_BENCH_HANDOVER=1 leaves the hook out, as
+	// an embedder without it: each watched call is handed over to its
+	// instance's goroutine.
+	if os.Getenv("TALLY_BENCH_HANDOVER") != "1" {
+		cfg.OnWatchedOverrun = func(module string) {
+			fmt.Fprintf(os.Stderr, "a watched call of %s overran its deadline: exiting with status 70, as the daemon does (TALLY_BENCH_CALL_TIMEOUT lengthens the deadline)\n", module)
+			os.Exit(70)
+		}
+		cfg.OverrunEndsProcess = true
+	}
+	eng, err := runtime.NewEngine(ctx, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -131,17 +131,22 @@ func builtinGuard(cfg *settings.Config) runtime.Guard {
 // onOverrun is called when a watched built-in call overruns its deadline,
 // before it is answered (runtime.Config.OnWatchedOverrun): the daemon exits
 // there (runawayExit); nil for the offline commands, which run every module
-// guarded.
+// guarded. Since it ends the process, the engine is told so
+// (runtime.Config.OverrunEndsProcess): a watched call then runs on the
+// worker that maps the delivery, without handing it over to a goroutine of
+// its instance's own that would only serve to answer at the deadline a
+// caller the exit never lets go on.
 func loadMappers(ctx context.Context, cfg *settings.Config, base zerolog.Logger, reg prometheus.Registerer, state catalog.StateStore, link *controlLink, onOverrun func(module string)) (*Mappers, error) {
 	eng, err := runtime.NewEngine(ctx, runtime.Config{
-		CacheDir:         cfg.MapperCacheDir,
-		MemoryLimit:      cfg.MapperMemoryLimit,
-		CallTimeout:      cfg.MapperCallTimeout,
-		PoolSize:         cfg.MapperPoolSize,
-		Logger:           component(base, "runtime"),
-		OnWatchedOverrun: onOverrun,
-		Metered:          cfg.MapperMetered,
-		Budget:           cfg.MapperBudget,
+		CacheDir:           cfg.MapperCacheDir,
+		MemoryLimit:        cfg.MapperMemoryLimit,
+		CallTimeout:        cfg.MapperCallTimeout,
+		PoolSize:           cfg.MapperPoolSize,
+		Logger:             component(base, "runtime"),
+		OnWatchedOverrun:   onOverrun,
+		Metered:            cfg.MapperMetered,
+		Budget:             cfg.MapperBudget,
+		OverrunEndsProcess: onOverrun != nil,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start the mapper engine: %w", err)
