@@ -28,6 +28,47 @@ func Builtin() (map[string][]byte, error) {
 	return load(dist, "dist")
 }
 
+// ManifestSuffix ends the file, beside each built-in module in the binary,
+// where the build recorded the module's manifest: nova.wasm's is
+// nova.manifest.json.
+const ManifestSuffix = ".manifest.json"
+
+// Manifests returns the manifest the build recorded beside each built-in
+// module, keyed as Builtin keys the modules ("nova.wasm", ...): the JSON
+// document the module's tally_manifest answers, so the catalogue routes to
+// a built-in without compiling it. A module without its record is missing
+// from the map (the catalogue then compiles it to read it). It fails with
+// ErrMissing as Builtin does.
+func Manifests() (map[string][]byte, error) {
+	return loadManifests(dist, "dist")
+}
+
+func loadManifests(fsys fs.FS, dir string) (map[string][]byte, error) {
+	entries, err := fs.ReadDir(fsys, dir)
+	if err != nil {
+		return nil, fmt.Errorf("read built-in mappers: %w", err)
+	}
+	mfs := map[string][]byte{}
+	wasm := 0
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".wasm") {
+			wasm++
+		}
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ManifestSuffix) {
+			continue
+		}
+		b, err := fs.ReadFile(fsys, path.Join(dir, e.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("read built-in mapper manifest %s: %w", e.Name(), err)
+		}
+		mfs[strings.TrimSuffix(e.Name(), ManifestSuffix)+".wasm"] = b
+	}
+	if wasm == 0 {
+		return nil, ErrMissing
+	}
+	return mfs, nil
+}
+
 func load(fsys fs.FS, dir string) (map[string][]byte, error) {
 	entries, err := fs.ReadDir(fsys, dir)
 	if err != nil {

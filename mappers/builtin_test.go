@@ -55,3 +55,21 @@ func TestBuiltin(t *testing.T) {
 		}
 	}
 }
+
+func TestLoadManifestsKeyedByModule(t *testing.T) {
+	fsys := fstest.MapFS{
+		"dist/a.wasm":          {Data: []byte("\x00asm")},
+		"dist/a.manifest.json": {Data: []byte(`{"name":"a"}`)},
+		"dist/b.wasm":          {Data: []byte("\x00asm")},
+	}
+	mfs, err := loadManifests(fsys, "dist")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mfs) != 1 || string(mfs["a.wasm"]) != `{"name":"a"}` {
+		t.Fatalf("manifests = %q", mfs)
+	}
+	if _, err := loadManifests(fstest.MapFS{"dist/.keep": {}}, "dist"); !errors.Is(err, ErrMissing) {
+		t.Fatalf("err = %v, want ErrMissing", err)
+	}
+}

@@ -17,8 +17,14 @@
 // module's bytes, and compiles nothing; otherwise it loads the module, reads
 // the manifest, closes the module and stores the manifest there. A stored
 // manifest passes the same checks as the guest's answer or is ignored. The
-// catalogue uses it to route to built-in modules that are compiled only when
-// their first notification arrives.
+// catalogue uses it for a built-in module the build recorded no manifest for
+// (the daemon's are all recorded: mappers.Manifests).
+//
+// The compilation cache (Config.CacheDir) is wazero's file cache; its key
+// covers the bytes compiled (after the metering pass, whose version is in
+// them), wazero's version, the CPU's features and the termination checks. An
+// entry wazero cannot read back fails its compilation: the engine then
+// removes the damaged entries and compiles once more (cachecheck.go).
 //
 // What closing frees: Module.Close closes the instances (their linear memory
 // is then garbage) and the wazero.CompiledModule. CompiledModule.Close drops

@@ -381,6 +381,17 @@ func (e *Engine) initBudget() int64 {
 func (e *Engine) compile(ctx context.Context, guarded bool, wasm []byte) (wazero.CompiledModule, error) {
 	e.compileMu.Lock()
 	defer e.compileMu.Unlock()
+	cm, err := e.runtime(guarded).CompileModule(compileCtx(ctx), wasm)
+	if err == nil || e.cfg.CacheDir == "" || !isCacheEntryError(err) {
+		return cm, err
+	}
+	// An entry of the compilation cache could not be read back (truncated,
+	// damaged): wazero fails the compilation rather than compile again.
+	// The damaged entries are removed and the module compiled anew, which
+	// writes a good entry in their place.
+	removed, perr := purgeDamagedEntries(e.cfg.CacheDir)
+	e.log.Warn().Err(err).Strs("removed", removed).AnErr("purge_error", perr).
+		Msg("compilation cache entry damaged; removed, compiling the module again")
 	return e.runtime(guarded).CompileModule(compileCtx(ctx), wasm)
 }
 

@@ -15,6 +15,21 @@ type Manifest struct {
 	Releases   []string `json:"releases"`
 }
 
+// ParseManifest decodes and validates a manifest document, as a module's
+// tally_manifest answers it or as the build records it beside a built-in
+// module (mappers.Manifests). The checks are those of Load.
+func ParseManifest(b []byte) (Manifest, error) { return parseManifest(b) }
+
+// MarshalManifest encodes mf as the build records it beside a built-in
+// module: one JSON object and a newline.
+func MarshalManifest(mf Manifest) ([]byte, error) {
+	b, err := json.Marshal(mf)
+	if err != nil {
+		return nil, fmt.Errorf("encode manifest: %w", err)
+	}
+	return append(b, '\n'), nil
+}
+
 // parseManifest decodes and validates a manifest document.
 func parseManifest(b []byte) (Manifest, error) {
 	var mf Manifest

@@ -2,9 +2,12 @@ package catalog
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"runtime/debug"
 	"sort"
 	"strings"
@@ -73,6 +76,13 @@ type Options struct {
 	// is known as "builtin:<file>" by its manifest, and loaded under that
 	// name when the first call routed to it arrives. May be empty.
 	Builtin map[string][]byte
+	// BuiltinManifests are the manifests the build recorded beside the
+	// built-in modules (mappers.Manifests()), keyed as Builtin. A built-in
+	// with its record here is known by it, compiled by nothing until its
+	// first call; one without is compiled at start to read its manifest
+	// (Engine.Inspect). When the module loads, what it answers must be the
+	// record, or the load fails.
+	BuiltinManifests map[string][]byte
 	// Dir is the drop-in directory (MAPPERS_DIR); "" for built-ins only.
 	Dir string
 	// MaxFileSize is the largest drop-in module file, and fixture file, that
@@ -248,7 +258,7 @@ func (c *Catalog) start(ctx context.Context) error {
 	for _, n := range names {
 		wasm := c.opts.Builtin[n]
 		file := "builtin:" + n
-		in, err := c.inspect(ctx, file, wasm)
+		in, recorded, err := c.builtinManifest(ctx, n, file, wasm)
 		if err != nil {
 			c.closeAll(ctx)
 			return fmt.Errorf("catalog: built-in %s: %w", n, err)
@@ -257,7 +267,12 @@ func (c *Catalog) start(ctx context.Context) error {
 			compiled++
 		}
 		mod := newLazyModule(file, in.Manifest, func(ctx context.Context) (module, error) {
-			return c.load(ctx, file, wasm, originBuiltin)
+			m, err := c.load(ctx, file, wasm, originBuiltin)
+			if err != nil || !recorded || reflect.DeepEqual(m.Manifest(), in.Manifest) {
+				return m, err
+			}
+			_ = m.Close(ctx)
+			return nil, fmt.Errorf("the module answers the manifest %+v, the build recorded %+v", m.Manifest(), in.Manifest)
 		}, func(err error, took time.Duration) { c.builtinLoaded(file, in.Manifest, err, took) })
 		ld := &loaded{mod: mod, origin: originBuiltin, file: file, base: n, sha: in.SHA256, at: time.Now().UTC()}
 		name := in.Manifest.Name
@@ -284,6 +299,23 @@ func (c *Catalog) start(ctx context.Context) error {
 	_ = c.save() // logged
 	c.mu.Unlock()
 	return nil
+}
+
+// builtinManifest is the manifest of the built-in module n: the build's
+// record when there is one (recorded true; nothing compiled), else what
+// Engine.Inspect reads.
+func (c *Catalog) builtinManifest(ctx context.Context, n, file string, wasm []byte) (in runtime.Inspection, recorded bool, err error) {
+	rec, ok := c.opts.BuiltinManifests[n]
+	if !ok {
+		in, err = c.inspect(ctx, file, wasm)
+		return in, false, err
+	}
+	mf, err := runtime.ParseManifest(rec)
+	if err != nil {
+		return in, false, fmt.Errorf("recorded manifest: %w", err)
+	}
+	sum := sha256.Sum256(wasm)
+	return runtime.Inspection{Manifest: mf, SHA256: hex.EncodeToString(sum[:]), Stored: true}, true, nil
 }
 
 // Route returns the module for eventType; the pipeline calls it for every

@@ -22,8 +22,11 @@
 // # Sources
 //
 // Built-in modules (Options.Builtin) are known to New by their manifests
-// only (runtime.Engine.Inspect: from the manifest stored beside the
-// compilation cache, or read by compiling the module once and closing it);
+// only: the record the build made beside each (Options.BuiltinManifests,
+// mappers.Manifests), so nothing is compiled at start; for a module without
+// a record, runtime.Engine.Inspect (from the manifest stored beside the
+// compilation cache, or read by compiling the module once and closing it).
+// A module whose answer differs from its record fails to load;
 // they stay in the catalogue for its life, as the fallback of their name. A
 // built-in module is compiled and given its first instance when the first
 // call routed to it arrives (see "Built-in modules on first use"). Drop-in
@@ -181,7 +184,7 @@
 // replayed); it is counted and logged, and the load is tried again after
 // that. ModuleInfo.Compiled and tally_collector_mapper_builtins_compiled show
 // which built-in modules are in memory. When New had to compile modules to
-// read their manifests (nothing stored yet), it hands their memory back to
+// read their manifests (no record, nothing stored yet), it hands their memory back to
 // the system at once (debug.FreeOSMemory), so a first start settles where a
 // later one does.
 //

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -137,8 +139,76 @@ func builtinGuard(cfg *settings.Config) runtime.Guard {
 // its instance's own that would only serve to answer at the deadline a
 // caller the exit never lets go on.
 func loadMappers(ctx context.Context, cfg *settings.Config, base zerolog.Logger, reg prometheus.Registerer, state catalog.StateStore, link *controlLink, onOverrun func(module string)) (*Mappers, error) {
+	return loadMappersCached(ctx, cfg, daemonCacheDir(cfg), base, reg, state, link, onOverrun)
+}
+
+// mapperCacheOff are the values of MAPPER_CACHE_DIR that turn the
+// compilation cache off: every module is compiled at its first use in every
+// process.
+var mapperCacheOff = []string{"off", "none"}
+
+// cacheDir is where the compiled modules are kept: dir is the directory
+// and explicit whether MAPPER_CACHE_DIR named it (its default may be
+// unusable where the collector runs, which is no reason not to start).
+type cacheDir struct {
+	dir      string
+	explicit bool
+}
+
+// daemonCacheDir is the daemon's compilation cache: MAPPER_CACHE_DIR, or by
+// default mapper-cache beside the outbox (BUFFER_PATH's parent), on the
+// volume that keeps the outbox across restarts.
+func daemonCacheDir(cfg *settings.Config) cacheDir {
+	if c, ok := explicitCacheDir(cfg); ok {
+		return c
+	}
+	return cacheDir{dir: filepath.Join(filepath.Dir(filepath.Clean(cfg.BufferPath)), "mapper-cache")}
+}
+
+// commandCacheDir is the compilation cache of the commands that map (map,
+// mapper test, map --diff, and the stopped daemon's mappers and deadletter):
+// MAPPER_CACHE_DIR, or by default tally-openstack-collector in the user's
+// cache directory (os.UserCacheDir: $XDG_CACHE_HOME or ~/.cache on Linux).
+func commandCacheDir(cfg *settings.Config) cacheDir {
+	if c, ok := explicitCacheDir(cfg); ok {
+		return c
+	}
+	base, err := os.UserCacheDir()
+	if err != nil {
+		return cacheDir{}
+	}
+	return cacheDir{dir: filepath.Join(base, "tally-openstack-collector")}
+}
+
+func explicitCacheDir(cfg *settings.Config) (cacheDir, bool) {
+	v := strings.TrimSpace(cfg.MapperCacheDir)
+	if slices.Contains(mapperCacheOff, strings.ToLower(v)) {
+		return cacheDir{explicit: true}, true
+	}
+	if v != "" {
+		return cacheDir{dir: v, explicit: true}, true
+	}
+	return cacheDir{}, false
+}
+
+// usable answers the directory to give the engine: a default one that
+// cannot be created is given up, with a warning, and the modules compiled
+// at their first use in every process, as without a cache.
+func (c cacheDir) usable(log zerolog.Logger) string {
+	if c.dir == "" || c.explicit {
+		return c.dir
+	}
+	if err := os.MkdirAll(c.dir, 0o700); err != nil {
+		log.Warn().Err(err).Str("dir", c.dir).
+			Msg("default mapper compilation cache unusable; modules are compiled at their first use in every process (set MAPPER_CACHE_DIR)")
+		return ""
+	}
+	return c.dir
+}
+
+func loadMappersCached(ctx context.Context, cfg *settings.Config, cache cacheDir, base zerolog.Logger, reg prometheus.Registerer, state catalog.StateStore, link *controlLink, onOverrun func(module string)) (*Mappers, error) {
 	eng, err := runtime.NewEngine(ctx, runtime.Config{
-		CacheDir:           cfg.MapperCacheDir,
+		CacheDir:           cache.usable(component(base, "runtime")),
 		MemoryLimit:        cfg.MapperMemoryLimit,
 		CallTimeout:        cfg.MapperCallTimeout,
 		PoolSize:           cfg.MapperPoolSize,
@@ -169,23 +239,29 @@ func loadMappers(ctx context.Context, cfg *settings.Config, base zerolog.Logger,
 		_ = ms.Close(ctx)
 		return nil, err
 	}
+	manifests, err := mappers.Manifests()
+	if err != nil {
+		_ = ms.Close(ctx)
+		return nil, err
+	}
 	var onDecision func(context.Context, catalog.Decision) error
 	replica := ""
 	if link != nil {
 		onDecision, replica = link.publish, cfg.ReplicaName
 	}
 	cat, err := catalog.New(ctx, catalog.Options{
-		Engine:         eng,
-		Builtin:        builtin,
-		Dir:            cfg.MappersDir,
-		MaxFileSize:    cfg.MapperMaxFileSize,
-		Promote:        cfg.MappersPromote,
-		State:          state,
-		Replica:        replica,
-		OnDecision:     onDecision,
-		BuiltinOptions: builtinModuleOptions(cfg),
-		Logger:         component(base, "catalog"),
-		Registerer:     reg,
+		Engine:           eng,
+		Builtin:          builtin,
+		BuiltinManifests: manifests,
+		Dir:              cfg.MappersDir,
+		MaxFileSize:      cfg.MapperMaxFileSize,
+		Promote:          cfg.MappersPromote,
+		State:            state,
+		Replica:          replica,
+		OnDecision:       onDecision,
+		BuiltinOptions:   builtinModuleOptions(cfg),
+		Logger:           component(base, "catalog"),
+		Registerer:       reg,
 	})
 	if err != nil {
 		_ = ms.Close(ctx)
@@ -430,7 +506,7 @@ func Dump(ctx context.Context, cfg *settings.Config, base zerolog.Logger, w io.W
 func OfflineMappers(ctx context.Context, cfg *settings.Config, base zerolog.Logger) (*Mappers, error) {
 	off := *cfg
 	off.MapperBuiltinGuard = runtime.GuardAlways
-	return loadMappers(ctx, &off, base, nil, nil, nil, nil)
+	return loadMappersCached(ctx, &off, commandCacheDir(cfg), base, nil, nil, nil, nil)
 }
 
 // StoppedMappers is OfflineMappers with the mapper decisions a stopped
@@ -440,7 +516,7 @@ func OfflineMappers(ctx context.Context, cfg *settings.Config, base zerolog.Logg
 func StoppedMappers(ctx context.Context, cfg *settings.Config, base zerolog.Logger, state catalog.StateStore) (*Mappers, error) {
 	off := *cfg
 	off.MapperBuiltinGuard = runtime.GuardAlways
-	return loadMappers(ctx, &off, base, nil, state, nil, nil)
+	return loadMappersCached(ctx, &off, commandCacheDir(cfg), base, nil, state, nil, nil)
 }
 
 // controlHandler serves the catalogue's routes (/mappers, /deadletters) on the

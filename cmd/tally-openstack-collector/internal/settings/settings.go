@@ -383,7 +383,7 @@ var table = []setting{
 		usage: "instructions a metered mapper call may run (MAPPER_METERED); the default is 100 times the most a built-in module's call needs",
 		field: func(c *Config) any { return &c.MapperBudget }},
 	{key: "mapper_cache_dir", modes: mapperModes,
-		usage: "on-disk compilation cache of mapper modules (empty: none)",
+		usage: "on-disk compilation cache of mapper modules (default: mapper-cache beside BUFFER_PATH for the daemon, the user's cache directory for the commands; off: none)",
 		field: func(c *Config) any { return &c.MapperCacheDir }},
 	{key: "debug_pprof", def: "false", modes: daemonOnly,
 		usage: "serve Go's profiler under /debug/pprof/ on DEBUG_PPROF_ADDR",

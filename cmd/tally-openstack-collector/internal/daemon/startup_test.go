@@ -1,0 +1,154 @@
+package daemon
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tally-billing/tally-openstack-collector/cmd/tally-openstack-collector/internal/settings"
+	"github.com/tally-billing/tally-openstack-collector/examples/reporting-api/server"
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
+)
+
+// builtinsCompiled reads tally_collector_mapper_builtins_compiled from the
+// daemon's /metrics.
+func builtinsCompiled(t *testing.T, cfg *settings.Config) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + cfg.HTTPAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^tally_collector_mapper_builtins_compiled (\S+)$`).FindSubmatch(body)
+	if m == nil {
+		t.Fatalf("/metrics lacks tally_collector_mapper_builtins_compiled:\n%s", body)
+	}
+	f, err := strconv.ParseFloat(string(m[1]), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// cacheEntries answers the compiled modules in the compilation cache dir,
+// with their modification times.
+func cacheEntries(t *testing.T, dir string) map[string]time.Time {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(dir, "wazero-*", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]time.Time{}
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[p] = st.ModTime()
+	}
+	return out
+}
+
+// TestStartCompilesNothing: a daemon started on an empty data directory,
+// with the default compilation cache, is ready without compiling a module
+// (builtins_compiled 0, nothing in the cache); the first nova notification
+// compiles nova alone, into mapper-cache beside the outbox; a second start on
+// the same data directory compiles nothing at start either, and maps from
+// the cache without writing to it.
+func TestStartCompilesNothing(t *testing.T) {
+	v := testkit.NewVhost(t)
+	v.DeclareExchanges(t, false, "nova")
+	api, err := server.New(server.Options{Token: "in-process"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = api.Close() })
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	data := t.TempDir()
+	cacheDir := filepath.Join(data, "mapper-cache")
+
+	accepted := func(n int) {
+		t.Helper()
+		testkit.WaitFor(t, 2*time.Minute, "the events at the Reporting API", func() bool {
+			st, err := api.Stats()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st.Accepted == int64(n)
+		})
+	}
+	var first map[string]time.Time
+	for run := 1; run <= 2; run++ {
+		cfg := daemonSettings(t, v, srv.URL, "TALLY_OSC_MAPPER_CACHE_DIR=", "TALLY_OSC_BUFFER_PATH="+filepath.Join(data, "outbox"),
+			"TALLY_OSC_HTTP_ADDR="+testkit.FreeAddr(t))
+		d := runInProcess(t, cfg)
+		d.waitReady(t)
+		if n := builtinsCompiled(t, cfg); n != 0 {
+			t.Fatalf("start %d: builtins_compiled %v once ready, want 0", run, n)
+		}
+		entries := cacheEntries(t, cacheDir)
+		if run == 1 && len(entries) != 0 {
+			t.Fatalf("first start: %d modules compiled into %s before any notification", len(entries), cacheDir)
+		}
+		v.Publish(t, "nova", "notifications.info", novaNotification(t, run))
+		accepted(run)
+		if n := builtinsCompiled(t, cfg); n != 1 {
+			t.Fatalf("start %d: builtins_compiled %v after a nova notification, want 1", run, n)
+		}
+		entries = cacheEntries(t, cacheDir)
+		if run == 1 {
+			if len(entries) == 0 {
+				t.Fatalf("nothing compiled into %s", cacheDir)
+			}
+			first = entries
+		} else if len(entries) != len(first) {
+			t.Fatalf("second start: %d entries in the cache, want the %d of the first", len(entries), len(first))
+		}
+		for p, at := range first {
+			if !entries[p].Equal(at) {
+				t.Fatalf("start %d: entry %s written again", run, p)
+			}
+		}
+		d.signals <- syscall.SIGTERM
+		if err := d.returned(t, 2*cfg.StopTimeout); err != nil {
+			t.Fatalf("Run after a signal: %v\n%s", err, d.log)
+		}
+	}
+}
+
+// The default compilation caches: beside the outbox for the daemon, in the
+// user's cache directory for the commands; off and none turn it off, and a
+// directory named is used as it is.
+func TestMapperCacheDirDefaults(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", "/home/u/.cache")
+	t.Setenv("HOME", "/home/u")
+	for _, c := range []struct {
+		set, daemon, command string
+	}{
+		{"", "/data/mapper-cache", "/home/u/.cache/tally-openstack-collector"},
+		{"off", "", ""},
+		{"none", "", ""},
+		{"OFF", "", ""},
+		{"/var/cache/x", "/var/cache/x", "/var/cache/x"},
+	} {
+		cfg := &settings.Config{BufferPath: "/data/outbox/", MapperCacheDir: c.set}
+		if got := daemonCacheDir(cfg); got.dir != c.daemon || got.explicit != (c.set != "") {
+			t.Errorf("%q: daemon %+v, want %q", c.set, got, c.daemon)
+		}
+		if got := commandCacheDir(cfg); got.dir != c.command {
+			t.Errorf("%q: commands %+v, want %q", c.set, got, c.command)
+		}
+	}
+}

@@ -1,0 +1,119 @@
+package runtime_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/tally-billing/tally-openstack-collector/runtime"
+)
+
+// cacheEntries answers the compiled modules in the compilation cache dir,
+// by path, with their sizes.
+func cacheEntries(t *testing.T, dir string) map[string]os.FileInfo {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(dir, "wazero-*", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]os.FileInfo{}
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[p] = st
+	}
+	return out
+}
+
+func loadAndClose(t *testing.T, dir string, cfg runtime.Config, wasm []byte) {
+	t.Helper()
+	ctx := context.Background()
+	cfg.CacheDir = dir
+	e := newEngine(t, cfg)
+	m, err := e.Load(ctx, "testdata/noop.wasm", wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCompilationCacheReused: a second engine on the same directory takes
+// the module from it (no entry written anew), and the metering pass, which
+// changes the compiled code, keys a separate entry.
+func TestCompilationCacheReused(t *testing.T) {
+	dir := t.TempDir()
+	wasm := wat(t, "noop")
+	loadAndClose(t, dir, runtime.Config{}, wasm)
+	first := cacheEntries(t, dir)
+	if len(first) == 0 {
+		t.Fatal("no entry in the compilation cache after a load")
+	}
+	loadAndClose(t, dir, runtime.Config{}, wasm)
+	again := cacheEntries(t, dir)
+	if len(again) != len(first) {
+		t.Fatalf("%d entries after a second load, want the %d of the first", len(again), len(first))
+	}
+	for p, st := range first {
+		if !again[p].ModTime().Equal(st.ModTime()) {
+			t.Fatalf("entry %s written again by the second load", p)
+		}
+	}
+	loadAndClose(t, dir, runtime.Config{Metered: true}, wasm)
+	if metered := cacheEntries(t, dir); len(metered) <= len(first) {
+		t.Fatalf("%d entries after a metered load, want more than the %d unmetered", len(metered), len(first))
+	}
+}
+
+// TestCompilationCacheTruncatedEntry: an entry cut short is never trusted:
+// the module is compiled again and the entry written whole.
+func TestCompilationCacheTruncatedEntry(t *testing.T) {
+	dir := t.TempDir()
+	wasm := wat(t, "noop")
+	loadAndClose(t, dir, runtime.Config{}, wasm)
+	whole := cacheEntries(t, dir)
+	if len(whole) == 0 {
+		t.Fatal("no entry in the compilation cache after a load")
+	}
+	for p, st := range whole {
+		if err := os.Truncate(p, st.Size()/2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	loadAndClose(t, dir, runtime.Config{}, wasm)
+	for p, st := range cacheEntries(t, dir) {
+		if want := whole[p]; want == nil || st.Size() != want.Size() {
+			t.Fatalf("entry %s is %d bytes after the module was compiled again, want %d", p, st.Size(), whole[p].Size())
+		}
+	}
+}
+
+// TestCompilationCacheDamagedEntry: an entry whose machine code changed
+// (its checksum no longer matches) is compiled again too.
+func TestCompilationCacheDamagedEntry(t *testing.T) {
+	dir := t.TempDir()
+	wasm := wat(t, "noop")
+	loadAndClose(t, dir, runtime.Config{}, wasm)
+	whole := cacheEntries(t, dir)
+	for p, st := range whole {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[len(b)-int(st.Size())/3] ^= 0xff
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	loadAndClose(t, dir, runtime.Config{}, wasm)
+	if got := cacheEntries(t, dir); len(got) != len(whole) {
+		t.Fatalf("%d entries, want %d", len(got), len(whole))
+	}
+}
