@@ -38,7 +38,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"reason"}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tally_collector_mapper_failures_total",
-			Help: "Mapper calls that failed, by reason (trap, timeout, memory, invalid_output, invalid_event, abi, guest_error, load).",
+			Help: "Mapper calls that failed, by reason (trap, timeout, budget, memory, invalid_output, invalid_event, abi, guest_error, load).",
 		}, []string{"reason"}),
 		droppedVec: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tally_collector_event_members_dropped_total",
