@@ -291,11 +291,11 @@ func BenchmarkBuiltinModes(b *testing.B) {
 	// counting instructions under valgrind.
 	timeout, _ := time.ParseDuration(os.Getenv("TALLY_BENCH_CALL_TIMEOUT"))
 	for _, in := range []struct{ module, file string }{
-		{"cinder", "volume.create.end__watcher__4"},
+		{"manila", "share.extend.end__manila__2"},
 		{"neutron", "port.create.end__ceilometer__1"},
 		{"glance", "image.upload__ceilometer__2"},
 		{"swift", "objectstore.http.request__ceilometermiddleware__1"},
-		{"ironic", "baremetal.node.provision_set.start__ironic__1"},
+		{"octavia", "octavia.loadbalancer.create.end__octavia__1"},
 	} {
 		body, err := os.ReadFile(testkit.RepoPath(b, "mappers", in.module, "testdata", in.file+fixture.InSuffix))
 		if err != nil {
