@@ -323,9 +323,10 @@ var benchInputs = []struct{ name, module, file string }{
 
 // BenchmarkBuiltin maps one input per module through its compiled module,
 // indexing the JSON on every iteration as the pipeline does once per
-// message: guard=watched is how the daemon runs built-in modules by default,
-// guard=always with termination checks compiled in, guard=never the same
-// code without them, metered as with MAPPER_METERED (metered, unguarded).
+// message: metered is how the daemon runs every module by default
+// (MAPPER_METERED: metered, unguarded), guard=watched how it runs built-in
+// modules unmetered, guard=always with termination checks compiled in,
+// guard=never the same code without them.
 // Compare each with the native benchmark of the module's package;
 // docs/performance.md has the figures.
 func BenchmarkBuiltin(b *testing.B) {
@@ -335,8 +336,8 @@ func BenchmarkBuiltin(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	// The metered engine runs the modules as the daemon does with
-	// MAPPER_METERED: metered and unguarded (mode "metered").
+	// The metered engine runs the modules as the daemon does by default:
+	// metered and unguarded (mode "metered").
 	timeout, _ := time.ParseDuration(os.Getenv("TALLY_BENCH_CALL_TIMEOUT"))
 	metered, err := runtime.NewEngine(ctx, runtime.Config{CacheDir: testkit.CacheDir(b), CallTimeout: timeout, Metered: true, Logger: zerolog.Nop()})
 	if err != nil {

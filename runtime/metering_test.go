@@ -241,3 +241,24 @@ func TestMeteredHeldOutModules(t *testing.T) {
 		})
 	}
 }
+
+// The deadline stays a second line under metering: a metered module without
+// termination checks whose budget is out of reach is still stopped past its
+// deadline at its next host call (fieldloop calls tally.field on every
+// turn), with ReasonTimeout, and nothing is abandoned.
+func TestMeteredUnguardedDeadlineStopsAtHostCall(t *testing.T) {
+	e := newEngine(t, runtime.Config{
+		Metered: true, Budget: 1 << 50, CallTimeout: 50 * time.Millisecond, PoolSize: 1,
+		OnWatchedOverrun: func(module string) { t.Errorf("%s: a watched overrun", module) },
+	})
+	ctx := context.Background()
+	m := load(t, e, "fieldloop", runtime.WithGuard(runtime.GuardNever))
+	_, err := m.Map(ctx, index(t, `{"a":1}`), src)
+	wantReason(t, err, runtime.ReasonTimeout)
+	if n := m.Overruns(); n != 1 {
+		t.Fatalf("%d overruns, want 1", n)
+	}
+	if n := e.Abandoned(); n != 0 {
+		t.Fatalf("%d calls abandoned", n)
+	}
+}

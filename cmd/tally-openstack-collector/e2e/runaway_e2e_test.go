@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -130,19 +131,25 @@ func (s *supervised) deadLetters(t *testing.T) ([]deadLetter, bool) {
 
 // A built-in module that loops never leaves a frozen process. Two collectors
 // share one queue; among ordinary nova notifications comes one that makes
-// the (test build's) nova module loop for ever. The collector that takes it
-// first maps it watched and exits at the deadline without acknowledging it,
-// or, if a garbage collection froze its Go runtime first, is killed by its
-// watchdog process; the test restarts what exits. The broker delivers the
-// notification again, marked redelivered; whoever takes it maps it guarded,
-// stops it at its deadline and dead-letters it: once. Every ordinary
-// notification reaches the API, and no collector is ever found alive but
-// silent for longer than its watchdog allows.
+// the (test build's) nova module loop for ever.
 //
-// Twice: "deadline", where the call's deadline (2 s) usually comes first and
-// the collector exits with status 70 (a garbage collection that starts
-// before it freezes the process, and the watchdog's SIGKILL ends it: either
-// is accepted); and "frozen", where the deadline is 20 s and the test makes
+// "metered", the default settings: the looping call spends its budget and
+// fails like any other; one dead letter with reason budget, no collector
+// ever ends, nothing is lost, and each collector answers every /livez probe
+// within a second the whole time, garbage collections forced throughout.
+//
+// "watched/deadline" and "watched/frozen", with MAPPER_METERED=false: the
+// collector that takes the looping notification first maps it watched and
+// exits at the deadline without acknowledging it, or, if a garbage
+// collection froze its Go runtime first, is killed by its watchdog process;
+// the test restarts what exits. The broker delivers the notification again,
+// marked redelivered; whoever takes it maps it guarded, stops it at its
+// deadline and dead-letters it: once. Every ordinary notification reaches
+// the API, and no collector is ever found alive but silent for longer than
+// its watchdog allows. In "deadline" the call's deadline (2 s) usually comes
+// first and the collector exits with status 70 (a garbage collection that
+// starts before it freezes the process, and the watchdog's SIGKILL ends it:
+// either is accepted); in "frozen" the deadline is 20 s and the test makes
 // every collector collect garbage (the profiler's heap?gc=1) every moment
 // until one ends, so the one with the looping guest freezes before its
 // deadline and only its watchdog process can end it. The guarded redelivery
@@ -153,16 +160,99 @@ func TestRunawayBuiltinNeverFreezes(t *testing.T) {
 	}
 	testkit.RequireBroker(t)
 	bin := buildRunawayBinary(t)
-	t.Run("deadline", func(t *testing.T) { runawayScenario(t, bin, false) })
-	t.Run("frozen", func(t *testing.T) { runawayScenario(t, bin, true) })
 	t.Run("metered", func(t *testing.T) { meteredRunawayScenario(t, bin) })
+	t.Run("watched/deadline", func(t *testing.T) { runawayScenario(t, bin, false) })
+	t.Run("watched/frozen", func(t *testing.T) { runawayScenario(t, bin, true) })
 }
 
-// meteredRunawayScenario: with MAPPER_METERED the looping notification,
-// among 6,000 ordinary ones, spends its budget and is dead-lettered with
-// reason budget: no collector exits, nothing is lost, and each answers
-// /livez within a second the whole time, garbage collections forced
-// throughout.
+// livezProber probes the /livez of collectors that must never end, from
+// its own goroutine, each probe with a client timeout of one second: the
+// condition the metered scenario requires the whole time. A round probes
+// every collector, and the next starts probeEvery later, so that the probes
+// do not take the cores the collectors map on. It stops at the first
+// failure and keeps it.
+type livezProber struct {
+	stop, done chan struct{}
+	mu         sync.Mutex
+	err        error
+	answered   int
+}
+
+// probeEvery is the pace of livezProber's rounds.
+const probeEvery = 20 * time.Millisecond
+
+func startLivezProber(reps []*supervised) *livezProber {
+	lp := &livezProber{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(lp.done)
+		cl := http.Client{Timeout: time.Second}
+		round := time.NewTicker(probeEvery)
+		defer round.Stop()
+		for {
+			select {
+			case <-lp.stop:
+				return
+			case <-round.C:
+			}
+			for _, s := range reps {
+				select {
+				case <-lp.stop:
+					return
+				default:
+				}
+				err := func() error {
+					if !s.p.running() {
+						return fmt.Errorf("%s ended (%v), want no exit:\n%s", s.name, s.p.err, tail(s.p.out.String(), 3000))
+					}
+					resp, err := cl.Get("http://" + s.httpAddr + "/livez")
+					if err != nil {
+						return fmt.Errorf("%s did not answer /livez within 1 s: %w", s.name, err)
+					}
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						return fmt.Errorf("%s: /livez answered %d", s.name, resp.StatusCode)
+					}
+					return nil
+				}()
+				lp.mu.Lock()
+				if err != nil {
+					lp.err = err
+				} else {
+					lp.answered++
+				}
+				lp.mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		}
+	}()
+	return lp
+}
+
+// check fails the test if a probe has failed; it returns the probes
+// answered so far.
+func (lp *livezProber) check(t *testing.T) int {
+	t.Helper()
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	if lp.err != nil {
+		t.Fatal(lp.err)
+	}
+	return lp.answered
+}
+
+// close stops the prober and waits for it.
+func (lp *livezProber) close() {
+	close(lp.stop)
+	<-lp.done
+}
+
+// meteredRunawayScenario: with the default settings (MAPPER_METERED on) the
+// looping notification, among 6,000 ordinary ones, spends its budget and is
+// dead-lettered with reason budget: no collector exits, nothing is lost, and
+// each answers every /livez probe within a second the whole time, garbage
+// collections forced throughout.
 func meteredRunawayScenario(t *testing.T, bin string) {
 	b := buildBinaries(t)
 	b.collector = bin
@@ -174,7 +264,6 @@ func meteredRunawayScenario(t *testing.T, bin string) {
 		pprofAddr := testkit.FreeAddr(t)
 		c := newCollector(t, b, v, a.url(), a.token, "TALLY_OSC_EXCHANGES=nova",
 			fmt.Sprintf("TALLY_OSC_REPLICA_NAME=collector-%d", i),
-			"TALLY_OSC_MAPPER_METERED=true",
 			"TALLY_OSC_PREFETCH=20",
 			"TALLY_OSC_DEBUG_PPROF=true", "TALLY_OSC_DEBUG_PPROF_ADDR="+pprofAddr)
 		reps[i] = &supervised{collector: c, name: fmt.Sprintf("collector-%d", i), pprofAddr: pprofAddr}
@@ -183,9 +272,11 @@ func meteredRunawayScenario(t *testing.T, bin string) {
 	for _, s := range reps {
 		s.waitReady(t)
 	}
+	lp := startLivezProber(reps[:])
+	t.Cleanup(lp.close)
 	supervise := func() {
+		lp.check(t)
 		for _, s := range reps {
-			s.check(t, time.Second)
 			s.forceGC()
 		}
 	}
@@ -224,6 +315,7 @@ func meteredRunawayScenario(t *testing.T, bin string) {
 		return dead >= 1 && ready == 0 && unacked == 0
 	})
 	t.Logf("%s: every ordinary notification delivered", time.Since(start).Round(time.Millisecond))
+	probes := lp.check(t)
 	dead := 0
 	for _, s := range reps {
 		l, ok := s.deadLetters(t)
@@ -236,18 +328,17 @@ func meteredRunawayScenario(t *testing.T, bin string) {
 				t.Errorf("%s: dead letter %+v, want the nova module's budget", s.name, d)
 			}
 		}
-		if len(s.exits) > 0 {
-			t.Errorf("%s ended: %v", s.name, s.exits)
+		if s.runs != 1 {
+			t.Errorf("%s ran %d times, want once", s.name, s.runs)
+		}
+		if strings.Contains(s.p.out.String(), "exiting at once without acknowledging") {
+			t.Errorf("%s took the watched path", s.name)
 		}
 	}
 	if dead != 1 {
 		t.Fatalf("dead letters = %d, want exactly 1", dead)
 	}
-	worst := time.Duration(0)
-	for _, s := range reps {
-		worst = max(worst, s.worstGap)
-	}
-	t.Logf("figures: no exit; longest /livez silence of a live process %s", worst.Round(time.Millisecond))
+	t.Logf("figures: no exit; %d /livez probes, each answered within 1 s", probes)
 }
 
 // forceGC makes a running collector collect garbage, through its profiler;
@@ -276,6 +367,7 @@ func runawayScenario(t *testing.T, bin string, freeze bool) {
 	for i := range reps {
 		c := newCollector(t, b, v, a.url(), a.token, "TALLY_OSC_EXCHANGES=nova",
 			fmt.Sprintf("TALLY_OSC_REPLICA_NAME=collector-%d", i),
+			"TALLY_OSC_MAPPER_METERED=false", // the watched mode
 			"TALLY_OSC_WATCHDOG_TIMEOUT="+watchdog.String(),
 			// The harness's generous deadline, shortened: the looping call
 			// reaches it soon.

@@ -76,8 +76,8 @@ func novaProcessor(b *testing.B) input.Processor {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = eng.Close(ctx) })
-	// Watched, as the daemon runs its built-in modules by default
-	// (TALLY_BENCH_GUARD=always: guarded, as drop-ins and
+	// Watched, as the daemon runs its built-in modules with
+	// MAPPER_METERED=false (TALLY_BENCH_GUARD=always: guarded, as
 	// MAPPER_BUILTIN_GUARD=always).
 	guard := runtime.GuardWatched
 	if os.Getenv("TALLY_BENCH_GUARD") == "always" {

@@ -59,7 +59,8 @@ func channelModule(tb testing.TB) pipeline.Mapper {
 		if moduleErr != nil {
 			return
 		}
-		// As the daemon loads a built-in module by default: watched.
+		// As the daemon loads a built-in module unmetered
+		// (MAPPER_METERED=false): watched.
 		moduleMod, moduleErr = moduleEng.Load(ctx, "builtin:channel.wasm", wasm, runtime.WithGuard(runtime.GuardWatched))
 	})
 	if moduleErr != nil {
@@ -76,8 +77,8 @@ var (
 )
 
 // meteredChannelModule is the built-in channel module as the daemon loads
-// it with MAPPER_METERED: metered and unguarded, compiled once per test
-// binary.
+// it by default (MAPPER_METERED): metered and unguarded, compiled once per
+// test binary.
 func meteredChannelModule(tb testing.TB) pipeline.Mapper {
 	tb.Helper()
 	meteredOnce.Do(func() {
@@ -168,7 +169,8 @@ func newHarness(tb testing.TB, opts Options) *harness {
 		}
 	}
 	h.openBox()
-	p, err := pipeline.New(pipeline.Options{Router: pipeline.Chain{channelModule(tb)}, Logger: zerolog.Nop()})
+	// The built-in channel module as the daemon loads it by default.
+	p, err := pipeline.New(pipeline.Options{Router: pipeline.Chain{meteredChannelModule(tb)}, Logger: zerolog.Nop()})
 	if err != nil {
 		tb.Fatal(err)
 	}

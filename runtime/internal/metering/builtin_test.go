@@ -271,3 +271,67 @@ func BenchmarkNovaExists(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkBuiltinModes maps one input of each of several built-in modules
+// (the inputs of the mappers package's BenchmarkBuiltin), indexing included,
+// watched (how built-in modules ran a first delivery before metering) and
+// metered without termination checks (how every module runs by default):
+// one module per engine, so that under valgrind only that module's
+// _initialize runs. docs/performance.md, "Metering", has the figures.
+func BenchmarkBuiltinModes(b *testing.B) {
+	wasm, err := mappers.Builtin()
+	if errors.Is(err, mappers.ErrMissing) {
+		testkit.Missing(b, "the built-in mappers are not built: run make wasm (make build and make test build them)")
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	// TALLY_BENCH_CALL_TIMEOUT lengthens the deadline of a call, for
+	// counting instructions under valgrind.
+	timeout, _ := time.ParseDuration(os.Getenv("TALLY_BENCH_CALL_TIMEOUT"))
+	for _, in := range []struct{ module, file string }{
+		{"manila", "share.extend.end__manila__2"},
+		{"neutron", "port.create.end__ceilometer__1"},
+		{"glance", "image.upload__ceilometer__2"},
+		{"swift", "objectstore.http.request__ceilometermiddleware__1"},
+		{"octavia", "octavia.loadbalancer.create.end__octavia__1"},
+	} {
+		body, err := os.ReadFile(testkit.RepoPath(b, "mappers", in.module, "testdata", in.file+fixture.InSuffix))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, c := range []struct {
+			mode    string
+			metered bool
+			guard   runtime.Guard
+		}{
+			{"watched", false, runtime.GuardWatched},
+			{"metered", true, runtime.GuardNever},
+		} {
+			b.Run("module="+in.module+"/mode="+c.mode, func(b *testing.B) {
+				eng, err := runtime.NewEngine(ctx, runtime.Config{CacheDir: testkit.CacheDir(b), CallTimeout: timeout,
+					Metered: c.metered, PoolSize: 1, Logger: zerolog.Nop()})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer eng.Close(ctx)
+				m, err := eng.Load(ctx, "builtin:"+in.module+".wasm", wasm[in.module+".wasm"], runtime.WithGuard(c.guard))
+				if err != nil {
+					b.Fatal(err)
+				}
+				var idx jsonindex.Index
+				b.ReportAllocs()
+				for b.Loop() {
+					if err := idx.Parse(body); err != nil {
+						b.Fatal(err)
+					}
+					res, err := m.Map(ctx, &idx, src)
+					if err != nil || len(res.Events) != 1 {
+						b.Fatalf("events %d, err %v", len(res.Events), err)
+					}
+				}
+			})
+		}
+	}
+}

@@ -83,7 +83,8 @@ type Options struct {
 	// Run returned, ends the goroutine that waits for the second signal.
 	Signals <-chan os.Signal
 	// Exit ends the process: on a second signal (status 1), and when a
-	// watched built-in mapper call overruns its deadline (ExitRunaway).
+	// watched built-in mapper call overruns its deadline (ExitRunaway; only
+	// with MAPPER_METERED=false).
 	// nil: os.Exit.
 	Exit func(code int)
 }

@@ -17,8 +17,8 @@ import (
 )
 
 // TestBuiltinThatOverrunsIsAnsweredAtItsDeadline: a module loaded with the
-// options the daemon gives its built-in modules by default (code without
-// termination checks, watched) whose call runs far past its deadline is
+// options the daemon gives its built-in modules unmetered (MAPPER_METERED=false:
+// code without termination checks, watched) whose call runs far past its deadline is
 // answered at the deadline with a timeout: its caller stops waiting and the
 // guest runs on by itself (abandoned). The module runs guarded from then on,
 // so that the next overrun is stopped outright. Before, 1,000 good calls
@@ -37,7 +37,7 @@ func TestBuiltinThatOverrunsIsAnsweredAtItsDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.Close(ctx) })
-	m, err := e.Load(ctx, "builtin:spin.wasm", wasm, builtinModuleOptions(&settings.Config{MapperBuiltinGuard: runtime.GuardWatched})...)
+	m, err := e.Load(ctx, "builtin:spin.wasm", wasm, builtinModuleOptions(&settings.Config{MapperBuiltinGuard: runtime.GuardWatched, MapperMetered: false})...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,4 +82,101 @@ func TestBuiltinThatOverrunsIsAnsweredAtItsDeadline(t *testing.T) {
 		}
 	}
 	testkit.WaitFor(t, 2*time.Minute, "the abandoned call to end", func() bool { return e.Runaways() == 0 })
+}
+
+// defaultSettings are the daemon's settings as their defaults make them.
+func defaultSettings(t *testing.T, extra ...string) *settings.Config {
+	t.Helper()
+	env := append([]string{
+		"TALLY_OSC_TRANSPORT_URL=amqp://guest:guest@127.0.0.1:5672/",
+		"TALLY_OSC_EXCHANGES=nova",
+		"TALLY_OSC_BUFFER_PATH=" + t.TempDir(),
+		"TALLY_OSC_REPORTING_URL=https://reporting.example/api",
+		"TALLY_OSC_REPORTING_TOKEN=t",
+	}, extra...)
+	cfg, err := settings.Load(nil, env, settings.ModeDaemon)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// TestDefaultModulesStopTheirOwnRunaways: with the default settings the
+// engine meters every module, and built-in and drop-in modules alike run
+// without termination checks and unwatched; a module that loops for ever
+// spends its budget and fails with reason budget, under a deadline an hour
+// away: no call is handed over or abandoned, and the engine's overrun hook,
+// where the daemon exits, is never called. The offline commands run the
+// modules the same way.
+func TestDefaultModulesStopTheirOwnRunaways(t *testing.T) {
+	cfg := defaultSettings(t, "TALLY_OSC_MAPPER_CALL_TIMEOUT=1h")
+	ctx := context.Background()
+	ec := engineConfig(cfg, zerolog.Nop(), func(module string) { t.Errorf("%s overran its deadline: the daemon would exit", module) })
+	if !ec.Metered || ec.Budget != runtime.DefaultBudget {
+		t.Fatalf("engine metered %v, budget %d: want metered with the default budget", ec.Metered, ec.Budget)
+	}
+	e, err := runtime.NewEngine(ctx, ec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close(ctx) })
+	wasm := testkit.WAT(t, "../../../../runtime/testdata", "loop")
+	for _, c := range []struct {
+		name string
+		opts []runtime.ModuleOption
+	}{
+		{"builtin:loop.wasm", builtinModuleOptions(cfg)},
+		{"loop.wasm", dropInModuleOptions(cfg)},
+		{"builtin:offline-loop.wasm", builtinModuleOptions(offline(cfg))},
+		{"offline-loop.wasm", dropInModuleOptions(offline(cfg))},
+	} {
+		m, err := e.Load(ctx, c.name, wasm, c.opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Guarded() {
+			t.Errorf("%s runs with termination checks", c.name)
+		}
+		var x jsonindex.Index
+		if err := x.Parse([]byte(`{"event_type":"x.y"}`)); err != nil {
+			t.Fatal(err)
+		}
+		_, err = m.Map(ctx, &x, runtime.Source{Exchange: "nova", RoutingKey: "notifications.info"})
+		var me *runtime.MapError
+		if !errors.As(err, &me) || me.Reason != runtime.ReasonBudget {
+			t.Fatalf("%s: %v, want reason budget", c.name, err)
+		}
+	}
+	if n := e.Abandoned(); n != 0 {
+		t.Fatalf("%d calls abandoned", n)
+	}
+}
+
+// TestUnmeteredRestoresWatchedAndGuarded: MAPPER_METERED=false runs the
+// built-in modules watched and the drop-in ones guarded, and the offline
+// commands every module guarded.
+func TestUnmeteredRestoresWatchedAndGuarded(t *testing.T) {
+	cfg := defaultSettings(t, "TALLY_OSC_MAPPER_METERED=false")
+	if engineConfig(cfg, zerolog.Nop(), nil).Metered {
+		t.Fatal("MAPPER_METERED=false: the engine meters")
+	}
+	if g := builtinGuard(cfg); g != runtime.GuardWatched {
+		t.Errorf("built-in guard %v, want watched", g)
+	}
+	if g := builtinGuard(offline(cfg)); g != runtime.GuardAlways {
+		t.Errorf("offline built-in guard %v, want always", g)
+	}
+	ctx := context.Background()
+	e, err := runtime.NewEngine(ctx, engineConfig(cfg, zerolog.Nop(), nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close(ctx) })
+	m, err := e.Load(ctx, "noop.wasm", testkit.WAT(t, "../../../../runtime/testdata", "noop"), dropInModuleOptions(cfg)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.Guarded() {
+		t.Error("unmetered, a drop-in module runs without termination checks")
+	}
 }

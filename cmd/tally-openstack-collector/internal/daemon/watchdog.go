@@ -3,11 +3,13 @@ package daemon
 // The daemon's watchdog: a second process that kills the daemon when the
 // daemon's Go runtime stops (docs/abi.md, "Runaway guests").
 //
-// A built-in mapper runs watched, without termination checks. Compiled guest
-// code cannot be preempted by Go, so a guest that loops holds its goroutine
-// for good, and the next garbage collection, which first stops every
-// goroutine, waits for it for ever: the probes, the sender and the timer that
-// would notice the deadline all stop with it. Nothing inside the process can
+// Metered (MAPPER_METERED, the default), a mapper that loops spends its
+// budget and fails; unmetered, a built-in mapper runs watched, without
+// termination checks. Compiled guest code cannot be preempted by Go, so such
+// a guest that loops holds its goroutine for good, and the next garbage
+// collection, which first stops every goroutine, waits for it for ever: the
+// probes, the sender and the timer that would notice the deadline all stop
+// with it. Metered, the watchdog stays for a freeze of any other cause. Nothing inside the process can
 // be relied on then. So the daemon re-executes its own binary in a hidden mode
 // (WatchdogCommand) and feeds it a heartbeat over a pipe from a goroutine;
 // when the heartbeat stops for WATCHDOG_TIMEOUT, the watchdog logs why and
@@ -47,8 +49,9 @@ const WatchdogCommand = "internal-watchdog"
 // its deadline (EX_SOFTWARE).
 const ExitRunaway = 70
 
-// runawayExit is the engine's runtime.Config.OnWatchedOverrun in the daemon:
-// a watched call past its deadline cannot be stopped, and the next garbage
+// runawayExit is the engine's runtime.Config.OnWatchedOverrun in the daemon
+// (only called unmetered, where built-in modules run watched): a watched
+// call past its deadline cannot be stopped, and the next garbage
 // collection would wait for it for ever. The daemon exits at once, before the
 // call is answered, so that nothing is acknowledged: the delivery comes back
 // redelivered and runs guarded, is stopped at its deadline and dead-lettered.

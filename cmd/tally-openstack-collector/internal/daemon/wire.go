@@ -92,26 +92,25 @@ func openOutbox(cfg *settings.Config, log zerolog.Logger, reg prometheus.Registe
 	})
 }
 
-// builtinModuleOptions are the options of the built-in modules. By default
-// (MAPPER_BUILTIN_GUARD=watched) their code runs without termination checks,
-// watched (runtime.GuardWatched), for first AMQP deliveries: it is the
-// project's own, tested with its fixtures like the host code, and termination
-// checks would cost their Go guests two to four times the mapping
-// (docs/performance.md). Every other message runs guarded
-// (pipeline.Message.FirstDelivery). A watched call that overruns its deadline
-// ends the daemon (runawayExit), and the watchdog process ends it should it
-// freeze first (watchdog.go); docs/abi.md, "When a built-in module runs
-// away". MAPPER_BUILTIN_GUARD=always runs them guarded like drop-in modules,
-// which always are.
+// builtinModuleOptions are the options of the built-in modules: their guard
+// (builtinGuard).
 func builtinModuleOptions(cfg *settings.Config) []runtime.ModuleOption {
 	return []runtime.ModuleOption{runtime.WithGuard(builtinGuard(cfg))}
 }
 
-// builtinGuard is the guard of the built-in modules. Metered
-// (MAPPER_METERED), they run without termination checks and unwatched
+// builtinGuard is the guard of the built-in modules. Metered (MAPPER_METERED,
+// the default), they run without termination checks and unwatched
 // (runtime.GuardNever) unless MAPPER_BUILTIN_GUARD=always: a runaway spends
 // its budget and fails like any other call, so no call needs handing over
 // nor guarded code, a redelivery or a channel message included.
+//
+// Unmetered, they run watched (runtime.GuardWatched) for first AMQP
+// deliveries: termination checks would cost their Go guests two to four
+// times the mapping (docs/performance.md), and every other message runs
+// guarded (pipeline.Message.FirstDelivery). A watched call that overruns its
+// deadline ends the daemon (runawayExit), and the watchdog process ends it
+// should it freeze first (watchdog.go); docs/abi.md, "When a built-in module
+// runs away". MAPPER_BUILTIN_GUARD=always runs them guarded.
 func builtinGuard(cfg *settings.Config) runtime.Guard {
 	switch {
 	case cfg.MapperBuiltinGuard == runtime.GuardAlways:
@@ -120,6 +119,35 @@ func builtinGuard(cfg *settings.Config) runtime.Guard {
 		return runtime.GuardNever
 	}
 	return runtime.GuardWatched
+}
+
+// dropInModuleOptions are the options of the drop-in modules. Metered, they
+// run without termination checks (runtime.GuardNever), as built-in ones do:
+// the budget stops a runaway, and no host call blocks (sleeps are virtual),
+// so a call that outlives its deadline all the same is stopped at its next
+// host call and fails with reason timeout. Unmetered, they run guarded
+// (runtime.GuardAlways, the engine's default).
+func dropInModuleOptions(cfg *settings.Config) []runtime.ModuleOption {
+	if cfg.MapperMetered {
+		return []runtime.ModuleOption{runtime.WithGuard(runtime.GuardNever)}
+	}
+	return nil
+}
+
+// engineConfig is the mapper engine's configuration from the settings.
+func engineConfig(cfg *settings.Config, base zerolog.Logger, onOverrun func(module string)) runtime.Config {
+	return runtime.Config{
+		CacheDir:         cfg.MapperCacheDir,
+		MemoryLimit:      cfg.MapperMemoryLimit,
+		CallTimeout:      cfg.MapperCallTimeout,
+		PoolSize:         cfg.MapperPoolSize,
+		Logger:           component(base, "runtime"),
+		OnWatchedOverrun: onOverrun,
+		Metered:          cfg.MapperMetered,
+		Budget:           cfg.MapperBudget,
+		// The hook exits (runawayExit): a watched call needs no hand-over.
+		OverrunEndsProcess: onOverrun != nil,
+	}
 }
 
 // loadMappers starts the engine and the catalogue: the built-in modules
@@ -131,9 +159,9 @@ func builtinGuard(cfg *settings.Config) runtime.Guard {
 // and hands theirs to the catalogue.
 //
 // onOverrun is called when a watched built-in call overruns its deadline,
-// before it is answered (runtime.Config.OnWatchedOverrun): the daemon exits
-// there (runawayExit); nil for the offline commands, which run every module
-// guarded. Since it ends the process, the engine is told so
+// before it is answered (runtime.Config.OnWatchedOverrun; only unmetered):
+// the daemon exits there (runawayExit); nil for the offline commands, which
+// never run a module watched. Since it ends the process, the engine is told so
 // (runtime.Config.OverrunEndsProcess): a watched call then runs on the
 // worker that maps the delivery, without handing it over to a goroutine of
 // its instance's own that would only serve to answer at the deadline a
@@ -207,17 +235,9 @@ func (c cacheDir) usable(log zerolog.Logger) string {
 }
 
 func loadMappersCached(ctx context.Context, cfg *settings.Config, cache cacheDir, base zerolog.Logger, reg prometheus.Registerer, state catalog.StateStore, link *controlLink, onOverrun func(module string)) (*Mappers, error) {
-	eng, err := runtime.NewEngine(ctx, runtime.Config{
-		CacheDir:           cache.usable(component(base, "runtime")),
-		MemoryLimit:        cfg.MapperMemoryLimit,
-		CallTimeout:        cfg.MapperCallTimeout,
-		PoolSize:           cfg.MapperPoolSize,
-		Logger:             component(base, "runtime"),
-		OnWatchedOverrun:   onOverrun,
-		Metered:            cfg.MapperMetered,
-		Budget:             cfg.MapperBudget,
-		OverrunEndsProcess: onOverrun != nil,
-	})
+	ec := engineConfig(cfg, base, onOverrun)
+	ec.CacheDir = cache.usable(component(base, "runtime"))
+	eng, err := runtime.NewEngine(ctx, ec)
 	if err != nil {
 		return nil, fmt.Errorf("start the mapper engine: %w", err)
 	}
@@ -260,6 +280,7 @@ func loadMappersCached(ctx context.Context, cfg *settings.Config, cache cacheDir
 		Replica:          replica,
 		OnDecision:       onDecision,
 		BuiltinOptions:   builtinModuleOptions(cfg),
+		DropInOptions:    dropInModuleOptions(cfg),
 		Logger:           component(base, "catalog"),
 		Registerer:       reg,
 	})
@@ -501,12 +522,21 @@ func Dump(ctx context.Context, cfg *settings.Config, base zerolog.Logger, w io.W
 }
 
 // OfflineMappers loads the mappers for map and mapper test: no metrics, and
-// every module guarded, built-in ones included: a file mapped offline may be
-// the notification that made the daemon's mapper loop.
+// no module watched: a file mapped offline may be the notification that made
+// the daemon's mapper loop. Metered (the default), every module runs as in
+// the daemon, its budget stopping a runaway; unmetered, every module runs
+// guarded, built-in ones included.
 func OfflineMappers(ctx context.Context, cfg *settings.Config, base zerolog.Logger) (*Mappers, error) {
+	return loadMappersCached(ctx, offline(cfg), commandCacheDir(cfg), base, nil, nil, nil, nil)
+}
+
+// offline is cfg for the offline commands (OfflineMappers).
+func offline(cfg *settings.Config) *settings.Config {
 	off := *cfg
-	off.MapperBuiltinGuard = runtime.GuardAlways
-	return loadMappersCached(ctx, &off, commandCacheDir(cfg), base, nil, nil, nil, nil)
+	if !off.MapperMetered {
+		off.MapperBuiltinGuard = runtime.GuardAlways
+	}
+	return &off
 }
 
 // StoppedMappers is OfflineMappers with the mapper decisions a stopped
@@ -514,9 +544,7 @@ func OfflineMappers(ctx context.Context, cfg *settings.Config, base zerolog.Logg
 // daemon's next start would make it of its drop-in directory. What the
 // catalogue saves goes to state, which may drop it.
 func StoppedMappers(ctx context.Context, cfg *settings.Config, base zerolog.Logger, state catalog.StateStore) (*Mappers, error) {
-	off := *cfg
-	off.MapperBuiltinGuard = runtime.GuardAlways
-	return loadMappersCached(ctx, &off, commandCacheDir(cfg), base, nil, state, nil, nil)
+	return loadMappersCached(ctx, offline(cfg), commandCacheDir(cfg), base, nil, state, nil, nil)
 }
 
 // controlHandler serves the catalogue's routes (/mappers, /deadletters) on the

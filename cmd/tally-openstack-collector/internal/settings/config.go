@@ -102,10 +102,11 @@ type Config struct {
 	MapperPoolSize    int
 	MapperCacheDir    string
 	// MapperBuiltinGuard is how the built-in modules run: runtime.GuardWatched
-	// (the default) or runtime.GuardAlways.
+	// (the default: unguarded when MapperMetered, watched otherwise) or
+	// runtime.GuardAlways.
 	MapperBuiltinGuard runtime.Guard
-	// MapperMetered runs every module metered (runtime.Config.Metered): a
-	// runaway spends its budget and fails with reason budget.
+	// MapperMetered runs every module metered (runtime.Config.Metered; the
+	// default): a runaway spends its budget and fails with reason budget.
 	MapperMetered bool
 	// MapperBudget is the budget of a metered call, in instructions
 	// (runtime.Config.Budget).

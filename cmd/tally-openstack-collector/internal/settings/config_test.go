@@ -77,7 +77,7 @@ func TestDefaults(t *testing.T) {
 		{"MapperCallTimeout", c.MapperCallTimeout, 250 * time.Millisecond},
 		{"MapperPoolSize", c.MapperPoolSize, 0},
 		{"MapperBuiltinGuard", c.MapperBuiltinGuard, runtime.GuardWatched},
-		{"MapperMetered", c.MapperMetered, false},
+		{"MapperMetered", c.MapperMetered, true},
 		{"MapperBudget", c.MapperBudget, int64(runtime.DefaultBudget)},
 		{"ReportingTimeout", c.ReportingTimeout, 30 * time.Second},
 		{"StopTimeout", c.StopTimeout, 30 * time.Second},
@@ -522,11 +522,11 @@ func TestMapperBuiltinGuard(t *testing.T) {
 	}
 }
 
-// MAPPER_METERED: off by default, a boolean.
+// MAPPER_METERED: on by default, a boolean that turns it off.
 func TestMapperMetered(t *testing.T) {
-	c, err := Load(parse(t, nil), append(daemonEnv[:len(daemonEnv):len(daemonEnv)], "TALLY_OSC_MAPPER_METERED=true"), ModeDaemon)
-	if err != nil || !c.MapperMetered {
-		t.Fatalf("MAPPER_METERED=true: metered %v, err %v", c != nil && c.MapperMetered, err)
+	c, err := Load(parse(t, nil), append(daemonEnv[:len(daemonEnv):len(daemonEnv)], "TALLY_OSC_MAPPER_METERED=false"), ModeDaemon)
+	if err != nil || c.MapperMetered {
+		t.Fatalf("MAPPER_METERED=false: metered %v, err %v", c != nil && c.MapperMetered, err)
 	}
 	if _, err := Load(parse(t, nil), append(daemonEnv[:len(daemonEnv):len(daemonEnv)], "TALLY_OSC_MAPPER_METERED=sometimes"), ModeDaemon); err == nil {
 		t.Fatal("MAPPER_METERED=sometimes was accepted")

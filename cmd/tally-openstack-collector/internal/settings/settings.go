@@ -368,7 +368,7 @@ var table = []setting{
 		usage: "instances per module at most (0: one per CPU)",
 		field: func(c *Config) any { return &c.MapperPoolSize }},
 	{key: "mapper_builtin_guard", def: "watched", modes: mapperModes, oneOf: []string{"watched", "always"},
-		usage: "how built-in modules run: watched (no termination checks for a first AMQP delivery; an overrun ends the daemon, and the redelivery runs guarded) or always (termination checks, as drop-in modules; two to four times the CPU)",
+		usage: "how built-in modules run: watched (metered, without termination checks; with MAPPER_METERED=false, watched for a first AMQP delivery: an overrun ends the daemon, and the redelivery runs guarded) or always (termination checks; two to four times the CPU)",
 		parse: func(c *Config, raw string) error {
 			c.MapperBuiltinGuard = runtime.GuardWatched
 			if raw == "always" {
@@ -376,8 +376,8 @@ var table = []setting{
 			}
 			return nil
 		}},
-	{key: "mapper_metered", def: "false", modes: mapperModes,
-		usage: "meter every mapper module: a call that runs more than its budget of instructions fails with reason budget and is dead-lettered, without waiting for its deadline (docs/abi.md, \"Metering\")",
+	{key: "mapper_metered", def: "true", modes: mapperModes,
+		usage: "meter every mapper module: a call that runs more than its budget of instructions fails with reason budget and is dead-lettered, without waiting for its deadline, and no module needs termination checks (docs/abi.md, \"Metering\"); false: drop-in modules run with termination checks and built-in ones watched, as MAPPER_BUILTIN_GUARD says",
 		field: func(c *Config) any { return &c.MapperMetered }},
 	{key: "mapper_budget", def: strconv.FormatInt(runtime.DefaultBudget, 10), modes: mapperModes, min: MinMapperBudget, max: 1 << 50,
 		usage: "instructions a metered mapper call may run (MAPPER_METERED); the default is 100 times the most a built-in module's call needs",
