@@ -128,9 +128,9 @@ func (c *Consumer) setReady(err error) { c.ready.Store(&readyState{err: err}) }
 const backlogWindow = 500 * time.Millisecond
 
 // Backlogged reports whether the consumer is draining a backlog: within the
-// last half second it took a delivery while Prefetch deliveries were held,
-// that is, the broker kept the prefetch window full and had more for the
-// consumer than it acknowledged. It turns false half a second after the
+// last half second a worker took a delivery Prefetch tags past the last
+// one acknowledged or requeued, that is, the broker kept the prefetch window
+// full and had more for the consumer than it acknowledged. It turns false half a second after the
 // window last ran full: when the queue is drained, while consumption is
 // paused at the outbox bound, and while disconnected. It costs one
 // atomic load and a clock reading, and is safe for concurrent use.
@@ -296,6 +296,7 @@ type sess struct {
 	epoch     uint64  // raised by every requeue: items held before it are dropped
 	unsettled int     // batches handed to the committer whose result has not come back (requeued ones too)
 	maxTag    uint64  // highest delivery tag held and not yet settled
+	settled   uint64  // highest tag acknowledged or requeued
 	held      int     // deliveries held and not yet settled
 	wg        sync.WaitGroup
 

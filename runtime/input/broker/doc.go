@@ -164,10 +164,13 @@
 //
 // Ready is nil only while a session is consuming (a pause at the bound
 // included: that is back-pressure, not a fault). Backlogged is true while
-// the consumer drains a backlog: within the last 500 ms a delivery arrived
-// with Prefetch deliveries already held, so the broker keeps the prefetch
-// window full. It is false while nothing is consumed, during a pause at the
-// bound, and once the queue is drained. cmd/ hands the consumer to the
+// the consumer drains a backlog: within the last 500 ms a worker took a
+// delivery whose tag was Prefetch past the last one settled (acknowledged
+// or requeued), so the broker keeps the prefetch window full. The window is
+// judged by tags, since what amqp091-go has buffered is not held: when
+// mapping is slower than the commits, the rest of the window waits in that
+// buffer and a backlog may read false. It is false while nothing is
+// consumed, during a pause at the bound, and once the queue is drained. cmd/ hands the consumer to the
 // sender, which holds back meanwhile. Metrics, registered on
 // Options.Registerer when it is not nil: tally_collector_consumed_total,
 // tally_collector_acked_total, tally_collector_nacked_total,

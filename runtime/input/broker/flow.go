@@ -377,7 +377,7 @@ func (s *sess) hold(d amqp.Delivery) *item {
 	s.pending[i] = it
 	s.held++
 	s.maxTag = max(s.maxTag, it.tag)
-	if s.held >= s.c.opts.Prefetch {
+	if s.windowFull() {
 		// The broker keeps the window full: it has more for us than we
 		// acknowledge (Backlogged).
 		s.c.fullAt.Store(s.c.sinceEpoch())
@@ -411,6 +411,14 @@ func (s *sess) finish(it *item) {
 	if wake {
 		s.wake()
 	}
+}
+
+// windowFull reports, under mu, whether the broker had Prefetch deliveries
+// out when the highest tag held was sent: every tag after the last one
+// settled (acknowledged or requeued) up to it, held or still in the client
+// library's buffer.
+func (s *sess) windowFull() bool {
+	return s.maxTag > s.settled && s.maxTag-s.settled >= uint64(s.c.opts.Prefetch)
 }
 
 // headRun is the length of the run of mapped deliveries with consecutive
@@ -489,7 +497,7 @@ func (s *sess) nextBatch(limit int) *batch {
 // 4 × CommitLinger after oldest, the take time of its first delivery.
 func (s *sess) linger(oldest time.Time) bool {
 	d := s.c.opts.CommitLinger
-	if d <= 0 || s.stopping || s.held >= s.c.opts.Prefetch {
+	if d <= 0 || s.stopping || s.windowFull() {
 		return false
 	}
 	now := time.Now()
@@ -586,6 +594,7 @@ func (s *sess) ack(b *batch) error {
 	}
 	s.mu.Lock()
 	s.held -= b.n
+	s.settled = b.lastTag
 	if s.held == 0 {
 		s.maxTag = 0
 	}
@@ -694,6 +703,7 @@ func (s *sess) nackHeld(extraTag uint64, extra ...int) error {
 	if tag >= s.next {
 		s.next = tag + 1
 	}
+	s.settled = max(s.settled, tag)
 	s.mu.Unlock()
 	s.inflight = nil // their results, when they come, are dropped
 	if tag == 0 {
