@@ -760,6 +760,9 @@ func (s *sess) pause() error {
 func (s *sess) shutdown() {
 	s.mu.Lock()
 	s.stopping = true
+	// No linger from here on: a worker that maps the last delivery held
+	// wakes the session again.
+	s.lingerC = nil
 	s.mu.Unlock()
 	deadline := time.NewTimer(s.c.opts.StopBudget)
 	defer deadline.Stop()
