@@ -128,9 +128,9 @@ func (c *Consumer) setReady(err error) { c.ready.Store(&readyState{err: err}) }
 const backlogWindow = 500 * time.Millisecond
 
 // Backlogged reports whether the consumer is draining a backlog: within the
-// last half second it took a delivery while Prefetch deliveries were held,
-// that is, the broker kept the prefetch window full and had more for the
-// consumer than it acknowledged. It turns false half a second after the
+// last half second a worker took a delivery Prefetch tags past the last
+// one acknowledged or requeued, that is, the broker kept the prefetch window
+// full and had more for the consumer than it acknowledged. It turns false half a second after the
 // window last ran full: when the queue is drained, while consumption is
 // paused at the outbox bound, and while disconnected. It costs one
 // atomic load and a clock reading, and is safe for concurrent use.
@@ -274,20 +274,31 @@ type sess struct {
 	tag        string
 	deliveries <-chan amqp.Delivery // nil while the consumer is cancelled
 
-	// The delivery flow (flow.go). Only the session goroutine touches
-	// these fields; mapping workers and the committer talk to it through
-	// jobs/kick and commitReq/commitDone.
-	jobs       chan *item
-	kick       chan struct{} // a worker finished an item (cap 1, never blocks)
+	// The delivery flow (flow.go). Workers take deliveries from src and
+	// hold them; mu guards what they share with the session goroutine:
+	// pending to held below, lastTake (workers write it), and lingerC and
+	// stopping (the session goroutine writes them; it reads them without
+	// the lock). The rest only the session goroutine touches; the
+	// committer and the settler talk to it through commitReq and
+	// commitDone.
+	src        atomic.Pointer[source]
+	quit       chan struct{} // closed when the workers are to end
+	kick       chan struct{} // a commit group is ready, or the channel closed (cap 1, never blocks)
 	commitReq  chan *batch
 	commitWait chan commitWait   // committer to settler: batches handed to the outbox, in order
 	commitDone chan commitResult // settler to session: each batch durable or failed, in order
-	pending    []*item           // taken, not yet handed to the committer, in tag order
 	inflight   []*batch          // handed to the committer and not settled, in tag order (at most CommitPipeline)
-	unsettled  int               // batches handed to the committer whose result has not come back (requeued ones too)
-	maxTag     uint64            // highest delivery tag taken and not yet settled
-	held       int               // deliveries taken and not yet settled
-	wg         sync.WaitGroup
+
+	mu        sync.Mutex
+	pending   []*item // held, not yet handed to the committer, in tag order
+	doneN     int     // items of pending mapped
+	next      uint64  // lowest tag neither cut into a batch nor requeued
+	epoch     uint64  // raised by every requeue: items held before it are dropped
+	unsettled int     // batches handed to the committer whose result has not come back (requeued ones too)
+	maxTag    uint64  // highest delivery tag held and not yet settled
+	settled   uint64  // highest tag acknowledged or requeued
+	held      int     // deliveries held and not yet settled
+	wg        sync.WaitGroup
 
 	// The commit linger (see Options.CommitLinger).
 	lastTake time.Time   // when the last delivery was taken

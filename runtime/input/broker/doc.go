@@ -51,11 +51,24 @@
 //
 // # Map concurrently, commit in order, then ack
 //
-// The session goroutine owns the channel: it takes deliveries, appends each
-// to a FIFO of held deliveries (delivery-tag order) and hands it to one of
 // Options.Workers mapping goroutines (default GOMAXPROCS; the Processor is
-// safe for concurrent use). Workers finish out of order; the FIFO does not
-// move until its head is mapped.
+// safe for concurrent use) receive the deliveries themselves, from the
+// channel amqp091-go fills. Each worker holds what it took (appends it, under
+// the flow's lock, to a FIFO of held deliveries kept in delivery-tag order),
+// maps it and marks it mapped. The session goroutine owns the AMQP channel:
+// it does not touch a delivery on its way in, and only cuts commit groups and
+// acknowledges them. Workers finish out of order; the FIFO does not move
+// until its head is mapped. A delivery tag is one more than the channel's
+// previous one, so the head of the FIFO moves only through a run of
+// consecutive tags starting at the lowest tag not yet cut or requeued: a
+// delivery a worker has taken but not yet held is a gap, and nothing behind it
+// is cut, so no acknowledgement goes past it. The worker that maps the last
+// delivery of a run of BatchMax, or the last one held, wakes the session
+// (unless every commit slot is taken, or a short group's linger timer is
+// armed): the session wakes a few times per commit group, not per delivery.
+// (RabbitMQ numbers a channel's deliveries 1, 2, 3 and so on; a gap that
+// never filled would hold the FIFO, never acknowledge past it, until the
+// broker's consumer_timeout closed the channel and a new session began.)
 //
 // A delivery the broker marks as delivered before (the redelivered flag, or
 // x-delivery-count above 0 on a quorum queue) is handed to the pipeline as
@@ -101,6 +114,11 @@
 //     the disk, and withdraws them); their results, when they come, are
 //     dropped, and no batch is handed over until they have come;
 //   - events reach the outbox in delivery order;
+//   - a multiple ack or nack never covers a delivery that is not settled
+//     by it: acknowledgements go up to the last tag of a run of
+//     consecutive held tags; a multiple nack goes up to the highest tag
+//     held, and a delivery below it that a worker held only afterwards is
+//     dropped (the nack returned it);
 //   - every delivery tag held belongs to the session's one consuming
 //     channel, and only the session goroutine acknowledges, rejects or
 //     cancels on it. Workers and committer end with the session (a commit in
@@ -114,22 +132,25 @@
 // # Graceful stop
 //
 // When Run's context ends the session first cancels its consumer
-// (basic.cancel), so the broker sends nothing more, and takes what the
-// client library had already received. It then finishes what it holds, in
+// (basic.cancel), so the broker sends nothing more; the workers take what the
+// client library had already received, until it closes the channel. The
+// session then finishes what it holds, in
 // order: the commit in flight is awaited and acknowledged, the rest is
 // mapped, committed and acknowledged. What cannot be finished within 10 s is
 // requeued. Only then does the connection close.
 //
 // # Back-pressure
 //
-// Append answering outbox.ErrFull (the BUFFER_MAX_EVENTS bound): the consumer
-// is cancelled, every delivery held (the failed batch, the deliveries behind
+// Append answering outbox.ErrFull (the BUFFER_MAX_EVENTS bound): the workers
+// are sent off the channel (the session waits until none is between taking a
+// delivery and holding it), the consumer is cancelled, every delivery held (the failed batch, the deliveries behind
 // it, mapped or not, and what the client library had buffered) is returned
 // with one basic.nack multiple=true requeue=true, and consumption resumes
 // after PauseMin, doubling to PauseMax while the bound persists. Nothing
 // stays unacknowledged during a pause. Any other Append error
-// (outbox.ErrRefused: a full disk, an I/O error) requeues everything held the
-// same way and takes no delivery for RefusedRetry (1 s), so the broker sees
+// (outbox.ErrRefused: a full disk, an I/O error) sends the workers off the
+// channel, requeues everything held the same way and takes no delivery for
+// RefusedRetry (1 s), so the broker sees
 // at most one nack per second. Mappings still running when their delivery is
 // requeued finish and are dropped. On RabbitMQ 4 every return counts as a
 // delivery of a quorum queue's message, a nack as much as a channel or
@@ -143,10 +164,13 @@
 //
 // Ready is nil only while a session is consuming (a pause at the bound
 // included: that is back-pressure, not a fault). Backlogged is true while
-// the consumer drains a backlog: within the last 500 ms a delivery arrived
-// with Prefetch deliveries already held, so the broker keeps the prefetch
-// window full. It is false while nothing is consumed, during a pause at the
-// bound, and once the queue is drained. cmd/ hands the consumer to the
+// the consumer drains a backlog: within the last 500 ms a worker took a
+// delivery whose tag was Prefetch past the last one settled (acknowledged
+// or requeued), so the broker keeps the prefetch window full. The window is
+// judged by tags, since what amqp091-go has buffered is not held: when
+// mapping is slower than the commits, the rest of the window waits in that
+// buffer and a backlog may read false. It is false while nothing is
+// consumed, during a pause at the bound, and once the queue is drained. cmd/ hands the consumer to the
 // sender, which holds back meanwhile. Metrics, registered on
 // Options.Registerer when it is not nil: tally_collector_consumed_total,
 // tally_collector_acked_total, tally_collector_nacked_total,
@@ -213,8 +237,11 @@
 //
 // New and Dump may be called from any goroutine. Run may be called once per
 // Consumer; Ready and Backlogged are safe for concurrent use with it. While
-// a connection lasts, one goroutine alone touches its AMQP channel and the
-// FIFO; workers publish a result by setting the item's done flag (an
-// atomic) after writing it, and the committer receives and answers batches
-// over channels.
+// a connection lasts, one goroutine alone acknowledges, rejects and cancels
+// on its AMQP channel; the workers receive from its delivery channel, which
+// the session publishes to them (an atomic pointer, with a channel closed to
+// send them off it). The FIFO and its counts are shared under one mutex:
+// workers hold deliveries and set an item's done flag after writing its
+// result, the session cuts and settles. The committer and the settler
+// receive and answer batches over channels.
 package broker

@@ -41,7 +41,8 @@ import (
 // consumer's), and, with TALLY_BENCH_TRACE=1, goroutine switches and blocking
 // waits per delivery from an execution trace of the consumer's drain
 // (handoffs_test.go reads `go tool trace -d=parsed`), the waits listed by
-// the goroutine that waited and its reason. TALLY_BENCH_ONLY=bare or
+// the goroutine that waited and its reason, and the same for the bare
+// drain (amqp091-go's own waits, which the collector cannot avoid). TALLY_BENCH_ONLY=bare or
 // TALLY_BENCH_ONLY=consumer runs one of the two drains, for counting
 // instructions with callgrind (docs/performance.md, "Instructions per stage").
 func BenchmarkDrain(b *testing.B) {
@@ -119,7 +120,14 @@ func benchDrain(b *testing.B, proc input.Processor) {
 	only := os.Getenv("TALLY_BENCH_ONLY")
 	if only != "consumer" {
 		fill(b, v, body, n)
+		tr := startTrace(b)
 		bare, bareAllocs = bareDrainRate(b, v, n, prefetch)
+		tr.stop()
+		if tr.path != "" {
+			h := readHandoffs(b, tr.path)
+			fmt.Print("bare consumer: ", h.report(float64(n)))
+			b.ReportMetric(float64(h.waits())/float64(n), "bare_waits/delivery")
+		}
 	}
 	if only == "bare" {
 		fmt.Printf("\nbare drain of %d notifications, PREFETCH=%d: %.0f msg/s, %.1f heap allocations per delivery\n", n, prefetch, bare, bareAllocs)

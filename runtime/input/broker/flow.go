@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,9 +17,9 @@ import (
 )
 
 // item is one delivery on its way from the channel to its acknowledgement.
-// The session goroutine fills the delivery fields before handing it to a
-// worker; the worker writes res and letter and then sets done. The session
-// goroutine reads res and letter only after it has seen done.
+// The worker that received it fills it, holds it (sess.hold), maps it, writes
+// res and letter and then sets done under the flow's lock. The session
+// goroutine reads res and letter only after it has seen done, under that lock.
 type item struct {
 	tag         uint64
 	body        []byte
@@ -29,8 +30,63 @@ type item struct {
 
 	res    pipeline.Result
 	letter *outbox.DeadLetter
-	done   atomic.Bool
+	done   bool   // under sess.mu
+	epoch  uint64 // sess.epoch when held: a requeue since drops it
 	taken  time.Time
+}
+
+// source is the delivery channel the workers receive from, as the session
+// last published it (sess.src); d is nil while nothing is to be taken (a
+// wait after a refused commit, a pause). The session retires a source by
+// publishing the next one and closing off, and then waits for left: closed
+// once no worker is between entering the source and holding what it took
+// from it, so after retire every delivery taken from d is held, or dropped
+// as requeued.
+type source struct {
+	d      <-chan amqp.Delivery
+	off    chan struct{}
+	left   chan struct{}
+	state  atomic.Int64 // workers inside, plus retiredBit once retired
+	ended  atomic.Bool  // a worker found d closed
+	retire sync.Once
+}
+
+const retiredBit = int64(1) << 62
+
+func newSource(d <-chan amqp.Delivery) *source {
+	return &source{d: d, off: make(chan struct{}), left: make(chan struct{})}
+}
+
+// enter counts a worker in, unless the source is retired.
+func (src *source) enter() bool {
+	for {
+		v := src.state.Load()
+		if v&retiredBit != 0 {
+			return false
+		}
+		if src.state.CompareAndSwap(v, v+1) {
+			return true
+		}
+	}
+}
+
+// leave counts a worker out; the last one out of a retired source closes left.
+func (src *source) leave() {
+	if src.state.Add(-1) == retiredBit {
+		close(src.left)
+	}
+}
+
+// retireAndWait sends the workers off the source and waits until none is inside.
+func (src *source) retireAndWait() {
+	src.retire.Do(func() {
+		v := src.state.Or(retiredBit)
+		close(src.off)
+		if v == 0 {
+			close(src.left)
+		}
+	})
+	<-src.left
 }
 
 // batch is what one commit writes: the events and dead letters of a run of
@@ -77,8 +133,10 @@ type commitResult struct {
 // the session.
 func (s *sess) startFlow() {
 	depth := s.commitDepth()
-	s.jobs = make(chan *item, s.c.opts.Prefetch)
+	s.quit = make(chan struct{})
 	s.kick = make(chan struct{}, 1)
+	s.next = 1 // a channel's first delivery tag
+	s.src.Store(newSource(s.deliveries))
 	s.commitReq = make(chan *batch, depth)
 	s.commitWait = make(chan commitWait, depth)
 	s.commitDone = make(chan commitResult, depth)
@@ -104,29 +162,62 @@ func (s *sess) commitDepth() int {
 // the session returns, so two sessions never commit at once. Their results
 // are dropped: what they committed and did not acknowledge is redelivered.
 func (s *sess) stopFlow() {
-	close(s.jobs)
+	close(s.quit)
 	close(s.commitReq)
 	for range s.commitDone {
 	}
 	s.wg.Wait()
 }
 
-// worker maps items. Mapping gets a context that the end of the session does
-// not cancel: an interrupted call would read as a mapper failure. The runtime
-// bounds each call.
+// worker takes deliveries from the channel the client library fills, holds
+// each (hold), maps it and marks it done (finish), waking the session only
+// when a commit group is ready. Mapping gets a context that the end of the
+// session does not cancel: an interrupted call would read as a mapper
+// failure. The runtime bounds each call.
 func (s *sess) worker() {
 	defer s.wg.Done()
 	// Never cancelled: a delivery taken is mapped. context.Background, not
 	// a WithoutCancel wrapper: the sandbox looks up values in the context
 	// on every call, and a wrapper's lookup allocates.
 	ctx := context.Background()
-	for it := range s.jobs {
-		s.mapItem(ctx, it)
-		it.done.Store(true)
-		select {
-		case s.kick <- struct{}{}:
-		default:
+	for {
+		src := s.src.Load()
+		if !src.enter() {
+			continue // retired: its successor is published already
 		}
+		select {
+		case d, ok := <-src.d:
+			if !ok {
+				src.ended.Store(true)
+				src.leave()
+				s.wake()
+				select {
+				case <-src.off:
+				case <-s.quit:
+					return
+				}
+				continue
+			}
+			it := s.hold(d)
+			src.leave()
+			if it != nil {
+				s.mapItem(ctx, it)
+				s.finish(it)
+			}
+		case <-src.off:
+			src.leave()
+		case <-s.quit:
+			src.leave()
+			return
+		}
+	}
+}
+
+// wake wakes the session goroutine; it never blocks.
+func (s *sess) wake() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -207,10 +298,6 @@ func (s *sess) loop(ctx context.Context) error {
 		}
 	}()
 	for {
-		var dch <-chan amqp.Delivery
-		if s.refuseC == nil {
-			dch = s.deliveries
-		}
 		select {
 		case <-ctx.Done():
 			s.shutdown()
@@ -221,20 +308,15 @@ func (s *sess) loop(ctx context.Context) error {
 			return fmt.Errorf("%w: channel closed: %v", errSessionLost, e)
 		case b := <-s.blocked:
 			s.noteBlocked(b)
-		case d, ok := <-dch:
-			if !ok {
+		case <-s.kick:
+			// a commit group is ready, or the consumer ended; dispatch below
+			if s.src.Load().ended.Load() {
 				return fmt.Errorf("%w: the broker cancelled the consumer", errSessionLost)
 			}
-			s.take(d)
-			// Take what else the client library has received, so that the
-			// commit below is not cut short of deliveries already here.
-			if err := s.takeWaiting(dch); err != nil {
-				return err
-			}
-		case <-s.kick:
-			// mapping progressed; dispatch below
 		case <-s.lingerC:
+			s.mu.Lock()
 			s.lingerC = nil // a short batch waited long enough; dispatch below
+			s.mu.Unlock()
 		case r := <-s.commitDone:
 			if err := s.committed(r); err != nil {
 				return err
@@ -246,11 +328,13 @@ func (s *sess) loop(ctx context.Context) error {
 			}
 		case <-s.refuseC:
 			s.refuseC = nil
+			s.setSource(s.deliveries)
 		case <-s.resumeC:
 			s.resumeC = nil
 			if err := s.consume(); err != nil {
 				return err
 			}
+			s.setSource(s.deliveries)
 			s.c.m.paused.Set(0)
 			s.log.Info().Msg("resuming consumption")
 		}
@@ -260,49 +344,100 @@ func (s *sess) loop(ctx context.Context) error {
 	}
 }
 
-// take holds one delivery and hands it to the mapping workers.
-func (s *sess) take(d amqp.Delivery) {
-	s.c.m.consumed.Inc()
-	s.lastTake = time.Now()
+// setSource publishes the channel the workers take deliveries from (nil:
+// none) and waits until no worker is still taking from the one before.
+func (s *sess) setSource(d <-chan amqp.Delivery) {
+	old := s.src.Swap(newSource(d))
+	old.retireAndWait()
+}
+
+// hold records a delivery a worker took, in delivery-tag order. A delivery
+// whose tag is below next was requeued already (a multiple nack covered it
+// while the worker was taking it) and is dropped: nil.
+func (s *sess) hold(d amqp.Delivery) *item {
 	it := &item{tag: d.DeliveryTag, body: d.Body, exchange: d.Exchange, routingKey: d.RoutingKey,
-		compression: compressionOf(d.Headers), first: firstDelivery(d), taken: s.lastTake}
-	s.pending = append(s.pending, it)
+		compression: compressionOf(d.Headers), first: firstDelivery(d)}
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if it.tag < s.next {
+		return nil
+	}
+	s.c.m.consumed.Inc()
+	s.lastTake = now
+	it.taken = now
+	it.epoch = s.epoch
+	// Workers hold in nearly the order they took: insert from the end.
+	i := len(s.pending)
+	for i > 0 && s.pending[i-1].tag > it.tag {
+		i--
+	}
+	s.pending = append(s.pending, nil)
+	copy(s.pending[i+1:], s.pending[i:])
+	s.pending[i] = it
 	s.held++
-	s.maxTag = max(s.maxTag, d.DeliveryTag)
-	if s.held >= s.c.opts.Prefetch {
+	s.maxTag = max(s.maxTag, it.tag)
+	if s.windowFull() {
 		// The broker keeps the window full: it has more for us than we
 		// acknowledge (Backlogged).
 		s.c.fullAt.Store(s.c.sinceEpoch())
 	}
-	// Never blocks for long: the workers do not wait on this goroutine.
-	s.jobs <- it
+	return it
 }
 
-// takeWaiting takes the deliveries that are ready to be received without
-// waiting (at most Prefetch).
-func (s *sess) takeWaiting(dch <-chan amqp.Delivery) error {
-	for range s.c.opts.Prefetch {
-		select {
-		case d, ok := <-dch:
-			if !ok {
-				return fmt.Errorf("%w: the broker cancelled the consumer", errSessionLost)
-			}
-			s.take(d)
-		default:
-			return nil
+// finish marks a mapped item done and wakes the session when a commit group
+// can be cut: BatchMax mapped deliveries at the head, or everything held
+// mapped and no linger timer armed (the session decides whether the short
+// run waits). Nothing is woken while every commit slot is taken: the
+// session dispatches when a commit settles.
+func (s *sess) finish(it *item) {
+	s.mu.Lock()
+	if it.epoch != s.epoch {
+		s.mu.Unlock()
+		return // requeued while it was mapped
+	}
+	it.done = true
+	s.doneN++
+	wake := false
+	if s.unsettled < s.commitDepth() {
+		switch {
+		case s.doneN == len(s.pending):
+			wake = s.lingerC == nil
+		case s.doneN >= s.c.opts.BatchMax:
+			wake = s.headRun(s.c.opts.BatchMax) >= s.c.opts.BatchMax
 		}
 	}
-	return nil
+	s.mu.Unlock()
+	if wake {
+		s.wake()
+	}
+}
+
+// windowFull reports, under mu, whether the broker had Prefetch deliveries
+// out when the highest tag held was sent: every tag after the last one
+// settled (acknowledged or requeued) up to it, held or still in the client
+// library's buffer.
+func (s *sess) windowFull() bool {
+	return s.maxTag > s.settled && s.maxTag-s.settled >= uint64(s.c.opts.Prefetch)
+}
+
+// headRun is the length of the run of mapped deliveries with consecutive
+// tags from next at the head of pending, at most limit. A delivery tag is
+// one more than the channel's previous one, so a gap is a delivery a worker
+// took and has not held yet.
+func (s *sess) headRun(limit int) int {
+	r := 0
+	for r < len(s.pending) && r < limit && s.pending[r].done && s.pending[r].tag == s.next+uint64(r) {
+		r++
+	}
+	return r
 }
 
 // nextBatch takes the longest mapped prefix of pending, at most BatchMax
 // deliveries. Delivery order is kept: an item mapped early waits for the
 // items before it.
 func (s *sess) nextBatch(limit int) *batch {
-	r := 0
-	for r < len(s.pending) && r < limit && s.pending[r].done.Load() {
-		r++
-	}
+	r := s.headRun(limit)
 	// A shorter run waits for the deliveries behind it to be mapped, unless
 	// it is all that is held: every fsync costs, so a commit carries BatchMax
 	// deliveries while traffic keeps the prefetch window full, and whatever
@@ -344,6 +479,8 @@ func (s *sess) nextBatch(limit int) *batch {
 		n++
 	}
 	if n > 0 {
+		s.next = b.lastTag + 1
+		s.doneN -= n
 		clear(s.pending[:n])
 		s.pending = s.pending[n:]
 		if len(s.pending) == 0 {
@@ -360,7 +497,7 @@ func (s *sess) nextBatch(limit int) *batch {
 // 4 × CommitLinger after oldest, the take time of its first delivery.
 func (s *sess) linger(oldest time.Time) bool {
 	d := s.c.opts.CommitLinger
-	if d <= 0 || s.stopping || s.held >= s.c.opts.Prefetch {
+	if d <= 0 || s.stopping || s.windowFull() {
 		return false
 	}
 	now := time.Now()
@@ -383,20 +520,26 @@ func (s *sess) linger(oldest time.Time) bool {
 // are committing and the head of pending holds BatchMax mapped deliveries,
 // or every delivery held is mapped (nothing else has arrived), that run is
 // committed while the deliveries behind it go on being received and mapped
-// (and, pipelined, while the batch before it syncs). It is called after
-// takeWaiting, so "nothing else has arrived" holds at that moment. A run
-// of skipped deliveries only commits their count in the ledger.
+// (and, pipelined, while the batch before it syncs). Every delivery held
+// mapped means the workers wait for the next one: nothing else has arrived.
+// A run of skipped deliveries only commits their count in the ledger.
 func (s *sess) dispatch() error {
-	for s.unsettled < s.commitDepth() {
-		b := s.nextBatch(s.c.opts.BatchMax)
-		if b == nil {
+	for {
+		s.mu.Lock()
+		if s.unsettled >= s.commitDepth() {
+			s.mu.Unlock()
 			return nil
 		}
-		s.inflight = append(s.inflight, b)
+		b := s.nextBatch(s.c.opts.BatchMax)
+		if b == nil {
+			s.mu.Unlock()
+			return nil
+		}
 		s.unsettled++
+		s.mu.Unlock()
+		s.inflight = append(s.inflight, b)
 		s.commitReq <- b // never blocks: at most commitDepth batches are unsettled
 	}
-	return nil
 }
 
 // committed settles the oldest batch in flight once its commit answered:
@@ -405,7 +548,9 @@ func (s *sess) dispatch() error {
 // fails them too). A result for a batch no longer in flight (requeued with
 // an earlier failure) is dropped.
 func (s *sess) committed(r commitResult) error {
+	s.mu.Lock()
 	s.unsettled--
+	s.mu.Unlock()
 	if len(s.inflight) == 0 || s.inflight[0] != r.b {
 		return nil
 	}
@@ -421,10 +566,12 @@ func (s *sess) committed(r commitResult) error {
 	if errors.Is(err, outbox.ErrFull) {
 		return s.pause()
 	}
-	// Refused (disk full, I/O error) or anything else: requeue and wait.
-	s.log.Error().Err(err).Int("deliveries", s.held).Dur("retry_in", s.c.opts.RefusedRetry).
+	// Refused (disk full, I/O error) or anything else: take nothing more,
+	// requeue and wait.
+	s.setSource(nil)
+	s.log.Error().Err(err).Int("deliveries", s.heldNow()).Dur("retry_in", s.c.opts.RefusedRetry).
 		Msg("outbox refused the batch; requeued")
-	if err := s.nackHeld(s.held); err != nil {
+	if err := s.nackHeld(0); err != nil {
 		return err
 	}
 	s.refuseC = time.After(s.c.opts.RefusedRetry)
@@ -445,10 +592,13 @@ func (s *sess) ack(b *batch) error {
 	if len(b.tapped) > 0 {
 		s.c.opts.Tap.Committed(b.tapped)
 	}
+	s.mu.Lock()
 	s.held -= b.n
+	s.settled = b.lastTag
 	if s.held == 0 {
 		s.maxTag = 0
 	}
+	s.mu.Unlock()
 	s.c.m.acked.Add(float64(b.n))
 	s.pauseBo.Reset()
 	return nil
@@ -527,15 +677,35 @@ func (s *sess) begin(b *batch) (wait func() error, settled <-chan struct{}) {
 	}, p.Done()
 }
 
-// nackHeld returns every delivery held (up to maxTag, n of them) to the queue
-// with one multiple nack and forgets them. Items still being mapped finish
-// and are dropped.
-func (s *sess) nackHeld(n int) error {
-	tag := s.maxTag
+// heldNow is the number of deliveries held.
+func (s *sess) heldNow() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.held
+}
+
+// nackHeld returns every delivery held, and extra more the session took
+// itself up to tag extraTag, to the queue with one multiple nack and forgets
+// them. Items still being mapped finish and are dropped, and so is a
+// delivery a worker took below the tag and holds later.
+func (s *sess) nackHeld(extraTag uint64, extra ...int) error {
+	s.mu.Lock()
+	tag := max(s.maxTag, extraTag)
+	n := s.held
+	for _, e := range extra {
+		n += e
+	}
 	s.pending = nil
-	s.inflight = nil // their results, when they come, are dropped
+	s.doneN = 0
+	s.epoch++
 	s.held = 0
 	s.maxTag = 0
+	if tag >= s.next {
+		s.next = tag + 1
+	}
+	s.settled = max(s.settled, tag)
+	s.mu.Unlock()
+	s.inflight = nil // their results, when they come, are dropped
 	if tag == 0 {
 		return nil
 	}
@@ -547,24 +717,28 @@ func (s *sess) nackHeld(n int) error {
 	return nil
 }
 
-// pause stops taking deliveries at the outbox bound: the consumer is
-// cancelled, every delivery held (mapped, being mapped, or still in the
-// client's buffer) is requeued with one nack, and consumption resumes after
-// a pause that doubles while the bound persists. Nothing stays
-// unacknowledged during a pause, so consumer_timeout cannot fire.
+// pause stops taking deliveries at the outbox bound: the workers are sent
+// off the channel, the consumer is cancelled, every delivery held (mapped,
+// being mapped, or still in the client's buffer) is requeued with one nack,
+// and consumption resumes after a pause that doubles while the bound
+// persists. Nothing stays unacknowledged during a pause, so consumer_timeout
+// cannot fire.
 func (s *sess) pause() error {
-	n := s.held
+	var extraTag uint64
+	extra := 0
 	if s.deliveries != nil {
+		s.setSource(nil)
 		if err := s.ch.Cancel(s.tag, false); err != nil {
 			return fmt.Errorf("%w: cancel: %w", errSessionLost, err)
 		}
 		for d := range s.deliveries {
-			s.maxTag = max(s.maxTag, d.DeliveryTag)
-			n++
+			extraTag = max(extraTag, d.DeliveryTag)
+			extra++
 		}
 		s.deliveries = nil
 	}
-	if err := s.nackHeld(n); err != nil {
+	n := s.heldNow() + extra
+	if err := s.nackHeld(extraTag, extra); err != nil {
 		return err
 	}
 	d := s.pauseBo.Next()
@@ -577,37 +751,53 @@ func (s *sess) pause() error {
 
 // shutdown is the graceful stop: basic.cancel first, so the broker sends
 // nothing more; then the deliveries already received are finished, in order:
-// the commit in flight is awaited and acknowledged, everything else held is
-// mapped, committed and acknowledged. Whatever cannot be finished within
+// the workers take what the client library still holds, the commit in
+// flight is awaited and acknowledged, everything else held is mapped,
+// committed and acknowledged. Whatever cannot be finished within
 // Options.StopBudget is requeued (or returned by the closing connection);
 // a basic.cancel the broker does not answer ends when the session's guard
 // closes the socket.
 func (s *sess) shutdown() {
+	s.mu.Lock()
 	s.stopping = true
+	// No linger from here on: a worker that maps the last delivery held
+	// wakes the session again.
+	s.lingerC = nil
+	s.mu.Unlock()
 	deadline := time.NewTimer(s.c.opts.StopBudget)
 	defer deadline.Stop()
+	draining := false
 	if s.deliveries != nil {
 		if err := s.ch.Cancel(s.tag, false); err != nil {
 			return // the connection is gone; the broker requeues what is held
 		}
-		for d := range s.deliveries {
-			s.take(d)
+		// Paused after a refused commit: the workers are off the channel.
+		if s.src.Load().d == nil {
+			s.setSource(s.deliveries)
 		}
-		s.deliveries = nil
+		draining = true
 	}
-	for s.held > 0 {
+	for {
+		if draining && s.src.Load().ended.Load() {
+			// The client library closed the channel: everything it received
+			// is taken; wait until it is held.
+			s.setSource(nil)
+			s.deliveries = nil
+			draining = false
+		}
 		if err := s.dispatch(); err != nil {
 			return
 		}
-		if s.held == 0 {
+		if !draining && s.heldNow() == 0 {
 			return
 		}
 		select {
 		case <-s.kick:
 		case r := <-s.commitDone:
 			if r.err != nil && len(s.inflight) > 0 && s.inflight[0] == r.b {
-				s.log.Warn().Err(r.err).Int("deliveries", s.held).Msg("commit failed while stopping; requeued")
-				_ = s.nackHeld(s.held)
+				s.log.Warn().Err(r.err).Int("deliveries", s.heldNow()).Msg("commit failed while stopping; requeued")
+				s.setSource(nil)
+				_ = s.nackHeld(0)
 				return
 			}
 			if err := s.committed(r); err != nil {
@@ -623,9 +813,10 @@ func (s *sess) shutdown() {
 			if len(s.inflight) > 0 {
 				// The commit may still land; the deliveries are requeued and
 				// come back as duplicates at worst.
-				s.log.Warn().Int("deliveries", s.held).Msg("stop budget spent with a commit in flight; requeued")
+				s.log.Warn().Int("deliveries", s.heldNow()).Msg("stop budget spent with a commit in flight; requeued")
 			}
-			_ = s.nackHeld(s.held)
+			s.setSource(nil)
+			_ = s.nackHeld(0)
 			return
 		}
 	}

@@ -10,9 +10,79 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
+
+// TestHandoffsPerDelivery drains a queue with an execution trace running and
+// counts the waits of the consumer's own goroutines: the session wakes once
+// or a few times per commit group (to cut it, to acknowledge it, when a
+// short group's linger ends), not for each delivery, and a worker waits at
+// most once for each delivery it takes from the client library. The bounds
+// are counts, whatever the machine's load: before the workers took
+// deliveries themselves, the session woke about once per delivery.
+func TestHandoffsPerDelivery(t *testing.T) {
+	const n, prefetch = 3000, 100
+	v := newVhost(t)
+	v.DeclareExchanges(t, false, "nova")
+	ch, err := v.Conn(t).Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(DefaultQueue, true, false, false, false, queueArgs(QueueClassic)); err != nil {
+		t.Fatal(err)
+	}
+	fill(t, v, readTestdata(t, "wire/v2_nova_001.body"), n)
+	opts := testOptions(v, &testkit.SyncBuffer{}, "nova")
+	opts.Prefetch = prefetch
+	c, err := New(newTestProcessor(t), openOutbox(t, t.TempDir(), 1<<40), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startConsumer(t, c)
+	acked := func() float64 { return testutil.ToFloat64(c.m.acked) }
+	testkit.WaitFor(t, time.Minute, "first acknowledgement", func() bool { return acked() > 0 })
+	acked0 := acked()
+	path := filepath.Join(t.TempDir(), "drain.trace")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := trace.Start(f); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(trace.Stop) // when the drain fails; stopping twice is harmless
+	testkit.WaitFor(t, 5*time.Minute, "queue drained", func() bool { return acked() >= n })
+	trace.Stop()
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r.stop()
+	measured := float64(n) - acked0
+	if measured < n/2 {
+		t.Fatalf("only %.0f deliveries in the trace", measured)
+	}
+	h := readHandoffs(t, path)
+	t.Log(h.report(measured))
+
+	// startConsumer runs Run, and with it the session's loop, on a
+	// goroutine of its own.
+	session := h.waitsOf("broker.startConsumer.func1")
+	workers := h.waitsOf("broker.(*sess).worker")
+	own := session + workers + h.waitsOf("broker.(*sess).committer") + h.waitsOf("broker.(*sess).settler")
+	if per := float64(session) / measured; per > 0.25 {
+		t.Errorf("the session waited %.2f times per delivery, want at most 0.25 (a few per commit group)", per)
+	}
+	if per := float64(workers) / measured; per > 1.1 {
+		t.Errorf("the workers waited %.2f times per delivery, want at most 1.1 (one per delivery taken)", per)
+	}
+	if per := float64(own) / measured; per > 1.3 {
+		t.Errorf("the consumer's goroutines waited %.2f times per delivery, want at most 1.3", per)
+	}
+}
 
 // benchTrace is an execution trace of part of a benchmark, taken when
 // TALLY_BENCH_TRACE=1.
@@ -62,6 +132,17 @@ func (h handoffs) waits() int {
 	return n
 }
 
+// waitsOf counts the waits of the goroutines started with entry.
+func (h handoffs) waitsOf(entry string) int {
+	n := 0
+	for k, c := range h.byWaiter {
+		if who, _, _ := strings.Cut(k, "|"); who == entry {
+			n += c
+		}
+	}
+	return n
+}
+
 func (h handoffs) report(deliveries float64) string {
 	var sb strings.Builder
 	per := func(c int) float64 { return float64(c) / deliveries }
@@ -88,7 +169,7 @@ func (h handoffs) report(deliveries float64) string {
 // follows a goroutine's own transition to Waiting ("Stack=", one function
 // line and one file line per frame, outermost last) names where it waited
 // and, in its last frame, the function the goroutine was started with.
-func readHandoffs(b *testing.B, path string) handoffs {
+func readHandoffs(b testing.TB, path string) handoffs {
 	b.Helper()
 	cmd := exec.Command(testkit.GoBin(b), "tool", "trace", "-d=parsed", path)
 	out, err := cmd.StdoutPipe()

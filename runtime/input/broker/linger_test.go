@@ -85,3 +85,33 @@ func TestCommitLingerLoneDelivery(t *testing.T) {
 		t.Fatalf("depth %d", box.Depth())
 	}
 }
+
+// A graceful stop does not wait for a linger armed before it: the delivery
+// lingering is committed and acknowledged at once, long before the linger
+// or the stop budget would have run out.
+func TestStopCommitsALingeringDelivery(t *testing.T) {
+	v, _ := classicQueueVhost(t)
+	box := openOutbox(t, t.TempDir(), 1<<20)
+	opts := testOptions(v, &testkit.SyncBuffer{}, "nova")
+	opts.CommitLinger = 20 * time.Second
+	opts.StopBudget = 10 * time.Second
+	c, err := New(newTestProcessor(t), box, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startConsumer(t, c)
+	testkit.WaitFor(t, 20*time.Second, "consuming", func() bool { return c.Ready() == nil })
+	v.Publish(t, "", DefaultQueue, note(t, "lingering-1", "compute.instance.exists"))
+	testkit.WaitFor(t, 20*time.Second, "taken", func() bool { return testutil.ToFloat64(c.m.consumed) == 1 })
+	start := time.Now()
+	r.stop()
+	if acked := testutil.ToFloat64(c.m.acked); acked != 1 {
+		t.Fatalf("%v acknowledged at the stop, want 1", acked)
+	}
+	if box.Depth() != 1 {
+		t.Fatalf("depth %d", box.Depth())
+	}
+	if took := time.Since(start); took >= opts.StopBudget {
+		t.Fatalf("the stop took %v: it waited for the linger", took)
+	}
+}
