@@ -30,8 +30,15 @@ func TestBuildStageInstallsWhatMakeBuildRuns(t *testing.T) {
 	if err != nil {
 		t.Fatalf("make: %v", err)
 	}
-	cmd := exec.Command(make, "-n", "-B", "build")
+	cmd := exec.Command(make, "--no-print-directory", "-n", "-B", "build")
 	cmd.Dir = "../.."
+	// Under make test this runs inside another make: without its variables,
+	// make prints only the commands, as it would in the build stage.
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); k != "MAKEFLAGS" && k != "MAKELEVEL" && k != "MFLAGS" {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("make -n -B build: %v\n%s", err, out)
