@@ -42,7 +42,7 @@ type Store interface {
 }
 
 // EventsRoute is the route of the Reporting API the sender posts to, added
-// to REPORTING_URL (../shared/CONTRACT.md).
+// to REPORTING_URL (docs/reporting-api.md, "Ingestion").
 const EventsRoute = "/api/v1/events"
 
 // Defaults applied by New to zero-valued Options fields.
@@ -224,40 +224,58 @@ func setDefault[T int | time.Duration](p *T, def T) {
 	}
 }
 
+// CheckURL is the one check of a Reporting API base URL, for the settings
+// (at start, exit 2) and for New: absolute with a host, https (http only
+// when insecure), no credentials, query or fragment, and not already ending
+// in EventsRoute. envPrefix is how the caller's settings are named
+// ("TALLY_OSC_" for the daemon's environment), so that a problem names the
+// setting to change. Errors quote the URL with any password hidden, and
+// leave out the parser's message, which may quote a piece of it.
+func CheckURL(raw string, insecure bool, envPrefix string) error {
+	_, err := parseBaseURL(raw, insecure, envPrefix)
+	return err
+}
+
 func endpointURL(raw string, insecure bool) (string, error) {
-	if strings.TrimSpace(raw) == "" {
-		return "", fmt.Errorf("%w: REPORTING_URL is empty", ErrInvalidURL)
+	u, err := parseBaseURL(raw, insecure, "")
+	if err != nil {
+		return "", err
 	}
-	// Errors quote the URL with any password hidden, and leave out the
-	// parser's message, which may quote a piece of it.
+	u.Path = strings.TrimRight(u.Path, "/") + EventsRoute
+	u.RawPath = ""
+	return u.String(), nil
+}
+
+func parseBaseURL(raw string, insecure bool, envPrefix string) (*url.URL, error) {
+	if strings.TrimSpace(raw) == "" {
+		return nil, fmt.Errorf("%w: %sREPORTING_URL is empty", ErrInvalidURL, envPrefix)
+	}
 	shown := redact.URL(raw)
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "", fmt.Errorf("%w: %q does not parse as a URL", ErrInvalidURL, shown)
+		return nil, fmt.Errorf("%w: %q does not parse as a URL", ErrInvalidURL, shown)
 	}
 	switch {
 	case !u.IsAbs() || u.Host == "" || u.Hostname() == "":
-		return "", fmt.Errorf("%w: %q must be absolute with a host (https://host[:port][/path])", ErrInvalidURL, shown)
+		return nil, fmt.Errorf("%w: %q must be absolute with a host, like https://tally.example.com", ErrInvalidURL, shown)
 	case u.User != nil:
-		return "", fmt.Errorf("%w: credentials in the URL are not allowed; use REPORTING_TOKEN or REPORTING_TOKEN_FILE", ErrInvalidURL)
+		return nil, fmt.Errorf("%w: must not carry credentials: use %sREPORTING_TOKEN or %sREPORTING_TOKEN_FILE", ErrInvalidURL, envPrefix, envPrefix)
 	case u.RawQuery != "" || u.Fragment != "":
-		return "", fmt.Errorf("%w: %q must not carry a query or fragment", ErrInvalidURL, shown)
+		return nil, fmt.Errorf("%w: %q must not carry a query or fragment", ErrInvalidURL, shown)
 	case u.Scheme == "https":
 	case u.Scheme == "http" && insecure:
 	case u.Scheme == "http":
-		return "", fmt.Errorf("%w: %q is plaintext http; the token would travel in clear (set REPORTING_INSECURE=true on a trusted link)", ErrInvalidURL, shown)
+		return nil, fmt.Errorf("%w: %q must be https (the token travels with every request); set %sREPORTING_INSECURE=true to allow http on a trusted link", ErrInvalidURL, shown, envPrefix)
 	default:
-		return "", fmt.Errorf("%w: scheme %q not supported (https, or http with REPORTING_INSECURE=true)", ErrInvalidURL, u.Scheme)
+		return nil, fmt.Errorf("%w: scheme %q is not https", ErrInvalidURL, u.Scheme)
 	}
-	base := strings.TrimRight(u.Path, "/")
-	if strings.HasSuffix(base, EventsRoute) {
+	if base := strings.TrimRight(u.Path, "/"); strings.HasSuffix(base, EventsRoute) {
 		fixed := *u
 		fixed.Path, fixed.RawPath = strings.TrimSuffix(base, EventsRoute), ""
-		return "", fmt.Errorf("%w: %q ends in %s, which the collector adds itself: set REPORTING_URL=%s", ErrInvalidURL, shown, EventsRoute, fixed.String())
+		return nil, fmt.Errorf("%w: %q ends in %s, which the collector adds itself (it would post to %s%s); set %sREPORTING_URL=%s",
+			ErrInvalidURL, shown, EventsRoute, base, EventsRoute, envPrefix, fixed.String())
 	}
-	u.Path = base + EventsRoute
-	u.RawPath = ""
-	return u.String(), nil
+	return u, nil
 }
 
 // Endpoint is the URL the sender posts to.

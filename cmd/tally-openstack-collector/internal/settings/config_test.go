@@ -177,6 +177,8 @@ func TestValidation(t *testing.T) {
 			wants: []string{`scheme "ftp"`}},
 		{name: "url with credentials", mode: ModeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=https://u:p@h", "TALLY_OSC_REPORTING_TOKEN=x"},
 			wants: []string{"must not carry credentials"}},
+		{name: "url with query", mode: ModeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=https://h/?k=v", "TALLY_OSC_REPORTING_TOKEN=x"},
+			wants: []string{"must not carry a query or fragment"}},
 		{name: "token missing", mode: ModeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=https://h"},
 			wants: []string{"one is required"}},
 		{name: "token and file", mode: ModeDaemon, env: []string{"TALLY_OSC_REPORTING_URL=https://h", "TALLY_OSC_REPORTING_TOKEN=x", "TALLY_OSC_REPORTING_TOKEN_FILE=" + tokenFile},

@@ -108,29 +108,11 @@ func (c *Config) mappersDirWarning() string {
 }
 
 func checkReportingURL(raw string, insecure bool) error {
-	u, err := url.Parse(raw)
+	// The sender's check, the one home of what a Reporting API URL may be;
+	// its sentinel prefix says nothing the setting's name does not.
+	err := sender.CheckURL(raw, insecure, EnvPrefix)
 	if err != nil {
-		return errors.New("not a URL")
-	}
-	if !u.IsAbs() || u.Host == "" || u.Hostname() == "" {
-		return errors.New("must be absolute with a host, like https://tally.example.com")
-	}
-	switch u.Scheme {
-	case "https":
-	case "http":
-		if !insecure {
-			return fmt.Errorf("must be https (the token travels with every request); set %sREPORTING_INSECURE=true to allow http on a trusted link", EnvPrefix)
-		}
-	default:
-		return fmt.Errorf("scheme %q is not https", u.Scheme)
-	}
-	if u.User != nil {
-		return errors.New("must not carry credentials: use REPORTING_TOKEN")
-	}
-	if base := strings.TrimRight(u.Path, "/"); strings.HasSuffix(base, sender.EventsRoute) {
-		fixed := url.URL{Scheme: u.Scheme, Host: u.Host, Path: strings.TrimSuffix(base, sender.EventsRoute)}
-		return fmt.Errorf("%q ends in %s, which the collector adds itself (it would post to %s%s); set %sREPORTING_URL=%s",
-			raw, sender.EventsRoute, base, sender.EventsRoute, EnvPrefix, fixed.String())
+		return errors.New(strings.TrimPrefix(err.Error(), sender.ErrInvalidURL.Error()+": "))
 	}
 	return nil
 }
