@@ -256,6 +256,21 @@ func badgerOptions(o Options) badger.Options {
 	return bo
 }
 
+// newOutbox is the Outbox on db that a read-write and a read-only open
+// share; each adds what only it runs.
+func newOutbox(db *badger.DB, opts Options) *Outbox {
+	return &Outbox{
+		db:       db,
+		dir:      opts.Dir,
+		opts:     opts,
+		log:      opts.Logger,
+		dropLog:  opts.Logger.Sample(&zerolog.BurstSampler{Burst: 20, Period: time.Second}),
+		spareTxn: make(chan *badger.Txn),
+		done:     make(chan struct{}),
+		rowCap:   ledger.NewCap(0),
+	}
+}
+
 // Open opens (or creates) the outbox in opts.Dir. It answers ErrLocked when
 // the directory is held by another process and ErrCorrupt when the store
 // cannot be read back.
@@ -320,18 +335,9 @@ func Open(opts Options) (*Outbox, error) {
 		releaseUmask()
 		return nil, classifyOpenError(opts.Dir, err)
 	}
-	o := &Outbox{
-		db:        db,
-		dir:       opts.Dir,
-		opts:      opts,
-		log:       opts.Logger,
-		dropLog:   opts.Logger.Sample(&zerolog.BurstSampler{Burst: 20, Period: time.Second}),
-		reclaimCh: make(chan struct{}, 1),
-		spareTxn:  make(chan *badger.Txn),
-		foldCh:    make(chan struct{}, 1),
-		done:      make(chan struct{}),
-		rowCap:    ledger.NewCap(0),
-	}
+	o := newOutbox(db, opts)
+	o.reclaimCh = make(chan struct{}, 1)
+	o.foldCh = make(chan struct{}, 1)
 	fail := func(err error) (*Outbox, error) {
 		db.Close()
 		releaseUmask()

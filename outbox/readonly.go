@@ -7,12 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
-	"github.com/rs/zerolog"
-
-	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 )
 
 // openReadOnly is Open with Options.ReadOnly: the store is read as it
@@ -34,17 +30,8 @@ func openReadOnly(opts Options) (*Outbox, error) {
 	if err != nil {
 		return nil, classifyOpenError(opts.Dir, err)
 	}
-	o := &Outbox{
-		db:       db,
-		dir:      opts.Dir,
-		opts:     opts,
-		log:      opts.Logger,
-		dropLog:  opts.Logger.Sample(&zerolog.BurstSampler{Burst: 20, Period: time.Second}),
-		spareTxn: make(chan *badger.Txn),
-		done:     make(chan struct{}),
-		rowCap:   ledger.NewCap(0),
-		wit:      &witness{}, // no file: nothing is committed here
-	}
+	o := newOutbox(db, opts)
+	o.wit = &witness{} // no file: nothing is committed here
 	fail := func(err error) (*Outbox, error) {
 		db.Close()
 		return nil, err
