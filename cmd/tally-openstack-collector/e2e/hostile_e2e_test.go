@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	goruntime "runtime"
 	"strings"
@@ -301,7 +302,105 @@ func TestEndToEndLongEventTypesAreCounted(t *testing.T) {
 	if len(table) > 64<<10 {
 		t.Errorf("the ledger's table takes %d bytes", len(table))
 	}
+	checkWithinBudget(t, e, budgetInputs{largestBody: pipeline.DefaultMaxBodyBytes})
 	if code, _ := e.c.p.stop(t, 40*time.Second); code != 0 {
 		t.Errorf("stop: exit %d", code)
 	}
+}
+
+// checkWithinBudget fails t when the collector's peak resident set is over
+// the documented budget for the modules it compiled and in.
+func checkWithinBudget(t *testing.T, e *e2e, in budgetInputs) {
+	t.Helper()
+	compiled := int(sum(e.c.metrics(t), "tally_collector_mapper_builtins_compiled"))
+	budget := residentBudget(compiled, in)
+	hwm := int64(procStatus(t, e.c.p.cmd.Process.Pid, "VmHWM")) << 10
+	t.Logf("collector peak resident set (VmHWM): %d MiB (budget %d MiB, %d modules compiled)", hwm>>20, budget>>20, compiled)
+	if hwm > budget {
+		t.Errorf("peak resident set %d MiB, over the documented budget of %d MiB", hwm>>20, budget>>20)
+	}
+}
+
+// A valid notification of just under the 1 MiB body limit whose every
+// lookup used to walk a large object again (neutron's port.create.end with
+// 1,000 ports beside 50,000 padding members of the payload) costs one
+// mapping and no restart: five of them among ordinary notifications are
+// each mapped into their 1,000 events, the collector never exits, every
+// ordinary notification arrives, the ledger balances and the peak stays
+// within the budget. Before the per-object member index, each of the five
+// took the call past its deadline and the process exited with status 70.
+func TestEndToEndBulkNotificationsCostNoRestart(t *testing.T) {
+	e := setupE2E(t)
+	const n, bulk, ports = 100, 5, 1000
+	bodies := make([]hostileBody, bulk)
+	for i := range bodies {
+		bodies[i] = hostileBody{body: bulkPorts(t, fmt.Sprintf("%s-bulk-%d", e.prefix, i), ports), exchange: "neutron"}
+	}
+	publishRaw(t, e.v, e.corpus, e.prefix, 0, n/2)
+	publishBodies(t, e.v, "", bodies)
+	publishRaw(t, e.v, e.corpus, e.prefix, n/2, n)
+	testkit.WaitUntil(t, 3*time.Minute, "the ordinary notifications and every port at the Reporting API", func() (bool, string) {
+		if !e.c.p.running() {
+			t.Fatalf("the collector exited: %v", e.c.p.err)
+		}
+		events, _ := e.api.events(t)
+		got := 0
+		for _, ev := range events {
+			if ev.EventType == "port.create.end" && strings.Contains(ev.EventID, e.prefix+"-bulk-") {
+				got++
+			}
+		}
+		return got >= bulk*ports && len(events) >= n+bulk*ports, fmt.Sprintf("%d of %d ports, %d events", got, bulk*ports, len(events))
+	})
+	if e.c.runs != 1 {
+		t.Errorf("the collector ran %d times, want once", e.c.runs)
+	}
+	e.checkQueueEmpty(t)
+	m := e.c.metrics(t)
+	if got := sum(m, "tally_collector_acked_total"); got < n+bulk {
+		t.Errorf("acked_total = %v, want at least %d", got, n+bulk)
+	}
+	if got := sum(m, "tally_collector_mapper_failures_total"); got != 0 {
+		t.Errorf("mapper_failures_total = %v, want 0", got)
+	}
+	tot := e.c.checkLedgerBalanced(t)
+	if tot.Delivered < n+bulk*ports {
+		t.Errorf("ledger totals %+v, want at least %d delivered", tot, n+bulk*ports)
+	}
+	checkWithinBudget(t, e, budgetInputs{largestBody: pipeline.DefaultMaxBodyBytes, instancesAtLimit: true})
+	if code, _ := e.c.p.stop(t, 40*time.Second); code != 0 {
+		t.Errorf("stop: exit %d", code)
+	}
+}
+
+// bulkPorts is neutron's port.create.end of id with ports ports and 50,000
+// padding members in its payload, filled up to just under the body limit
+// (the shape of mappers/neutron's bulk test).
+func bulkPorts(t *testing.T, id string, ports int) []byte {
+	t.Helper()
+	const padding = 50000
+	b := []byte(`{"message_id":"` + id + `","publisher_id":"network.ctl-01",` +
+		`"event_type":"port.create.end","priority":"INFO","timestamp":"2024-05-01 12:20:00.000000",` +
+		`"_context_project_id":"3c6f1b2a9d8e4f70b1a2c3d4e5f6a7b8","payload":{`)
+	for i := range padding {
+		b = fmt.Appendf(b, `"pad%05d":%d,`, i, i%10)
+	}
+	b = append(b, `"ports":[`...)
+	for i := range ports {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = fmt.Appendf(b, `{"id":"%s-port-%04d","name":"port-%d","status":"ACTIVE",`+
+			`"network_id":"n1n1n1n1-0000-4000-8000-000000000001","project_id":"3c6f1b2a9d8e4f70b1a2c3d4e5f6a7b8",`+
+			`"tenant_id":"3c6f1b2a9d8e4f70b1a2c3d4e5f6a7b8","device_owner":"compute:az-1","binding:vif_type":"ovs"}`, id, i, i)
+	}
+	b = append(b, `],"fill":"`...)
+	for len(b)+len(`"}}`) < pipeline.DefaultMaxBodyBytes-16 {
+		b = append(b, 'x')
+	}
+	b = append(b, `"}}`...)
+	if !json.Valid(b) {
+		t.Fatalf("bulk notification %s is not JSON", id)
+	}
+	return b
 }
