@@ -164,6 +164,15 @@ func (c *Config) nameOf(key string) string {
 	return c.name(s)
 }
 
+// namesOf names a group of settings, each as it was given.
+func (c *Config) namesOf(keys ...string) string {
+	names := make([]string, len(keys))
+	for i, k := range keys {
+		names[i] = c.nameOf(k)
+	}
+	return strings.Join(names, ", ")
+}
+
 // ConfigError lists every problem found in the settings.
 type ConfigError struct{ Problems []string }
 

@@ -194,3 +194,19 @@ func TestKeyFiles(t *testing.T) {
 		t.Errorf("KeyFiles = %v, want %v", got, want)
 	}
 }
+
+// TestTLSProblemsNameWhatTheUserTyped: a problem of a group of TLS settings
+// names each member of the group as it was given (here a flag).
+func TestTLSProblemsNameWhatTheUserTyped(t *testing.T) {
+	_, err := Load(parse(t, []string{"--reporting-ca-file", "/nonexistent/ca.pem"}), daemonEnv, ModeDaemon)
+	if err == nil {
+		t.Fatal("a missing CA file was accepted")
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "--reporting-ca-file, TALLY_OSC_REPORTING_CERT_FILE, TALLY_OSC_REPORTING_KEY_FILE: ") {
+		t.Errorf("the TLS problem does not name the flag given:\n%s", msg)
+	}
+	if strings.Contains(msg, "TALLY_OSC_REPORTING_CA_FILE") {
+		t.Errorf("a flag reported under its variable:\n%s", msg)
+	}
+}

@@ -25,7 +25,7 @@ func (c *Config) validate(m Mode) []string {
 		// The URL alone was checked by its row; here its TLS files.
 		if checkTransportURL(c.TransportURL) == nil {
 			if err := broker.CheckTLS(c.TransportURL, c.TransportTLS); err != nil {
-				add("%sTRANSPORT_CA_FILE, _CERT_FILE, _KEY_FILE, _SERVER_NAME: %v", EnvPrefix, tlsProblem(err))
+				add("%s: %v", c.namesOf("transport_ca_file", "transport_cert_file", "transport_key_file", "transport_server_name"), tlsProblem(err))
 			}
 		}
 	}
@@ -39,7 +39,7 @@ func (c *Config) validate(m Mode) []string {
 		if err := checkReportingURL(c.ReportingURL, c.ReportingInsecure); err != nil {
 			add("%sREPORTING_URL: %v", EnvPrefix, err)
 		} else if err := sender.CheckTLS(c.ReportingURL, c.ReportingTLS); err != nil {
-			add("%sREPORTING_CA_FILE, _CERT_FILE, _KEY_FILE: %v", EnvPrefix, tlsProblem(err))
+			add("%s: %v", c.namesOf("reporting_ca_file", "reporting_cert_file", "reporting_key_file"), tlsProblem(err))
 		}
 	}
 	switch {
