@@ -125,6 +125,27 @@ func UnquoteLenient(tok []byte) string {
 	return b.String()
 }
 
+// EnvelopeText finds the member "oslo.message" in a body that does not parse
+// (cut short, or broken elsewhere) and returns the content of its string,
+// itself possibly cut, decoded by UnquoteLenient. ok is false when the body
+// has no such member or its value is not a string.
+func EnvelopeText(body []byte) (text string, ok bool) {
+	key := []byte(`"oslo.message"`)
+	i := bytes.Index(body, key)
+	if i < 0 {
+		return "", false
+	}
+	j := skipSpace(body, i+len(key))
+	if j >= len(body) || body[j] != ':' {
+		return "", false
+	}
+	j = skipSpace(body, j+1)
+	if j >= len(body) || body[j] != '"' {
+		return "", false
+	}
+	return UnquoteLenient(body[j:skipString(body, j)]), true
+}
+
 // skipString returns the index just past the string starting at src[i] ('"'),
 // or len(src) when it is not terminated.
 func skipString(src []byte, i int) int {

@@ -97,3 +97,22 @@ func TestRedactEscapedNames(t *testing.T) {
 		t.Errorf("other member changed: %s", out)
 	}
 }
+
+func TestEnvelopeTextReadsCutEnvelopes(t *testing.T) {
+	for _, c := range []struct {
+		body, want string
+		ok         bool
+	}{
+		{`{"oslo.version": "2.0", "oslo.message": "{\"event_type\": \"a\"}"}`, `{"event_type": "a"}`, true},
+		{`{"oslo.message" : "{\"payload\": {\"password\": \"P\", \"x\": [1,`, `{"payload": {"password": "P", "x": [1,`, true},
+		{`{"oslo.message": "{\"s\": \"caf\u00e9\\u", `, `{"s": "café\u`, true},
+		{`{"oslo.message": {"event_type": "a"}}`, "", false},
+		{`{"oslo.message"`, "", false},
+		{`{"event_type": "a", "payload": {`, "", false},
+	} {
+		got, ok := EnvelopeText([]byte(c.body))
+		if ok != c.ok || got != c.want {
+			t.Errorf("EnvelopeText(%s) = %q, %v; want %q, %v", c.body, got, ok, c.want, c.ok)
+		}
+	}
+}

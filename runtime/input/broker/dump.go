@@ -168,7 +168,7 @@ func DumpLine(dst []byte, exchange, routingKey string, body []byte) []byte {
 	}
 	msg := body
 	if !json.Valid(body) {
-		if inner, ok := envelopeText(body); ok {
+		if inner, ok := redact.EnvelopeText(body); ok {
 			if !looksLikeJSON([]byte(inner)) {
 				return notJSON(dst)
 			}
@@ -237,56 +237,16 @@ func contains(list []string, s string) bool {
 // looksLikeJSON: the first non-space byte opens an object or an array, and
 // the bytes are text. Anything else (msgpack, zlib, gzip) is not JSON.
 func looksLikeJSON(b []byte) bool {
-	k := skipSpace(b, 0)
-	if k >= len(b) || (b[k] != '{' && b[k] != '[') {
+	b = bytes.TrimLeft(b, " \t\r\n")
+	if len(b) == 0 || (b[0] != '{' && b[0] != '[') {
 		return false
 	}
-	for _, c := range b[k:min(len(b), k+64)] {
+	for _, c := range b[:min(len(b), 64)] {
 		if c < 0x20 && c != '\t' && c != '\n' && c != '\r' {
 			return false
 		}
 	}
 	return true
-}
-
-// envelopeText finds oslo.message in a body that does not parse and returns
-// its (possibly cut) string content.
-func envelopeText(body []byte) (string, bool) {
-	key := []byte(`"oslo.message"`)
-	i := bytes.Index(body, key)
-	if i < 0 {
-		return "", false
-	}
-	j := skipSpace(body, i+len(key))
-	if j >= len(body) || body[j] != ':' {
-		return "", false
-	}
-	j = skipSpace(body, j+1)
-	if j >= len(body) || body[j] != '"' {
-		return "", false
-	}
-	return redact.UnquoteLenient(body[j:skipString(body, j)]), true
-}
-
-// skipString returns the index just past the string starting at src[i] ('"'),
-// or len(src) when it is not terminated.
-func skipString(src []byte, i int) int {
-	for j := i + 1; j < len(src); j++ {
-		switch src[j] {
-		case '\\':
-			j++
-		case '"':
-			return j + 1
-		}
-	}
-	return len(src)
-}
-
-func skipSpace(src []byte, i int) int {
-	for i < len(src) && (src[i] == ' ' || src[i] == '\t' || src[i] == '\n' || src[i] == '\r') {
-		i++
-	}
-	return i
 }
 
 type member struct{ val json.RawMessage }
