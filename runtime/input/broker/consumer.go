@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -149,33 +148,22 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: run called twice", ErrOptions)
 	}
-	bo := c.opts.reconnectBackoff()
-	for {
-		consumed, err := c.session(ctx)
-		if ctx.Err() != nil {
-			c.setReady(ErrNotConsuming)
-			return nil
-		}
-		c.setReady(fmt.Errorf("%w: %w", ErrNotConsuming, err))
-		if consumed {
-			bo.Reset()
-		}
-		d := bo.Next()
-		ev := c.log.Warn()
-		if errors.Is(err, ErrQuorumUnsupported) || errors.Is(err, ErrQueueTypeMismatch) || errors.Is(err, ErrNoExchanges) {
-			ev = c.log.Error()
-		}
-		ev.Err(err).Dur("retry_in", d).Msg("broker session ended; reconnecting")
-		c.m.reconnects.Inc()
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			c.setReady(ErrNotConsuming)
-			return nil
-		case <-t.C:
-		}
-	}
+	return reconnectLoop{
+		bo:      c.opts.reconnectBackoff(),
+		session: c.session,
+		ended: func(ctx context.Context, err error) {
+			if ctx.Err() != nil {
+				c.setReady(ErrNotConsuming)
+				return
+			}
+			c.setReady(fmt.Errorf("%w: %w", ErrNotConsuming, err))
+			c.m.reconnects.Inc()
+		},
+		stopped: func() { c.setReady(ErrNotConsuming) },
+		log:     &c.log,
+		msg:     "broker session ended; reconnecting",
+		severe:  []error{ErrQuorumUnsupported, ErrQueueTypeMismatch, ErrNoExchanges},
+	}.run(ctx)
 }
 
 // session is one connection's life: connect, check, declare, probe, bind,

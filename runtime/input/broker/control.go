@@ -358,30 +358,14 @@ func (l *Control) Run(ctx context.Context) error {
 	if !l.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: run called twice", ErrOptions)
 	}
-	bo := l.dopts.reconnectBackoff()
-	for {
-		consumed, err := l.session(ctx)
-		l.setUp(false, err)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if consumed {
-			bo.Reset()
-		}
-		d := bo.Next()
-		ev := l.log.Warn()
-		if errors.Is(err, ErrReplicaNameTaken) || errors.Is(err, ErrQuorumUnsupported) || errors.Is(err, ErrQueueTypeMismatch) {
-			ev = l.log.Error()
-		}
-		ev.Err(err).Dur("retry_in", d).Msg("control link ended; reconnecting (mapper decisions wait meanwhile)")
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
-		}
-	}
+	return reconnectLoop{
+		bo:      l.dopts.reconnectBackoff(),
+		session: l.session,
+		ended:   func(_ context.Context, err error) { l.setUp(false, err) },
+		log:     &l.log,
+		msg:     "control link ended; reconnecting (mapper decisions wait meanwhile)",
+		severe:  []error{ErrReplicaNameTaken, ErrQuorumUnsupported, ErrQueueTypeMismatch},
+	}.run(ctx)
 }
 
 // session is one connection of the link: declare, bind, consume, then
