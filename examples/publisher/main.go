@@ -27,12 +27,13 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"net/url"
 	"os"
 	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/tally-billing/tally-openstack-collector/runtime/input/broker"
 )
 
 var priorities = []string{"audit", "debug", "info", "warn", "error", "critical", "sample"}
@@ -216,32 +217,12 @@ func uniqueID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// amqpURL accepts amqp://, amqps:// and oslo's rabbit:// (first host only).
+// amqpURL turns a transport URL (amqp://, amqps:// or oslo's rabbit://) into
+// the URL of its first host, parsed by the collector's own rules.
 func amqpURL(raw string) (string, error) {
-	scheme, rest, ok := strings.Cut(raw, "://")
-	if !ok {
-		return "", fmt.Errorf("url without scheme")
+	u, err := broker.ParseTransportURL(raw)
+	if err != nil {
+		return "", err
 	}
-	switch scheme {
-	case "amqp", "amqps":
-		return raw, nil
-	case "rabbit":
-	default:
-		return "", fmt.Errorf("scheme %q", scheme)
-	}
-	netloc, path := rest, "/"
-	if i := strings.IndexAny(rest, "/?"); i >= 0 {
-		netloc, path = rest[:i], rest[i:]
-	}
-	path, _, _ = strings.Cut(path, "?")
-	first, _, _ := strings.Cut(netloc, ",")
-	vhost := "/"
-	if len(path) > 1 {
-		v, err := url.PathUnescape(path[1:])
-		if err != nil {
-			return "", err
-		}
-		vhost = v
-	}
-	return "amqp://" + first + "/" + url.PathEscape(vhost), nil
+	return u.AMQPURLs()[0], nil
 }

@@ -78,9 +78,11 @@ func TestOsloTimestamp(t *testing.T) {
 
 func TestAMQPURL(t *testing.T) {
 	for in, want := range map[string]string{
-		"rabbit://u:p@h1:5672,u:p@h2:5672/v1":  "amqp://u:p@h1:5672/v1",
-		"rabbit://guest:guest@127.0.0.1:5672/": "amqp://guest:guest@127.0.0.1:5672/%2F",
-		"amqp://g:g@h/":                        "amqp://g:g@h/",
+		"rabbit://u:p@h1:5672,u:p@h2:5672/v1":   "amqp://u:p@h1:5672/v1",
+		"rabbit://guest:guest@127.0.0.1:5672/":  "amqp://guest:guest@127.0.0.1:5672/%2F",
+		"amqp://g:g@h/":                         "amqp://g:g@h:5672/%2F",
+		"rabbit://u:p%2Cq@h1,h2/v?ssl=1":        "amqps://u:p,q@h1:5671/v",
+		"rabbit://u:pa/ss@[::1]:5673/%2Fnested": "amqp://u:pa%2Fss@[::1]:5673/%2Fnested",
 	} {
 		got, err := amqpURL(in)
 		if err != nil || got != want {

@@ -304,18 +304,35 @@ type endpoint struct {
 	redact   string // the URL with the password replaced, for logs
 }
 
-// endpoints turns the hosts into the AMQP URLs amqp091 dials, in order.
-func (u TransportURL) endpoints() []endpoint {
-	s := "amqp"
-	if u.TLS {
-		s = "amqps"
-	}
-	out := make([]endpoint, 0, len(u.Hosts))
+// AMQPURLs are the hosts as amqp091 dials them, in failover order: amqp://
+// or amqps:// (TLS), each with its own credentials and the vhost escaped.
+// They hold passwords: never log them (String is the form for logs).
+func (u TransportURL) AMQPURLs() []string {
+	s := u.dialScheme()
+	out := make([]string, 0, len(u.Hosts))
 	for _, h := range u.Hosts {
 		du := url.URL{Scheme: s, User: url.UserPassword(h.User, h.Password), Host: h.Addr(),
 			Path: "/" + u.VHost, RawPath: vhostPath(u.VHost)}
+		out = append(out, du.String())
+	}
+	return out
+}
+
+func (u TransportURL) dialScheme() string {
+	if u.TLS {
+		return "amqps"
+	}
+	return "amqp"
+}
+
+// endpoints turns the hosts into the endpoints to dial, in order.
+func (u TransportURL) endpoints() []endpoint {
+	s := u.dialScheme()
+	urls := u.AMQPURLs()
+	out := make([]endpoint, 0, len(u.Hosts))
+	for i, h := range u.Hosts {
 		out = append(out, endpoint{
-			url: du.String(), tls: u.TLS, host: h.Addr(), hostname: h.Host, vhost: u.VHost, user: h.User,
+			url: urls[i], tls: u.TLS, host: h.Addr(), hostname: h.Host, vhost: u.VHost, user: h.User,
 			redact: s + "://" + h.String() + vhostPath(u.VHost),
 		})
 	}
