@@ -83,3 +83,9 @@ func (b *Backoff) Reset() { b.n = 0 }
 
 // Attempts is the number of delays handed out since the last Reset.
 func (b *Backoff) Attempts() int { return b.n }
+
+// Accept is the wait of a listener after a failed accept (out of file
+// descriptors, say): 5 ms doubling to 1 s, no jitter (only this process
+// retries), back to 5 ms after a connection is accepted. The plog TCP
+// listener and the channel's server both use it.
+var Accept = Policy{Min: 5 * time.Millisecond, Max: time.Second}

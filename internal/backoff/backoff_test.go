@@ -105,3 +105,17 @@ func TestAttempts(t *testing.T) {
 		t.Fatalf("attempts %d", b.Attempts())
 	}
 }
+
+func TestAcceptRetriesQuicklyThenCapsAtOneSecond(t *testing.T) {
+	b := New(Accept)
+	var got []time.Duration
+	for range 10 {
+		got = append(got, b.Next())
+	}
+	want := []time.Duration{5, 10, 20, 40, 80, 160, 320, 640, 1000, 1000}
+	for i := range want {
+		if got[i] != want[i]*time.Millisecond {
+			t.Fatalf("schedule %v", got)
+		}
+	}
+}

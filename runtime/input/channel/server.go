@@ -14,6 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/backoff"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/channel/wire"
 )
 
@@ -191,6 +192,7 @@ func (s *Server) closeListener() {
 }
 
 func (s *Server) accept(ctx context.Context, readers *sync.WaitGroup) {
+	retry := backoff.New(backoff.Accept)
 	for {
 		nc, err := s.ln.AcceptUnix()
 		if err != nil {
@@ -199,9 +201,10 @@ func (s *Server) accept(ctx context.Context, readers *sync.WaitGroup) {
 			}
 			s.m.exceptions.Inc()
 			s.log.Warn().Err(err).Msg("channel accept failed")
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(retry.Next())
 			continue
 		}
+		retry.Reset()
 		c, ok := s.newConn(nc)
 		if !ok {
 			continue

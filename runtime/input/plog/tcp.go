@@ -12,16 +12,12 @@ import (
 	"github.com/tally-billing/tally-openstack-collector/internal/backoff"
 )
 
-// acceptRetry is the wait after a failed accept (out of file descriptors, say):
-// 5 ms doubling to 1 s, no jitter, back to 5 ms after a success.
-var acceptRetry = backoff.Policy{Min: 5 * time.Millisecond, Max: time.Second}
-
 // acceptTCP accepts connections up to MaxConnections, and up to
 // MaxConnectionsPerSource from one source address; one over either cap is
 // closed at once (counted in tcp_refused_connections or
 // tcp_refused_per_source) rather than left waiting.
 func (l *listener) acceptTCP(ctx context.Context) {
-	retry := backoff.New(acceptRetry)
+	retry := backoff.New(backoff.Accept)
 	defer func() {
 		l.closeConns()
 		for l.st.tcpConnections.Load() > 0 {
