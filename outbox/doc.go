@@ -261,6 +261,40 @@
 // process per directory: Open answers ErrLocked when the directory lock is
 // held, by another process or another Outbox of this one.
 //
+// # Locks
+//
+// Seven locks, each guarding the fields listed under it in the Outbox
+// struct. A goroutine that holds one takes only locks below it in this
+// list, never one above, so no two goroutines wait for each other:
+//
+//  1. appendMu: sequencing an append and handing its units over (lastSeq,
+//     the segment scratch, the append's ledger reader). Held by
+//     beginAppend for the hand-over (not the sync), by the reclaim that
+//     drops every segment (dropEvents) and by Close for its repair.
+//  2. readMu: the drain cursor and what moves with it (Peek, Delete,
+//     Delivered, SetAside; the recent set and the delivered events' ledger
+//     reader). Never held together with appendMu: an append and the
+//     drain run side by side, and Close takes the two one after the other.
+//  3. foldMu: one fold of the ledger at a time (foldLedger).
+//  4. deadMu: the dead-letter sequence and its writes (AppendDeadLetters,
+//     DeleteDeadLetters, ReplaceDeadLetters, quarantine under Peek,
+//     SetAside).
+//  5. writeMu, a read-write lock: its shared side is held by every write
+//     transaction from its start to Badger's answer. An append's unit takes
+//     it when opened and gives it back when it settles, on Badger's
+//     goroutine: the lock is not tied to a goroutine. Its exclusive side is
+//     taken by the reclaim that drops every segment (dropEvents, after
+//     appendMu) and by Close (after readMu), so neither runs under a write
+//     in flight.
+//  6. pipeMu: the units in flight, the first failure and the units behind
+//     it (settle, complete, repair, failAfter).
+//  7. healthMu: the health error; nothing is taken under it.
+//
+// Everything else is an atomic, a channel, or set once at Open. No lock is
+// held across a wait for Badger's sync: the units' shared side of writeMu
+// is the only one that lasts that long, and it only keeps a reclaim or Close
+// waiting.
+//
 // # Reading a stopped collector's store
 //
 // Options.ReadOnly opens a store to read it (the ledger, the dead letters,

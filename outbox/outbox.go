@@ -107,41 +107,60 @@ type Outbox struct {
 	opts Options
 	log  zerolog.Logger
 
-	// writeMu is held shared by every write transaction and exclusively
-	// by a reclaim, which blocks Badger writes while it runs.
-	writeMu sync.RWMutex
+	// The fields below are grouped by the lock that guards them; the
+	// order in which the locks are taken is in doc.go, "Locks".
+
 	// appendMu serialises event appends so sequences become visible in
 	// order (the drain cursor never skips a later-committed lower key).
 	appendMu sync.Mutex
-	lastSeq  uint64 // guarded by appendMu: the highest sequence handed to the store (durable or not)
-	scratch  []byte // guarded by appendMu: the raw events of the segment being encoded
-	// segEvents, guarded by appendMu: the events of the segment being
-	// encoded (emptied after each, so that it holds no event's bytes).
+	lastSeq  uint64 // the highest sequence handed to the store (durable or not)
+	scratch  []byte // the raw events of the segment being encoded
+	// segEvents: the events of the segment being encoded (emptied after
+	// each, so that it holds no event's bytes).
 	segEvents [][]byte
+	appReader ledger.Reader // reads the ledger keys of events that come without them
+
+	// readMu serialises the readers that move the cursor (Peek, Delete,
+	// Delivered, SetAside).
+	readMu     sync.Mutex
+	head       atomic.Uint64 // first sequence not yet deleted (the cursor); written under readMu
+	headSeg    atomic.Uint64 // first sequence of the first live segment, or head when none; written under readMu
+	lens       []int         // scratch for segment headers
+	recent     recentSet     // the ledger's recently delivered event ids (ledger.go)
+	passReader ledger.Reader // reads the ledger keys of delivered events
+
+	// foldMu: one fold of the ledger's deltas at a time (ledger.go).
+	foldMu sync.Mutex
+
+	// deadMu serialises dead-letter writes.
+	deadMu   sync.Mutex
+	lastDead uint64
+
+	// writeMu is held shared by every write transaction, from its start to
+	// Badger's answer (an append's unit takes it in open and gives it back
+	// in settle, on another goroutine), and exclusively by a reclaim, which
+	// blocks Badger writes while it runs, and by Close.
+	writeMu sync.RWMutex
 
 	// The commit pipeline (pipeline.go): appends handed to Badger and not
 	// yet settled, completed strictly in the order they were sequenced.
-	pipeMu    sync.Mutex
-	inflight  []*unit          // guarded by pipeMu: in sequence order
-	broken    error            // guarded by pipeMu: the first failure not yet repaired
-	failed    []*unit          // guarded by pipeMu: the units from the first failure on, for the repair
-	idle      chan struct{}    // guarded by pipeMu: closed when inflight empties; nil while it is empty
-	durable   atomic.Uint64    // the highest sequence durable with every one before it: what readers may see
-	pendingEv atomic.Int64     // events handed to the store and not yet settled (the bound counts them)
-	segPool   sync.Pool        // *[]byte: buffers of encoded segments, returned when their append settles
-	spareTxn  chan *badger.Txn // write transactions made ahead by txnMaker
+	pipeMu   sync.Mutex
+	inflight []*unit       // in sequence order
+	broken   error         // the first failure not yet repaired
+	failed   []*unit       // the units from the first failure on, for the repair
+	idle     chan struct{} // closed when inflight empties; nil while it is empty
 	// commitAnswer, in tests only, sees Badger's answer for the unit of
 	// sequences first..last and may replace it (set before any append).
 	commitAnswer func(first, last uint64, err error) error
 
-	deadMu   sync.Mutex
-	lastDead uint64 // guarded by deadMu
+	healthMu  sync.Mutex
+	healthErr error
 
-	readMu  sync.Mutex
-	head    atomic.Uint64 // first sequence not yet deleted (the cursor)
-	headSeg atomic.Uint64 // first sequence of the first live segment, or head when none; written under readMu
-	lens    []int         // guarded by readMu: scratch for segment headers
-
+	// Without a lock: atomics, or set once at Open.
+	durable      atomic.Uint64    // the highest sequence durable with every one before it: what readers may see
+	pendingEv    atomic.Int64     // events handed to the store and not yet settled (the bound counts them)
+	segPool      sync.Pool        // *[]byte: buffers of encoded segments, returned when their append settles
+	spareTxn     chan *badger.Txn // write transactions made ahead by txnMaker
 	depth        atomic.Int64
 	bytes        atomic.Int64
 	deadCount    atomic.Int64
@@ -152,20 +171,13 @@ type Outbox struct {
 	oldestDead   atomic.Int64 // write time of the first dead letter, unix ns; 0: to be read
 	deletedBytes atomic.Int64 // delivered since the last reclaim
 
-	healthMu  sync.Mutex
-	healthErr error
-
 	wit *witness // the sequences committed, kept beside the store
 
 	// The completeness ledger (ledger.go).
-	ledgerSeq  atomic.Uint64 // id of the last delta written
-	sinceFold  atomic.Int64
-	foldCh     chan struct{}
-	foldMu     sync.Mutex
-	recent     recentSet     // guarded by readMu
-	passReader ledger.Reader // guarded by readMu
-	appReader  ledger.Reader // guarded by appendMu
-	rowCap     *ledger.Cap   // the keys each hour of the ledger admitted (ledger.Cap)
+	ledgerSeq atomic.Uint64 // id of the last delta written
+	sinceFold atomic.Int64
+	foldCh    chan struct{}
+	rowCap    *ledger.Cap // the keys each hour of the ledger admitted (ledger.Cap)
 
 	closed    atomic.Bool
 	reclaimCh chan struct{}
@@ -1132,7 +1144,7 @@ func (o *Outbox) Close() error {
 		o.log.Error().Err(err).Msg("outbox: the appends behind a failed commit could not be withdrawn; the next start reports the missing sequences")
 	}
 	o.appendMu.Unlock()
-	o.readMu.Lock() // lock order everywhere: readMu or appendMu, then writeMu
+	o.readMu.Lock() // the lock order: doc.go, "Locks"
 	defer o.readMu.Unlock()
 	o.writeMu.Lock()
 	defer o.writeMu.Unlock()

@@ -134,190 +134,235 @@ func (o *Outbox) beginAppend(ctx context.Context, events []ledger.Keyed, taken t
 		o.setHealth(err)
 		return settledPending(err)
 	}
+	w := o.newAppendWriter(taken)
+	if err := w.open(); err != nil {
+		o.segPool.Put(w.bufp)
+		return settledPending(err)
+	}
+	for rest := events; len(rest) > 0; {
+		n, ok := w.add(rest)
+		if !ok {
+			return w.p
+		}
+		rest = rest[n:]
+	}
+	w.finish(tally)
+	return w.p
+}
+
+// appendWriter is one append on its way to the store, under appendMu: the
+// segments it has encoded, the unit it is filling and the transaction it
+// fills it in. An append larger than one of Badger's transactions becomes
+// several units, each sent when the next segment would not fit.
+type appendWriter struct {
+	o    *Outbox
+	p    *Pending // settled with the append's last unit
+	now  int64    // the write time of its segments, unix ns
+	hour int64    // the ledger hour its events are counted in
+	// bufp is the segment buffer from segPool: segments are encoded one
+	// after the other into segBuf, the transactions hold slices of it until
+	// they settle (a growth leaves the earlier ones in the old array), and
+	// it returns to the pool with the append's last unit.
+	bufp   *[]byte
+	segBuf []byte
+
+	txn *badger.Txn // the transaction of u
+	u   *unit       // the unit being filled
+	// The ledger's counts of a unit are written in its transaction and
+	// count against Badger's limits like its segments: ud holds the counts
+	// of the unit's events, udBytes bounds their stored size (deltaCost).
+	ud      *ledger.Delta
+	udBytes int64
+	// entries and txnBytes are what the unit's segments take of the
+	// transaction's limits (Badger's MaxBatchCount and MaxBatchSize).
+	entries, txnBytes  int64
+	maxCount, maxBytes int64
+}
+
+func (o *Outbox) newAppendWriter(taken time.Time) *appendWriter {
 	if taken.IsZero() {
 		taken = time.Now()
 	}
-	now := taken.UnixNano()
-	hour := ledger.HourOf(taken)
-	p := &Pending{done: make(chan struct{})}
 	bufp, _ := o.segPool.Get().(*[]byte)
 	if bufp == nil {
 		bufp = new([]byte)
 	}
-	segBuf := (*bufp)[:0]
+	return &appendWriter{
+		o: o, p: &Pending{done: make(chan struct{})},
+		now: taken.UnixNano(), hour: ledger.HourOf(taken),
+		bufp: bufp, segBuf: (*bufp)[:0],
+		ud:       &ledger.Delta{},
+		maxCount: int64(o.db.MaxBatchCount()), maxBytes: o.db.MaxBatchSize(),
+	}
+}
 
-	var txn *badger.Txn
-	var u *unit
-	// open takes the write lock's shared side for a new unit; the unit
-	// gives it back when it settles (settle), so that a reclaim or Close
-	// never runs under a write still in flight.
-	open := func() error {
-		o.writeMu.RLock()
-		if o.closed.Load() {
-			o.writeMu.RUnlock()
-			return ErrClosed
-		}
-		select {
-		case txn = <-o.spareTxn:
-		case <-o.done:
-			o.writeMu.RUnlock()
-			return ErrClosed
-		}
-		u = &unit{first: o.lastSeq + 1, last: o.lastSeq}
-		return nil
+// open starts a new unit: it takes the write lock's shared side, which the
+// unit gives back when it settles (settle), so that a reclaim or Close never
+// runs under a write still in flight, and a transaction made ahead.
+func (w *appendWriter) open() error {
+	o := w.o
+	o.writeMu.RLock()
+	if o.closed.Load() {
+		o.writeMu.RUnlock()
+		return ErrClosed
 	}
-	// The ledger's counts of a unit are written in its transaction and
-	// count against Badger's limits like its segments: ud holds the counts
-	// of the unit's events, udBytes bounds their stored size (deltaCost).
-	ud := &ledger.Delta{}
-	var udBytes int64
-	// send hands the unit to the store with the counts d. Any error before
-	// the hand-off settles the unit as failed, with the same consequences as
-	// a failed write.
-	send := func(final bool, d *ledger.Delta, failed error) {
-		err := func() error {
-			if failed != nil {
-				return failed
-			}
-			if !d.Empty() {
-				k, err := o.putDeltaKey(txn, d)
-				if err != nil {
-					return err
-				}
-				u.keys = append(u.keys, k)
-				u.delta = true
-			}
-			if u.events() > 0 {
-				if err := txn.Set(metaLastSeq, u64(u.last)); err != nil {
-					return err
-				}
-			}
-			return nil
-		}()
-		if final {
-			u.pending, u.buf = p, bufp
-		}
-		o.lastSeq = max(o.lastSeq, u.last)
-		o.pendingEv.Add(u.events())
-		o.pipeMu.Lock()
-		o.inflight = append(o.inflight, u)
-		o.pipeMu.Unlock()
-		cu, ct := u, txn
-		if err != nil {
-			ct.Discard()
-			o.settle(cu, err)
-			return
-		}
-		ct.CommitWith(func(err error) {
-			if h := o.commitAnswer; h != nil {
-				err = h(cu.first, cu.last, err)
-			}
-			o.settle(cu, err)
-		})
+	select {
+	case w.txn = <-o.spareTxn:
+	case <-o.done:
+		o.writeMu.RUnlock()
+		return ErrClosed
 	}
-	if err := open(); err != nil {
-		o.segPool.Put(bufp)
-		return settledPending(err)
+	w.u = &unit{first: o.lastSeq + 1, last: o.lastSeq}
+	w.ud, w.udBytes, w.entries, w.txnBytes = &ledger.Delta{}, 0, 0, 0
+	return nil
+}
+
+// add cuts the next segment from the front of rest, encodes it and sets it
+// in the unit's transaction, sending the unit first (and opening the next)
+// when the segment would not fit in it. It returns how many events it took.
+// When ok is false the append has failed and p is, or will be, settled with
+// the error: the caller stops.
+func (w *appendWriter) add(rest []ledger.Keyed) (n int, ok bool) {
+	o := w.o
+	// Cut the next segment, its counts in sd: at most a quarter of the
+	// transaction's bytes for each.
+	raw := 0
+	sd := &ledger.Delta{}
+	var sdBytes int64
+	for n < len(rest) && n < segmentMaxEvents && (n == 0 || raw+len(rest[n].Bytes) <= segmentMaxBytes) {
+		e := o.appReader.ReadKeyed(rest[n])
+		k := ledger.Key{Hour: w.hour, Source: ledger.Name(e.Source), Type: ledger.Name(e.Type)}
+		cost := int64(0)
+		if sd.Intake[k] == nil {
+			cost = rowCost(k)
+		}
+		if n > 0 && sdBytes+cost > w.maxBytes/4 {
+			break
+		}
+		sd.Row(k).Events++
+		sdBytes += cost
+		raw += len(rest[n].Bytes)
+		n++
 	}
-	maxCount, maxBytes := o.db.MaxBatchCount(), o.db.MaxBatchSize()
-	var pending, txnBytes int64
-	for rest := events; len(rest) > 0; {
-		// Cut the next segment, its counts in sd: at most a quarter of the
-		// transaction's bytes for each.
-		n, raw := 0, 0
-		sd := &ledger.Delta{}
-		var sdBytes int64
-		for n < len(rest) && n < segmentMaxEvents && (n == 0 || raw+len(rest[n].Bytes) <= segmentMaxBytes) {
-			e := o.appReader.ReadKeyed(rest[n])
-			k := ledger.Key{Hour: hour, Source: ledger.Name(e.Source), Type: ledger.Name(e.Type)}
-			cost := int64(0)
-			if sd.Intake[k] == nil {
-				cost = rowCost(k)
-			}
-			if n > 0 && sdBytes+cost > maxBytes/4 {
-				break
-			}
-			sd.Row(k).Events++
-			sdBytes += cost
-			raw += len(rest[n].Bytes)
-			n++
+	// What the segment's counts add to the unit's.
+	add := int64(0)
+	for k := range sd.Intake {
+		if w.ud.Intake[k] == nil {
+			add += rowCost(k)
 		}
-		// What the segment's counts add to the unit's.
-		add := int64(0)
-		for k := range sd.Intake {
-			if ud.Intake[k] == nil {
-				add += rowCost(k)
-			}
-		}
-		// Segments are encoded one after the other into segBuf; the
-		// transactions hold slices of it until they settle (a growth leaves
-		// the earlier ones in the old array), and it returns to the pool
-		// with the append's last unit.
-		start := len(segBuf)
-		o.segEvents = o.segEvents[:0]
-		for _, e := range rest[:n] {
-			o.segEvents = append(o.segEvents, e.Bytes)
-		}
-		segBuf, o.scratch = appendSegment(segBuf, now, o.segEvents, o.scratch)
-		clear(o.segEvents)
-		val := segBuf[start:len(segBuf):len(segBuf)]
-		k := seqKey(prefixEvent, u.last+1)
-		// Split before Badger's transaction limits (leaving room for the
-		// sequence key the unit adds), not only when Set refuses: each part is
-		// durable on its own; a caller that sees an error later resends the
-		// whole batch, which the Reporting API counts as duplicates.
-		entry := int64(len(k) + len(val) + txnEntryOverhead)
-		if pending > 0 && (pending+3 >= int64(maxCount) || txnBytes+entry+udBytes+add+txnEntryOverhead*3 >= maxBytes) {
-			send(false, ud, nil)
-			if err := open(); err != nil {
-				// The units sent settle on their own; this append failed.
-				o.failAfter(p, err)
-				return p
-			}
-			pending, txnBytes = 0, 0
-			ud, udBytes, add = &ledger.Delta{}, 0, sdBytes
-		}
-		if err := txn.Set(k, val); err != nil {
-			u.last += uint64(n) // counted as this unit's: a repair rolls them back
-			u.size += int64(raw)
-			*bufp = segBuf
-			send(true, nil, err)
-			return p
-		}
-		u.keys = append(u.keys, k)
-		pending++
-		txnBytes += entry
-		ud.Add(sd)
-		udBytes += add
-		u.last += uint64(n)
-		u.size += int64(raw)
-		rest = rest[n:]
 	}
-	*bufp = segBuf
-	// The tally goes with the last unit when it fits there, else in a unit
-	// of its own (a value under Badger's value threshold counts whole in
-	// the transaction, one above it is a pointer to the value log).
-	if !tally.Empty() && u.events() > 0 {
+	start := len(w.segBuf)
+	o.segEvents = o.segEvents[:0]
+	for _, e := range rest[:n] {
+		o.segEvents = append(o.segEvents, e.Bytes)
+	}
+	w.segBuf, o.scratch = appendSegment(w.segBuf, w.now, o.segEvents, o.scratch)
+	clear(o.segEvents)
+	val := w.segBuf[start:len(w.segBuf):len(w.segBuf)]
+	k := seqKey(prefixEvent, w.u.last+1)
+	// Split before Badger's transaction limits (leaving room for the
+	// sequence key the unit adds), not only when Set refuses: each part is
+	// durable on its own; a caller that sees an error later resends the
+	// whole batch, which the Reporting API counts as duplicates.
+	entry := int64(len(k) + len(val) + txnEntryOverhead)
+	if w.entries > 0 && (w.entries+3 >= w.maxCount || w.txnBytes+entry+w.udBytes+add+txnEntryOverhead*3 >= w.maxBytes) {
+		w.send(false, w.ud, nil)
+		if err := w.open(); err != nil {
+			// The units sent settle on their own; this append failed.
+			o.failAfter(w.p, err)
+			return n, false
+		}
+		add = sdBytes
+	}
+	if err := w.txn.Set(k, val); err != nil {
+		w.u.last += uint64(n) // counted as this unit's: a repair rolls them back
+		w.u.size += int64(raw)
+		*w.bufp = w.segBuf
+		w.send(true, nil, err)
+		return n, false
+	}
+	w.u.keys = append(w.u.keys, k)
+	w.entries++
+	w.txnBytes += entry
+	w.ud.Add(sd)
+	w.udBytes += add
+	w.u.last += uint64(n)
+	w.u.size += int64(raw)
+	return n, true
+}
+
+// finish sends the last unit with the append's tally. The tally goes with
+// the last unit when it fits there, else in a unit of its own (a value
+// under Badger's value threshold counts whole in the transaction, one above
+// it is a pointer to the value log).
+func (w *appendWriter) finish(tally *ledger.Delta) {
+	o := w.o
+	*w.bufp = w.segBuf
+	if !tally.Empty() && w.u.events() > 0 {
 		tv, err := tally.Encode()
 		if err != nil {
-			send(true, nil, fmt.Errorf("outbox: encode ledger: %w", err))
-			return p
+			w.send(true, nil, fmt.Errorf("outbox: encode ledger: %w", err))
+			return
 		}
-		if txnBytes+udBytes+o.deltaCost(int64(len(tv)))+txnEntryOverhead*3 >= maxBytes {
-			send(false, ud, nil)
-			if err := open(); err != nil {
-				o.failAfter(p, err)
-				return p
+		if w.txnBytes+w.udBytes+o.deltaCost(int64(len(tv)))+txnEntryOverhead*3 >= w.maxBytes {
+			w.send(false, w.ud, nil)
+			if err := w.open(); err != nil {
+				o.failAfter(w.p, err)
+				return
 			}
-			ud = &ledger.Delta{}
 		}
 	}
-	ud.Add(tally)
-	send(true, ud, nil)
+	w.ud.Add(tally)
+	w.send(true, w.ud, nil)
 	if cap(o.scratch) > 4*segmentMaxBytes {
 		o.scratch = nil
 	}
-	return p
+}
+
+// send hands the unit to the store with the counts d. Any error before the
+// hand-off (failed) settles the unit as failed, with the same consequences
+// as a failed write. The final unit carries the append's Pending and
+// segment buffer.
+func (w *appendWriter) send(final bool, d *ledger.Delta, failed error) {
+	o, u, txn := w.o, w.u, w.txn
+	err := func() error {
+		if failed != nil {
+			return failed
+		}
+		if !d.Empty() {
+			k, err := o.putDeltaKey(txn, d)
+			if err != nil {
+				return err
+			}
+			u.keys = append(u.keys, k)
+			u.delta = true
+		}
+		if u.events() > 0 {
+			if err := txn.Set(metaLastSeq, u64(u.last)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}()
+	if final {
+		u.pending, u.buf = w.p, w.bufp
+	}
+	o.lastSeq = max(o.lastSeq, u.last)
+	o.pendingEv.Add(u.events())
+	o.pipeMu.Lock()
+	o.inflight = append(o.inflight, u)
+	o.pipeMu.Unlock()
+	if err != nil {
+		txn.Discard()
+		o.settle(u, err)
+		return
+	}
+	txn.CommitWith(func(err error) {
+		if h := o.commitAnswer; h != nil {
+			err = h(u.first, u.last, err)
+		}
+		o.settle(u, err)
+	})
 }
 
 // failAfter settles p with err once every unit begun before it has settled
