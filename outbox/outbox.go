@@ -421,145 +421,193 @@ func (o *Outbox) load(report *damageReport) error {
 		if found {
 			return errOldFormat
 		}
-		getU64 := func(k []byte) (uint64, error) {
-			it, err := txn.Get(k)
-			if errors.Is(err, badger.ErrKeyNotFound) {
-				return 0, nil
-			}
-			if err != nil {
-				return 0, err
-			}
-			var v uint64
-			err = it.Value(func(b []byte) error {
-				if len(b) != 8 {
-					return fmt.Errorf("meta %q has %d bytes", k, len(b))
-				}
-				v = binary.BigEndian.Uint64(b)
-				return nil
-			})
-			return v, err
-		}
-		var err error
-		if o.lastSeq, err = getU64(metaLastSeq); err != nil {
-			return err
-		}
-		if o.lastDead, err = getU64(metaLastDead); err != nil {
-			return err
-		}
-		head, err := getU64(metaHead)
+		head, err := o.loadMeta(txn)
 		if err != nil {
 			return err
 		}
-		if head == 0 {
-			head = 1
+		if err := o.loadEvents(txn, head, report); err != nil {
+			return err
 		}
-		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefixEvent}})
-		var depth, size int64
-		headSeg := uint64(0)
-		var lens []int
-		// A segment whose header cannot be read is counted up to the next
-		// segment (or the last sequence assigned); Peek sets it aside.
-		unreadable := uint64(0)
-		countUnreadable := func(end uint64) { // end: first sequence after it
-			if unreadable != 0 && end > max(head, unreadable) {
-				depth += int64(end - max(head, unreadable))
-			}
-			unreadable = 0
-		}
-		// expect is the first sequence the next live segment must start at
-		// (or before); 0 after an unreadable header, whose end is unknown.
-		expect := head
-		gap := func(first uint64) {
-			if expect != 0 && first > expect {
-				report.add("events %d..%d are missing", expect, first-1)
-				report.missing += int64(first - expect)
-			}
-		}
-		for it.Seek(seqKey(prefixEvent, 1)); it.Valid(); it.Next() {
-			item := it.Item()
-			first := binary.BigEndian.Uint64(item.Key()[1:])
-			countUnreadable(first)
-			var seg segment
-			err := item.Value(func(v []byte) error {
-				var err error
-				seg, err = parseSegment(first, v, lens)
-				lens = seg.lens
-				return err
-			})
-			if errors.Is(err, errSegment) {
-				o.log.Error().Err(err).Msg("an outbox segment header cannot be read; it will be set aside when the sender reaches it")
-				if first >= head {
-					gap(first)
-				}
-				expect = 0
-				unreadable = first
-				if headSeg == 0 {
-					headSeg = first
-					head = max(head, first)
-				}
-				continue
-			}
-			if err != nil {
-				it.Close()
-				return err
-			}
-			last := seg.last()
-			if last > o.lastSeq { // defensive: the meta is written in the same transaction
-				o.lastSeq = last
-			}
-			if last < head {
-				continue // delivered; deleted with the cursor's move, so not expected
-			}
-			gap(first)
-			expect = last + 1
-			if headSeg == 0 {
-				headSeg = first
-				head = max(head, first)
-			}
-			depth += int64(last - max(head, first) + 1)
-			size += seg.bytesFrom(head)
-		}
-		it.Close()
-		if unreadable == 0 {
-			gap(o.lastSeq + 1)
-		}
-		countUnreadable(o.lastSeq + 1)
-		if headSeg == 0 { // empty: the cursor starts after the last sequence ever used
-			head = max(head, o.lastSeq+1)
-			headSeg = head
-		}
-		o.head.Store(head)
-		o.headSeg.Store(headSeg)
-		o.depth.Store(depth)
-		o.bytes.Store(size)
-
-		dit := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefixDead}})
-		var dead, deadBytes int64
-		threshold := badgerOptions(o.opts).ValueThreshold
-		for dit.Rewind(); dit.Valid(); dit.Next() {
-			item := dit.Item()
-			seq := binary.BigEndian.Uint64(item.Key()[1:])
-			if seq > o.lastDead {
-				o.lastDead = seq
-			}
-			dead++
-			deadBytes += item.ValueSize()
-			// A value too large for the tree is in the value log, whose
-			// damage the tables' checksums do not cover: read it now.
-			if item.ValueSize() >= threshold-64 {
-				if _, err := decodeDead(item); err != nil {
-					report.add("dead letter %d cannot be read (%v)", seq, err)
-					report.badDead = append(report.badDead, item.KeyCopy(nil))
-					report.badDeadBytes += item.ValueSize()
-				}
-			}
-		}
-		dit.Close()
-		o.deadCount.Store(dead)
-		o.deadBytes.Store(deadBytes)
+		o.loadDeadLetters(txn, report)
 		o.countUndeliverable(txn)
 		return nil
 	})
+}
+
+// loadMeta reads the sequences kept under the meta keys: the last event
+// and dead-letter sequences into the Outbox, and the cursor, which it
+// returns (1 when none was written).
+func (o *Outbox) loadMeta(txn *badger.Txn) (head uint64, err error) {
+	getU64 := func(k []byte) (uint64, error) {
+		it, err := txn.Get(k)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		var v uint64
+		err = it.Value(func(b []byte) error {
+			if len(b) != 8 {
+				return fmt.Errorf("meta %q has %d bytes", k, len(b))
+			}
+			v = binary.BigEndian.Uint64(b)
+			return nil
+		})
+		return v, err
+	}
+	if o.lastSeq, err = getU64(metaLastSeq); err != nil {
+		return 0, err
+	}
+	if o.lastDead, err = getU64(metaLastDead); err != nil {
+		return 0, err
+	}
+	if head, err = getU64(metaHead); err != nil {
+		return 0, err
+	}
+	return max(head, 1), nil
+}
+
+// loadEvents walks the segments from the cursor on: it sets the cursor,
+// the first live segment, depth and bytes, and reports a missing range of
+// sequences as damage.
+func (o *Outbox) loadEvents(txn *badger.Txn, head uint64, report *damageReport) error {
+	sc := segmentScan{head: head, expect: head, report: report}
+	it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefixEvent}})
+	defer it.Close()
+	var lens []int
+	for it.Seek(seqKey(prefixEvent, 1)); it.Valid(); it.Next() {
+		item := it.Item()
+		first := binary.BigEndian.Uint64(item.Key()[1:])
+		sc.countUnreadable(first)
+		var seg segment
+		err := item.Value(func(v []byte) error {
+			var err error
+			seg, err = parseSegment(first, v, lens)
+			lens = seg.lens
+			return err
+		})
+		if errors.Is(err, errSegment) {
+			o.log.Error().Err(err).Msg("an outbox segment header cannot be read; it will be set aside when the sender reaches it")
+			sc.unreadableAt(first)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		// defensive: the meta is written in the same transaction
+		o.lastSeq = max(o.lastSeq, seg.last())
+		sc.live(first, seg)
+	}
+	sc.end(o.lastSeq)
+	o.head.Store(sc.head)
+	o.headSeg.Store(sc.headSeg)
+	o.depth.Store(sc.depth)
+	o.bytes.Store(sc.size)
+	return nil
+}
+
+// segmentScan is what loadEvents learns from the segments, in key order.
+type segmentScan struct {
+	head    uint64 // the cursor; moved up to the first live segment
+	headSeg uint64 // the first live segment's first sequence; 0 until one is seen
+	depth   int64
+	size    int64
+	// expect is the first sequence the next live segment must start at
+	// (or before); 0 after an unreadable header, whose end is unknown.
+	expect uint64
+	// unreadable is the first sequence of a segment whose header could not
+	// be read, 0 when the last segment seen was readable. Its events are
+	// counted up to the next segment (or the last sequence assigned); Peek
+	// sets it aside.
+	unreadable uint64
+	report     *damageReport
+}
+
+// countUnreadable counts the events of an unreadable segment once the
+// first sequence after it (end) is known.
+func (sc *segmentScan) countUnreadable(end uint64) {
+	if sc.unreadable != 0 && end > max(sc.head, sc.unreadable) {
+		sc.depth += int64(end - max(sc.head, sc.unreadable))
+	}
+	sc.unreadable = 0
+}
+
+// gap reports the sequences missing before a live segment's first.
+func (sc *segmentScan) gap(first uint64) {
+	if sc.expect != 0 && first > sc.expect {
+		sc.report.add("events %d..%d are missing", sc.expect, first-1)
+		sc.report.missing += int64(first - sc.expect)
+	}
+}
+
+func (sc *segmentScan) firstLive(first uint64) {
+	if sc.headSeg == 0 {
+		sc.headSeg = first
+		sc.head = max(sc.head, first)
+	}
+}
+
+// unreadableAt notes a segment whose header cannot be read.
+func (sc *segmentScan) unreadableAt(first uint64) {
+	if first >= sc.head {
+		sc.gap(first)
+	}
+	sc.expect = 0
+	sc.unreadable = first
+	sc.firstLive(first)
+}
+
+// live adds a readable segment; one wholly before the cursor was delivered
+// (deleted with the cursor's move, so not expected).
+func (sc *segmentScan) live(first uint64, seg segment) {
+	last := seg.last()
+	if last < sc.head {
+		return
+	}
+	sc.gap(first)
+	sc.expect = last + 1
+	sc.firstLive(first)
+	sc.depth += int64(last - max(sc.head, first) + 1)
+	sc.size += seg.bytesFrom(sc.head)
+}
+
+// end closes the scan at the last sequence assigned.
+func (sc *segmentScan) end(lastSeq uint64) {
+	if sc.unreadable == 0 {
+		sc.gap(lastSeq + 1)
+	}
+	sc.countUnreadable(lastSeq + 1)
+	if sc.headSeg == 0 { // empty: the cursor starts after the last sequence ever used
+		sc.head = max(sc.head, lastSeq+1)
+		sc.headSeg = sc.head
+	}
+}
+
+// loadDeadLetters counts the dead letters and their bytes, and reads every
+// one kept in the value log, whose damage the tables' checksums do not
+// cover: one that cannot be read is reported.
+func (o *Outbox) loadDeadLetters(txn *badger.Txn, report *damageReport) {
+	dit := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefixDead}})
+	defer dit.Close()
+	var dead, deadBytes int64
+	threshold := badgerOptions(o.opts).ValueThreshold
+	for dit.Rewind(); dit.Valid(); dit.Next() {
+		item := dit.Item()
+		seq := binary.BigEndian.Uint64(item.Key()[1:])
+		o.lastDead = max(o.lastDead, seq)
+		dead++
+		deadBytes += item.ValueSize()
+		if item.ValueSize() >= threshold-64 {
+			if _, err := decodeDead(item); err != nil {
+				report.add("dead letter %d cannot be read (%v)", seq, err)
+				report.badDead = append(report.badDead, item.KeyCopy(nil))
+				report.badDeadBytes += item.ValueSize()
+			}
+		}
+	}
+	o.deadCount.Store(dead)
+	o.deadBytes.Store(deadBytes)
 }
 
 func (o *Outbox) register(r prometheus.Registerer) error {
