@@ -1061,65 +1061,15 @@ func (o *Outbox) advance(newHead uint64, also func(txn *badger.Txn) error, p *pa
 		return ErrClosed
 	}
 	head := o.head.Load()
-	newSeg := newHead // the first live segment after the move, or newHead when none is left
-	var n, size, freed int64
-	var passedEvs []passed
 	txn := o.db.NewTransaction(true)
 	defer txn.Discard()
-	it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefixEvent}})
-	var keys [][]byte
-	for it.Seek(seqKey(prefixEvent, o.headSeg.Load())); it.Valid(); it.Next() {
-		item := it.Item()
-		segFirst := binary.BigEndian.Uint64(item.Key()[1:])
-		if segFirst >= newHead {
-			newSeg = segFirst
-			break
-		}
-		var seg segment
-		err := item.Value(func(v []byte) error {
-			var err error
-			seg, err = parseSegment(segFirst, v, o.lens)
-			o.lens = seg.lens
-			if err != nil || p == nil {
-				return err
-			}
-			from := max(head, segFirst)
-			if seg.last() < from {
-				return nil
-			}
-			evs, err := seg.events(from, int(min(newHead, seg.last()+1)-from), nil)
-			if err != nil {
-				return err
-			}
-			h := ledger.HourOf(time.Unix(0, seg.at))
-			for _, ev := range evs {
-				passedEvs = append(passedEvs, passed{hour: h, ev: o.passReader.Read(ev)})
-			}
-			return nil
-		})
-		if err != nil {
-			it.Close()
-			err = fmt.Errorf("%w: read %s: %w", ErrCorrupt, o.dir, err)
-			o.setHealth(err)
-			return err
-		}
-		from := max(head, segFirst)
-		if seg.last() < from {
-			continue // defensive: delivered before the cursor
-		}
-		upto := min(newHead, seg.last()+1) // first sequence past the delivered part
-		n += int64(upto - from)
-		size += seg.bytesBetween(from, upto)
-		if seg.last() < newHead {
-			keys = append(keys, item.KeyCopy(nil))
-			freed += item.ValueSize()
-			continue
-		}
-		newSeg = segFirst // partly delivered: it stays, and the cursor points into it
-		break
+	mv, err := o.passSegments(txn, head, newHead, p != nil)
+	if err != nil {
+		err = fmt.Errorf("%w: read %s: %w", ErrCorrupt, o.dir, err)
+		o.setHealth(err)
+		return err
 	}
-	it.Close()
-	for _, k := range keys {
+	for _, k := range mv.delete {
 		if err := txn.Delete(k); err != nil {
 			return o.refuse(err)
 		}
@@ -1132,26 +1082,8 @@ func (o *Outbox) advance(newHead uint64, also func(txn *badger.Txn) error, p *pa
 	var batch *recentBatch
 	drop := 0
 	if p != nil {
-		var d *ledger.Delta
-		d, batch = o.countPassed(p, passedEvs, head)
-		if err := o.putDelta(txn, d); err != nil {
+		if batch, drop, err = o.countPassing(txn, p, mv.passed, head); err != nil {
 			return o.refuse(err)
-		}
-		if batch != nil && len(batch.ids) > 0 {
-			v := make([]byte, 0, 8*len(batch.ids))
-			for _, id := range batch.ids {
-				v = binary.BigEndian.AppendUint64(v, id)
-			}
-			if err := txn.Set(ledgerKey(ledgerRecent, batch.seq), v); err != nil {
-				return o.refuse(err)
-			}
-			var keys [][]byte
-			drop, keys = o.recent.expiring(len(batch.ids))
-			for _, k := range keys {
-				if err := txn.Delete(k); err != nil {
-					return o.refuse(err)
-				}
-			}
 		}
 	}
 	if err := txn.Set(metaHead, u64(newHead)); err != nil {
@@ -1168,13 +1100,105 @@ func (o *Outbox) advance(newHead uint64, also func(txn *badger.Txn) error, p *pa
 		}
 	}
 	o.head.Store(newHead)
-	o.headSeg.Store(newSeg)
-	o.depth.Add(-n)
-	o.bytes.Add(-size)
-	if o.deletedBytes.Add(freed) >= o.opts.ReclaimAfterBytes {
+	o.headSeg.Store(mv.newSeg)
+	o.depth.Add(-mv.events)
+	o.bytes.Add(-mv.bytes)
+	if o.deletedBytes.Add(mv.freed) >= o.opts.ReclaimAfterBytes {
 		o.triggerReclaim()
 	}
 	return nil
+}
+
+// cursorMove is what moving the cursor passes: found by passSegments, and
+// applied by advance once its transaction committed.
+type cursorMove struct {
+	newSeg        uint64   // the first live segment after the move, or the new head when none is left
+	events, bytes int64    // the events passed and their bytes (depth and bytes drop by them)
+	delete        [][]byte // the keys of the segments passed whole
+	freed         int64    // their stored size, toward the next reclaim
+	passed        []passed // the events passed, read for the ledger (when asked for)
+}
+
+// passSegments walks the segments from the first live one to the one that
+// holds newHead. With read, it also reads the ledger keys of every event
+// between head and newHead. Called under readMu, with writeMu's shared side.
+func (o *Outbox) passSegments(txn *badger.Txn, head, newHead uint64, read bool) (cursorMove, error) {
+	mv := cursorMove{newSeg: newHead}
+	it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefixEvent}})
+	defer it.Close()
+	for it.Seek(seqKey(prefixEvent, o.headSeg.Load())); it.Valid(); it.Next() {
+		item := it.Item()
+		segFirst := binary.BigEndian.Uint64(item.Key()[1:])
+		if segFirst >= newHead {
+			mv.newSeg = segFirst
+			break
+		}
+		from := max(head, segFirst)
+		var seg segment
+		err := item.Value(func(v []byte) error {
+			var err error
+			seg, err = parseSegment(segFirst, v, o.lens)
+			o.lens = seg.lens
+			if err != nil || !read || seg.last() < from {
+				return err
+			}
+			evs, err := seg.events(from, int(min(newHead, seg.last()+1)-from), nil)
+			if err != nil {
+				return err
+			}
+			h := ledger.HourOf(time.Unix(0, seg.at))
+			for _, ev := range evs {
+				mv.passed = append(mv.passed, passed{hour: h, ev: o.passReader.Read(ev)})
+			}
+			return nil
+		})
+		if err != nil {
+			return cursorMove{}, err
+		}
+		if seg.last() < from {
+			continue // defensive: delivered before the cursor
+		}
+		upto := min(newHead, seg.last()+1) // first sequence past the delivered part
+		mv.events += int64(upto - from)
+		mv.bytes += seg.bytesBetween(from, upto)
+		if seg.last() < newHead {
+			mv.delete = append(mv.delete, item.KeyCopy(nil))
+			mv.freed += item.ValueSize()
+			continue
+		}
+		mv.newSeg = segFirst // partly delivered: it stays, and the cursor points into it
+		break
+	}
+	return mv, nil
+}
+
+// countPassing writes, in txn, the ledger's counts of the events passed and
+// the batch of delivered event ids the ledger remembers, deleting the
+// batches that expire with it. It returns the batch and how many expire,
+// for advance to apply to the recent set once txn committed.
+func (o *Outbox) countPassing(txn *badger.Txn, p *passing, evs []passed, head uint64) (batch *recentBatch, drop int, err error) {
+	var d *ledger.Delta
+	d, batch = o.countPassed(p, evs, head)
+	if err := o.putDelta(txn, d); err != nil {
+		return nil, 0, err
+	}
+	if batch == nil || len(batch.ids) == 0 {
+		return batch, 0, nil
+	}
+	v := make([]byte, 0, 8*len(batch.ids))
+	for _, id := range batch.ids {
+		v = binary.BigEndian.AppendUint64(v, id)
+	}
+	if err := txn.Set(ledgerKey(ledgerRecent, batch.seq), v); err != nil {
+		return nil, 0, err
+	}
+	drop, keys := o.recent.expiring(len(batch.ids))
+	for _, k := range keys {
+		if err := txn.Delete(k); err != nil {
+			return nil, 0, err
+		}
+	}
+	return batch, drop, nil
 }
 
 // Close stops the background reclaim and closes the store (flushing its
