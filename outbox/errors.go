@@ -61,4 +61,10 @@ var (
 	// ErrInvalidRecord is returned by SaveRecord and LoadRecord for an empty
 	// or over-long name, or a value over MaxRecordBytes.
 	ErrInvalidRecord = errors.New("outbox: invalid record")
+
+	// errSegment: a segment of events whose header or block cannot be read.
+	errSegment = errors.New("malformed event segment")
+	// errOldFormat: a store marked with a later format still holds events one
+	// per key, as the first format did (its migration at Open removes them all).
+	errOldFormat = errors.New("events of the first one-key-per-event format remain in a store marked with a later format")
 )

@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -29,12 +28,6 @@ const (
 	segmentMaxEvents = 1024
 	segmentMaxBytes  = 256 << 10
 )
-
-var errSegment = errors.New("malformed event segment")
-
-// errOldFormat: a store marked with a later format still holds events one
-// per key, as the first format did (its migration at Open removes them all).
-var errOldFormat = errors.New("events of the first one-key-per-event format remain in a store marked with a later format")
 
 // maxEventLen bounds one length read back from a header (the pipeline keeps
 // events far smaller); the decompressed length is checked against the sum.

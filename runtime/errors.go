@@ -15,6 +15,11 @@ var (
 	// the event contract in a required member (ReasonInvalidEvent); the
 	// message names the event and the member.
 	ErrInvalidEvent = errors.New("event breaks the contract")
+
+	// errMemory: an instance ran out of its memory limit while it started.
+	errMemory = errors.New("out of memory")
+	// errAbandoned is the error of a watched call abandoned at its deadline.
+	errAbandoned = errors.New("abandoned at its deadline; the guest may still be running")
 )
 
 // Reason classifies a failed mapper call. The set is fixed and small so it can

@@ -20,8 +20,6 @@ import (
 	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonstr"
 )
 
-var errMemory = errors.New("out of memory")
-
 // initTimeout bounds instantiation and _initialize.
 const initTimeout = 10 * time.Second
 
@@ -174,9 +172,6 @@ const (
 	stReturned
 	stAbandoned
 )
-
-// errAbandoned is the error of a watched call abandoned at its deadline.
-var errAbandoned = errors.New("abandoned at its deadline; the guest may still be running")
 
 // run is the goroutine of a GuardWatched instance: it makes the guest calls
 // handed over by guestCall, until the instance is closed or abandoned.

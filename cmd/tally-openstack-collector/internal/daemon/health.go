@@ -15,9 +15,6 @@ import (
 	"github.com/tally-billing/tally-openstack-collector/sender"
 )
 
-// errNotStarted answers a readiness check whose component is not running yet.
-var errNotStarted = errors.New("not started")
-
 // livenessTracker decides liveness from the outbox alone: the collector is
 // live unless the outbox has been unusable without a break for at least
 // threshold. One usable observation resets the clock. Safe for concurrent use.

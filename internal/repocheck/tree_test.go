@@ -1,0 +1,95 @@
+// Package repocheck holds the repository's own checks: that
+// docs/architecture.md describes the tree as it is (its package table, the
+// functions its data path names, its import rules) and that the tree keeps
+// the conventions that document states (metric names, sentinel errors). It
+// has tests only; nothing imports it.
+package repocheck
+
+import (
+	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// root is the repository's root, seen from this package.
+const root = "../.."
+
+// module is the daemon module's path.
+const module = "github.com/tally-billing/tally-openstack-collector"
+
+// goFile is one parsed Go file of the tree (not a test).
+type goFile struct {
+	dir  string // slash-separated, relative to root
+	name string // base name
+	file *ast.File
+}
+
+var (
+	treeOnce  sync.Once
+	treeFiles []goFile
+	treeErr   error
+)
+
+// tree parses every Go file of the working tree that is not a test, once.
+func tree(t *testing.T) []goFile {
+	t.Helper()
+	treeOnce.Do(func() {
+		fset := token.NewFileSet()
+		treeErr = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if vanished(err) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if d.IsDir() {
+				switch d.Name() {
+				case ".git", ".cache", "bin", "testdata", "node_modules":
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+				return nil
+			}
+			f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
+			if vanished(err) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(root, filepath.Dir(p))
+			treeFiles = append(treeFiles, goFile{dir: filepath.ToSlash(rel), name: filepath.Base(p), file: f})
+			return nil
+		})
+	})
+	if treeErr != nil {
+		t.Fatal(treeErr)
+	}
+	return treeFiles
+}
+
+// vanished reports an entry that went away while a walk of the working tree
+// read it: the packages' tests run side by side, and a test or a build may
+// remove a file it wrote in the tree (a module compiled into testdata, a
+// temporary file renamed into place). It is not part of the tree.
+func vanished(err error) bool {
+	return errors.Is(err, fs.ErrNotExist)
+}
+
+func readDoc(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "docs", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
