@@ -1,7 +1,10 @@
 package plog
 
 import (
+	"sort"
+	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // stats are one listener's counters. Every field is updated atomically, so the
@@ -52,6 +55,25 @@ type stats struct {
 	tcpLineBytes        heldBytes
 	tcpLineBudgetClosed atomic.Uint64
 	defragMessages      atomic.Int64
+
+	// started is when the listener was made; STAT's uptime counts from it.
+	started time.Time
+	// modules counts, per module id, the messages each module mapped or
+	// failed on: STAT's handlers. A module id comes from the listener's chain
+	// or the catalogue, both fixed sets, so the map is bounded.
+	modules sync.Map // string -> *moduleStats
+}
+
+// moduleStats are one module's counts in a listener.
+type moduleStats struct{ mapped, failed, events atomic.Uint64 }
+
+// module is the counts of module id, made on first use.
+func (s *stats) module(id string) *moduleStats {
+	if m, ok := s.modules.Load(id); ok {
+		return m.(*moduleStats)
+	}
+	m, _ := s.modules.LoadOrStore(id, &moduleStats{})
+	return m.(*moduleStats)
 }
 
 // heldBytes is a gauge of bytes held in buffers, with its high-water mark.
@@ -79,6 +101,18 @@ type Cache struct {
 	Misses    uint64 `json:"misses"`
 }
 
+// Handler is one entry of STAT's handlers section, which the original fills
+// with each of its handlers' statistics and name. Here a handler is a mapping
+// module: Name is its id (name@version, or "canonical" for canonical events
+// passed through), with the messages it mapped, the events they gave and the
+// messages it failed on (dead-lettered).
+type Handler struct {
+	Name   string `json:"name"`
+	Mapped uint64 `json:"mapped"`
+	Events uint64 `json:"events"`
+	Failed uint64 `json:"failed"`
+}
+
 // Snapshot is a copy of one listener's counters. Its JSON form is the answer to
 // the STAT command: every key the seed lists, with the same names, followed by
 // the keys this implementation adds (docs/plog.md describes each).
@@ -98,6 +132,13 @@ type Snapshot struct {
 	DroppedFragments         [sizeBuckets][indexBuckets]uint64 `json:"dropped_fragments"`
 	Cache                    Cache                             `json:"cache"`
 	Kafka                    map[string]Rate                   `json:"kafka"`
+
+	// Keys the original has written since 2014 beside the ones its README
+	// lists; its Datadog check reads uptime and unhandled_objects.
+	Uptime           int64     `json:"uptime"` // milliseconds since the listener started
+	UnhandledObjects uint64    `json:"unhandled_objects"`
+	Defragmenter     Cache     `json:"defragmenter"` // the same counts as cache, under the newer name
+	Handlers         []Handler `json:"handlers"`
 
 	V0RefusedCommands     uint64 `json:"v0_refused_commands"`
 	V0UntrustedCommands   uint64 `json:"v0_untrusted_commands"`
@@ -180,6 +221,17 @@ func (s *stats) snapshot(version string) Snapshot {
 	for _, k := range kafkaKeys {
 		out.Kafka[k] = Rate{}
 	}
+	if !s.started.IsZero() {
+		out.Uptime = time.Since(s.started).Milliseconds()
+	}
+	out.Defragmenter = out.Cache
+	out.Handlers = []Handler{}
+	s.modules.Range(func(k, v any) bool {
+		m := v.(*moduleStats)
+		out.Handlers = append(out.Handlers, Handler{Name: k.(string), Mapped: m.mapped.Load(), Events: m.events.Load(), Failed: m.failed.Load()})
+		return true
+	})
+	sort.Slice(out.Handlers, func(i, j int) bool { return out.Handlers[i].Name < out.Handlers[j].Name })
 	for i := range s.v0Fragments {
 		out.V0Fragments[i] = s.v0Fragments[i].Load()
 		out.V0InvalidChecksum[i] = s.v0InvalidChecksum[i].Load()
