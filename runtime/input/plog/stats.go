@@ -140,6 +140,12 @@ type Snapshot struct {
 	Defragmenter     Cache     `json:"defragmenter"` // the same counts as cache, under the newer name
 	Handlers         []Handler `json:"handlers"`
 
+	// Failures gathers, under their own names, every counter of something
+	// lost or refused (the bucketed ones summed), so that a reader can sum
+	// them into one figure: the proposal "collect all failure counts into a
+	// single object" of plog's tracker. docs/plog.md lists what is in it.
+	Failures map[string]uint64 `json:"failures"`
+
 	V0RefusedCommands     uint64 `json:"v0_refused_commands"`
 	V0UntrustedCommands   uint64 `json:"v0_untrusted_commands"`
 	V0RateLimitedCommands uint64 `json:"v0_rate_limited_commands"`
@@ -221,17 +227,6 @@ func (s *stats) snapshot(version string) Snapshot {
 	for _, k := range kafkaKeys {
 		out.Kafka[k] = Rate{}
 	}
-	if !s.started.IsZero() {
-		out.Uptime = time.Since(s.started).Milliseconds()
-	}
-	out.Defragmenter = out.Cache
-	out.Handlers = []Handler{}
-	s.modules.Range(func(k, v any) bool {
-		m := v.(*moduleStats)
-		out.Handlers = append(out.Handlers, Handler{Name: k.(string), Mapped: m.mapped.Load(), Events: m.events.Load(), Failed: m.failed.Load()})
-		return true
-	})
-	sort.Slice(out.Handlers, func(i, j int) bool { return out.Handlers[i].Name < out.Handlers[j].Name })
 	for i := range s.v0Fragments {
 		out.V0Fragments[i] = s.v0Fragments[i].Load()
 		out.V0InvalidChecksum[i] = s.v0InvalidChecksum[i].Load()
@@ -242,5 +237,49 @@ func (s *stats) snapshot(version string) Snapshot {
 			out.DroppedFragments[i][j] = s.droppedFragments[i][j].Load()
 		}
 	}
+	if !s.started.IsZero() {
+		out.Uptime = time.Since(s.started).Milliseconds()
+	}
+	out.Defragmenter = out.Cache
+	sum := func(a []uint64) (n uint64) {
+		for _, v := range a {
+			n += v
+		}
+		return n
+	}
+	var invalidFrags, droppedFrags uint64
+	for i := range out.V0InvalidFragments {
+		invalidFrags += sum(out.V0InvalidFragments[i][:])
+		droppedFrags += sum(out.DroppedFragments[i][:])
+	}
+	out.Failures = map[string]uint64{
+		"failed_to_send":              out.FailedToSend,
+		"exceptions":                  out.Exceptions,
+		"udp_invalid_version":         out.UDPInvalidVersion,
+		"v0_invalid_type":             out.V0InvalidType,
+		"v0_invalid_multipart_header": out.V0InvalidMultipartHeader,
+		"v0_invalid_fragments":        invalidFrags,
+		"v0_invalid_checksum":         sum(out.V0InvalidChecksum[:]),
+		"dropped_fragments":           droppedFrags,
+		"socket_drops":                out.SocketDrops,
+		"holes_from_new_message":      out.HolesFromNewMessage,
+		"holes_from_dead_port":        out.HolesFromDeadPort,
+		"unparseable":                 out.Unparseable,
+		"failed":                      out.Failed,
+		"unknown_route":               out.UnknownRoute,
+		"tcp_refused_connections":     out.TCPRefused,
+		"tcp_refused_per_source":      out.TCPRefusedPerSource,
+		"tcp_reserved_lines":          out.TCPReservedLines,
+		"tcp_overlong_lines":          out.TCPOverlongLines,
+		"tcp_timeouts":                out.TCPTimeouts,
+		"tcp_line_budget_closed":      out.TCPLineBudgetClosed,
+	}
+	out.Handlers = []Handler{}
+	s.modules.Range(func(k, v any) bool {
+		m := v.(*moduleStats)
+		out.Handlers = append(out.Handlers, Handler{Name: k.(string), Mapped: m.mapped.Load(), Events: m.events.Load(), Failed: m.failed.Load()})
+		return true
+	})
+	sort.Slice(out.Handlers, func(i, j int) bool { return out.Handlers[i].Name < out.Handlers[j].Name })
 	return out
 }
