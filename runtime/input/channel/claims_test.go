@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -246,5 +247,31 @@ func TestNewFromInsideCallback(t *testing.T) {
 	}
 	if !ids["made-in-callback"] {
 		t.Fatalf("events %v", ids)
+	}
+}
+
+// The Python client answers the same: TooLarge, a NoBufs (an OSError with
+// errno ENOBUFS) that publish_wait raises at once.
+func TestPythonMessageLargerThanTheQueue(t *testing.T) {
+	py := testkit.LookPath(t, "python3", "python3")
+	script := `
+import errno, sys, tally_channel as tc
+c = tc.Client(sys.argv[1], queue_limit_bytes=8192, reconnect_interval=0.05)
+for call in (c.publish, c.publish_wait):
+    try:
+        call("usage", b"x" * 9000)
+        sys.exit("no error from %s" % call.__name__)
+    except tc.TooLarge as e:
+        assert isinstance(e, tc.NoBufs) and isinstance(e, OSError) and e.errno == errno.ENOBUFS, repr(e)
+assert c.stats()["nobufs"] == 2, c.stats()
+assert c.stats()["queued_messages"] == 0, c.stats()
+c.close(cancel=True, timeout=5)
+print("ok")
+`
+	cmd := exec.Command(py, "-c", script, filepath.Join(t.TempDir(), "no-daemon.sock"))
+	cmd.Env = []string{"PYTHONPATH=" + testkit.RepoPath(t, "examples/channel/python"), "PATH=/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE=1"}
+	out, err := cmd.CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "ok" {
+		t.Fatalf("python: %v\n%s", err, out)
 	}
 }
