@@ -311,11 +311,12 @@ func (p *Pipeline) mapWith(ctx context.Context, msg Message, m Mapper, in *jsoni
 		keys = nil
 	}
 	// The runtime enforces its own per-event limit; the pipeline's may be tighter.
-	oversize := res.Oversize
+	oversize, largest := res.Oversize, 0
 	kept, keptKeys := events[:0], keys[:0]
 	for i, ev := range events {
 		if len(ev) > p.opts.MaxEventBytes {
 			oversize++
+			largest = max(largest, len(ev))
 			continue
 		}
 		kept = append(kept, ev)
@@ -328,10 +329,7 @@ func (p *Pipeline) mapWith(ctx context.Context, msg Message, m Mapper, in *jsoni
 		keys = keptKeys
 	}
 	if oversize > 0 {
-		p.metrics.skipped.WithLabelValues(ReasonEventTooLarge).Add(float64(oversize))
-		p.warn.Warn().Str("exchange", msg.Exchange).Str("routing_key", msg.RoutingKey).
-			Str("event_type", eventType).Str("module", m.ID()).Int("events", oversize).
-			Msg("mapped event over the size bound, skipped")
+		p.oversized(msg, eventType, m.ID(), oversize, largest)
 		if len(events) == 0 {
 			return Result{Outcome: Skipped, Reason: ReasonEventTooLarge, EventType: eventType, Module: m.ID()}
 		}
@@ -382,11 +380,26 @@ func (p *Pipeline) passThrough(msg Message, s *scratch, in *jsonindex.Index, eve
 	}
 	p.dropped(msg, &dropped, eventType, canonicalMapper)
 	if len(ev) > p.opts.MaxEventBytes {
-		p.metrics.skipped.WithLabelValues(ReasonEventTooLarge).Inc()
+		p.oversized(msg, eventType, canonicalMapper, 1, len(ev))
 		return Result{Outcome: Skipped, Reason: ReasonEventTooLarge, EventType: eventType}
 	}
 	return Result{Outcome: Mapped, EventType: eventType, Module: canonicalMapper, Events: [][]byte{ev},
 		Keys: []ledger.Keys{s.canonical.Keys()}}
+}
+
+// oversized counts n events left out for their size and logs them (sampled)
+// with the exchange, the routing key and the sizes: size is the message's
+// bytes, event_bytes the largest left-out event's where the pipeline measured
+// it (the runtime leaves out events past its own bound without a size).
+func (p *Pipeline) oversized(msg Message, eventType, module string, n, largest int) {
+	p.metrics.skipped.WithLabelValues(ReasonEventTooLarge).Add(float64(n))
+	ev := p.warn.Warn().Str("exchange", msg.Exchange).Str("routing_key", msg.RoutingKey).
+		Str("event_type", eventType).Str("module", module).Int("events", n).
+		Int("size", len(msg.Body)).Int("max_event_bytes", p.opts.MaxEventBytes)
+	if largest > 0 {
+		ev = ev.Int("event_bytes", largest)
+	}
+	ev.Msg("mapped event over the size bound, skipped")
 }
 
 // canonicalMapper is the source.mapper of a canonical event.

@@ -226,11 +226,11 @@ func (s *sess) mapItem(ctx context.Context, it *item) {
 		Compression: it.compression, FirstDelivery: it.first})
 	switch res.Outcome {
 	case pipeline.Skipped:
-		ev := s.log.Debug()
-		if res.Reason == "event_too_large" {
-			ev = s.log.Warn()
-		}
-		ev.Str("reason", res.Reason).Str("event_type", res.EventType).Int("size", len(it.body)).
+		// At debug level only: the pipeline logs an event over the size bound
+		// as a warning, sampled, with the exchange, the routing key and the
+		// sizes; a second, unsampled warning here would let a flood of
+		// oversized events flood the log.
+		s.log.Debug().Str("reason", res.Reason).Str("event_type", res.EventType).Int("size", len(it.body)).
 			Str("exchange", it.exchange).Str("routing_key", it.routingKey).Msg("notification skipped")
 	case pipeline.Unparseable, pipeline.Failed:
 		// The body goes to the dead-letter area with its batch and is

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"time"
 )
@@ -50,18 +51,36 @@ func (c *Client) LocalAddr() net.Addr { return c.conn.LocalAddr() }
 
 // Send sends one message. Over UDP it is a version 0 fragmented message (one
 // fragment when it fits) with its tags on the last fragment; over TCP it is one
-// line, so it must hold no newline, and tags are not available.
+// line, so it must hold no newline, and with tags a line of the \0 protocol
+// (\0 tags \0\0 message).
 func (c *Client) Send(payload []byte, tags ...string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.udp {
-		if len(tags) > 0 {
-			return fmt.Errorf("%w: tags need udp", ErrInvalidOptions)
-		}
 		if bytes.IndexByte(payload, '\n') >= 0 {
 			return fmt.Errorf("%w: a tcp message cannot hold a newline", ErrInvalidOptions)
 		}
-		c.buf = append(append(c.buf[:0], payload...), '\n')
+		c.buf = c.buf[:0]
+		if len(tags) > 0 {
+			// The \0 protocol: \0 tags \0\0 message.
+			if len(payload) == 0 {
+				return fmt.Errorf("%w: a tagged tcp message cannot be empty", ErrInvalidOptions)
+			}
+			c.buf = append(c.buf, 0)
+			for i, t := range tags {
+				if t == "" || strings.ContainsAny(t, "\x00\n") {
+					return fmt.Errorf("%w: tag %q", ErrInvalidOptions, t)
+				}
+				if i > 0 {
+					c.buf = append(c.buf, 0)
+				}
+				c.buf = append(c.buf, t...)
+			}
+			c.buf = append(c.buf, 0, 0)
+		} else if len(payload) > 0 && payload[0] == 0 {
+			return fmt.Errorf("%w: a tcp message cannot start with \\0", ErrInvalidOptions)
+		}
+		c.buf = append(append(c.buf, payload...), '\n')
 		_, err := c.conn.Write(c.buf)
 		return err
 	}

@@ -28,7 +28,8 @@ const (
 //	 1   1   packet type (1)
 //	 2   2   fragment count, uint16 BE, 1..65535
 //	 4   2   fragment index, uint16 BE, 0..count-1
-//	 6   2   fragment size (payload bytes of every fragment but the last), uint16 BE
+//	 6   2   fragment size (payload bytes of every fragment but the last), uint16 BE;
+//	         a tagged message may have a last fragment with tags and no payload
 //	 8   4   message id (second half of the identifier; the first is the client port), uint32 BE
 //	12   4   message length, int32 BE, 0..2147483646
 //	16   4   MurmurHash3 x86 32-bit (seed 0) of the whole message, uint32 BE
@@ -82,6 +83,11 @@ func parseHeader(d []byte) (h header, tags, payload []byte, err error) {
 	}
 	// The three sizes must describe one message: count fragments of fragSize
 	// bytes, the last one holding what remains (at least one byte when count > 1).
+	// One exception: the original client counts the tags into the last
+	// fragment's room, so a tagged message whose length is a whole number of
+	// fragments gets a last fragment holding only its tags. Its length is then
+	// exactly (count-1)·size; the last fragment must carry tags, the others
+	// (which never do) are accepted so that the message can complete.
 	if h.count == 1 {
 		if h.length > h.fragSize && h.fragSize != 0 {
 			return h, nil, nil, errSizes
@@ -91,7 +97,10 @@ func parseHeader(d []byte) (h header, tags, payload []byte, err error) {
 			return h, nil, nil, errFragSizeZero
 		}
 		full := (h.count - 1) * h.fragSize
-		if h.length <= full || h.length > full+h.fragSize {
+		switch {
+		case h.length > full+h.fragSize, h.length < full:
+			return h, nil, nil, errSizes
+		case h.length == full && h.index == h.count-1 && h.tagLen == 0:
 			return h, nil, nil, errSizes
 		}
 	}

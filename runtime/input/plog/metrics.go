@@ -53,7 +53,7 @@ var (
 		{newDesc("tcp_refused_connections_total", "TCP connections closed at once for the connection cap (STAT tcp_refused_connections)."), func(s *stats) uint64 { return s.tcpRefused.Load() }},
 		{newDesc("tcp_refused_per_source_total", "TCP connections closed at once for the per-source cap (STAT tcp_refused_per_source)."), func(s *stats) uint64 { return s.tcpRefusedPerSource.Load() }},
 		{newDesc("tcp_lines_total", "TCP lines received as messages (STAT tcp_lines)."), func(s *stats) uint64 { return s.tcpLines.Load() }},
-		{newDesc("tcp_reserved_lines_total", "TCP lines starting with \\0, ignored (STAT tcp_reserved_lines)."), func(s *stats) uint64 { return s.tcpReservedLines.Load() }},
+		{newDesc("tcp_reserved_lines_total", "TCP lines starting with \\0 that are neither a command nor tags and a message, ignored (STAT tcp_reserved_lines)."), func(s *stats) uint64 { return s.tcpReservedLines.Load() }},
 		{newDesc("tcp_overlong_lines_total", "TCP lines over the line limit, skipped (STAT tcp_overlong_lines)."), func(s *stats) uint64 { return s.tcpOverlongLines.Load() }},
 		{newDesc("tcp_timeouts_total", "TCP connections closed for idleness (STAT tcp_timeouts)."), func(s *stats) uint64 { return s.tcpTimeouts.Load() }},
 	}

@@ -158,6 +158,7 @@ func (s *Server) bind(lo Listener) (*listener, error) {
 		conns:     make(map[net.Conn]struct{}),
 		perSource: make(map[netip.Addr]int),
 	}
+	l.st.started = time.Now()
 	for _, m := range lo.Mappers {
 		for _, n := range []string{m.Manifest().Name, m.ID()} {
 			if _, dup := l.byName[n]; !dup && n != "" {
@@ -387,6 +388,11 @@ func (l *listener) process(ctx context.Context, it item) {
 	switch res.Outcome {
 	case pipeline.Mapped:
 		l.st.mapped.Add(1)
+		if res.Module != "" {
+			m := l.st.module(res.Module)
+			m.mapped.Add(1)
+			m.events.Add(uint64(len(res.Events)))
+		}
 		if len(res.Events) > 0 {
 			l.toCommit(ctx, commitItem{events: res.AppendKeyed(nil), eventType: res.EventType, taken: taken})
 		}
@@ -394,10 +400,25 @@ func (l *listener) process(ctx context.Context, it item) {
 		l.st.skipped.Add(1)
 		l.toCommit(ctx, commitItem{eventType: res.EventType, skipped: res.Reason, taken: taken})
 	case pipeline.Unparseable:
+		// Kept as an undeliverable dead letter, as the AMQP input keeps its
+		// unparseable bodies: text in another encoding than UTF-8 (the
+		// original client's send(String) writes ISO-8859-1) can be read and
+		// resent from there. The outbox holds such letters within a budget of
+		// their own and counts what it drops past it.
 		l.st.unparseable.Add(1)
-		l.toCommit(ctx, commitItem{eventType: res.EventType, skipped: res.Reason, taken: taken})
+		body, truncated := it.body, 0
+		if len(body) > pipeline.DefaultMaxBodyBytes {
+			body, truncated = body[:pipeline.DefaultMaxBodyBytes], len(it.body)
+		}
+		l.toCommit(ctx, commitItem{letter: &outbox.DeadLetter{
+			Body: body, Truncated: truncated, Exchange: Exchange, RoutingKey: rk, EventType: res.EventType,
+			Reason: res.Reason, At: time.Now().UTC(), Undeliverable: true,
+		}, eventType: res.EventType, taken: taken})
 	case pipeline.Failed:
 		l.st.failed.Add(1)
+		if res.Module != "" {
+			l.st.module(res.Module).failed.Add(1)
+		}
 		detail := ""
 		if res.Err != nil {
 			detail = res.Err.Error()

@@ -49,11 +49,17 @@ type gate struct {
 	p    *pipeline.Pipeline
 	mu   sync.RWMutex
 	held atomic.Bool
+	// panicOn, when set, makes Process panic on that body: an unexpected
+	// error while handling a message.
+	panicOn atomic.Pointer[string]
 }
 
 func (g *gate) Process(ctx context.Context, m pipeline.Message) pipeline.Result {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
+	if p := g.panicOn.Load(); p != nil && *p == string(m.Body) {
+		panic("a message that breaks its handler")
+	}
 	return g.p.Process(ctx, m)
 }
 

@@ -1,7 +1,10 @@
 package plog
 
 import (
+	"sort"
+	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // stats are one listener's counters. Every field is updated atomically, so the
@@ -52,6 +55,25 @@ type stats struct {
 	tcpLineBytes        heldBytes
 	tcpLineBudgetClosed atomic.Uint64
 	defragMessages      atomic.Int64
+
+	// started is when the listener was made; STAT's uptime counts from it.
+	started time.Time
+	// modules counts, per module id, the messages each module mapped or
+	// failed on: STAT's handlers. A module id comes from the listener's chain
+	// or the catalogue, both fixed sets, so the map is bounded.
+	modules sync.Map // string -> *moduleStats
+}
+
+// moduleStats are one module's counts in a listener.
+type moduleStats struct{ mapped, failed, events atomic.Uint64 }
+
+// module is the counts of module id, made on first use.
+func (s *stats) module(id string) *moduleStats {
+	if m, ok := s.modules.Load(id); ok {
+		return m.(*moduleStats)
+	}
+	m, _ := s.modules.LoadOrStore(id, &moduleStats{})
+	return m.(*moduleStats)
 }
 
 // heldBytes is a gauge of bytes held in buffers, with its high-water mark.
@@ -79,6 +101,18 @@ type Cache struct {
 	Misses    uint64 `json:"misses"`
 }
 
+// Handler is one entry of STAT's handlers section, which the original fills
+// with each of its handlers' statistics and name. Here a handler is a mapping
+// module: Name is its id (name@version, or "canonical" for canonical events
+// passed through), with the messages it mapped, the events they gave and the
+// messages it failed on (dead-lettered).
+type Handler struct {
+	Name   string `json:"name"`
+	Mapped uint64 `json:"mapped"`
+	Events uint64 `json:"events"`
+	Failed uint64 `json:"failed"`
+}
+
 // Snapshot is a copy of one listener's counters. Its JSON form is the answer to
 // the STAT command: every key the seed lists, with the same names, followed by
 // the keys this implementation adds (docs/plog.md describes each).
@@ -98,6 +132,19 @@ type Snapshot struct {
 	DroppedFragments         [sizeBuckets][indexBuckets]uint64 `json:"dropped_fragments"`
 	Cache                    Cache                             `json:"cache"`
 	Kafka                    map[string]Rate                   `json:"kafka"`
+
+	// Keys the original has written since 2014 beside the ones its README
+	// lists; its Datadog check reads uptime and unhandled_objects.
+	Uptime           int64     `json:"uptime"` // milliseconds since the listener started
+	UnhandledObjects uint64    `json:"unhandled_objects"`
+	Defragmenter     Cache     `json:"defragmenter"` // the same counts as cache, under the newer name
+	Handlers         []Handler `json:"handlers"`
+
+	// Failures gathers, under their own names, every counter of something
+	// lost or refused (the bucketed ones summed), so that a reader can sum
+	// them into one figure: the proposal "collect all failure counts into a
+	// single object" of plog's tracker. docs/plog.md lists what is in it.
+	Failures map[string]uint64 `json:"failures"`
 
 	V0RefusedCommands     uint64 `json:"v0_refused_commands"`
 	V0UntrustedCommands   uint64 `json:"v0_untrusted_commands"`
@@ -190,5 +237,49 @@ func (s *stats) snapshot(version string) Snapshot {
 			out.DroppedFragments[i][j] = s.droppedFragments[i][j].Load()
 		}
 	}
+	if !s.started.IsZero() {
+		out.Uptime = time.Since(s.started).Milliseconds()
+	}
+	out.Defragmenter = out.Cache
+	sum := func(a []uint64) (n uint64) {
+		for _, v := range a {
+			n += v
+		}
+		return n
+	}
+	var invalidFrags, droppedFrags uint64
+	for i := range out.V0InvalidFragments {
+		invalidFrags += sum(out.V0InvalidFragments[i][:])
+		droppedFrags += sum(out.DroppedFragments[i][:])
+	}
+	out.Failures = map[string]uint64{
+		"failed_to_send":              out.FailedToSend,
+		"exceptions":                  out.Exceptions,
+		"udp_invalid_version":         out.UDPInvalidVersion,
+		"v0_invalid_type":             out.V0InvalidType,
+		"v0_invalid_multipart_header": out.V0InvalidMultipartHeader,
+		"v0_invalid_fragments":        invalidFrags,
+		"v0_invalid_checksum":         sum(out.V0InvalidChecksum[:]),
+		"dropped_fragments":           droppedFrags,
+		"socket_drops":                out.SocketDrops,
+		"holes_from_new_message":      out.HolesFromNewMessage,
+		"holes_from_dead_port":        out.HolesFromDeadPort,
+		"unparseable":                 out.Unparseable,
+		"failed":                      out.Failed,
+		"unknown_route":               out.UnknownRoute,
+		"tcp_refused_connections":     out.TCPRefused,
+		"tcp_refused_per_source":      out.TCPRefusedPerSource,
+		"tcp_reserved_lines":          out.TCPReservedLines,
+		"tcp_overlong_lines":          out.TCPOverlongLines,
+		"tcp_timeouts":                out.TCPTimeouts,
+		"tcp_line_budget_closed":      out.TCPLineBudgetClosed,
+	}
+	out.Handlers = []Handler{}
+	s.modules.Range(func(k, v any) bool {
+		m := v.(*moduleStats)
+		out.Handlers = append(out.Handlers, Handler{Name: k.(string), Mapped: m.mapped.Load(), Events: m.events.Load(), Failed: m.failed.Load()})
+		return true
+	})
+	sort.Slice(out.Handlers, func(i, j int) bool { return out.Handlers[i].Name < out.Handlers[j].Name })
 	return out
 }

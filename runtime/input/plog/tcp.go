@@ -2,10 +2,12 @@ package plog
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"sync/atomic"
 	"time"
 
@@ -145,6 +147,7 @@ func (b *lineBudget) appendLine(line, chunk []byte, limit int) ([]byte, bool) {
 // line without a newline at end of stream is a message too.
 func (l *listener) serveConn(ctx context.Context, c net.Conn) {
 	r := bufio.NewReaderSize(c, tcpReadBuffer)
+	ext := tcpExt{c: c, lim: newCommandLimiter(1, commandRate, commandBurst)}
 	var line []byte
 	defer func() { l.lines.resize(int64(cap(line)), 0) }()
 	overlong := false
@@ -179,8 +182,8 @@ func (l *listener) serveConn(ctx context.Context, c net.Conn) {
 			if overlong {
 				l.st.tcpOverlongLines.Add(1)
 				overlong = false
-			} else {
-				l.line(ctx, cur[:len(cur)-1])
+			} else if !l.line(ctx, &ext, cur[:len(cur)-1]) {
+				return
 			}
 			line = line[:0]
 			if int64(cap(line)) > l.lines.share {
@@ -191,7 +194,7 @@ func (l *listener) serveConn(ctx context.Context, c net.Conn) {
 			continue
 		default:
 			if !overlong && len(cur) > 0 && errors.Is(err, io.EOF) {
-				l.line(ctx, cur)
+				l.line(ctx, &ext, cur)
 			}
 			if overlong {
 				l.st.tcpOverlongLines.Add(1)
@@ -205,18 +208,100 @@ func (l *listener) serveConn(ctx context.Context, c net.Conn) {
 	}
 }
 
-func (l *listener) line(ctx context.Context, b []byte) {
+// tcpExt is what a connection needs for lines of the \0 protocol: the
+// connection, to answer commands, and its own command bucket.
+type tcpExt struct {
+	c   net.Conn
+	lim *commandLimiter
+}
+
+// line handles one line: a message, or a line of the \0 protocol. It
+// reports false when the connection must be closed (an answer could not be
+// written).
+func (l *listener) line(ctx context.Context, ext *tcpExt, b []byte) bool {
 	if len(b) == 0 {
-		return
+		return true
 	}
+	var tags []string
 	if b[0] == 0 {
-		l.st.tcpReservedLines.Add(1)
-		return
+		switch {
+		case len(b) >= 2 && b[1] == 0:
+			return l.tcpCommand(ext, b[2:])
+		default:
+			// \0 tags \0\0 message: the tags, \0-separated as in a
+			// fragment, end at the first \0\0.
+			end := bytes.Index(b[1:], []byte{0, 0})
+			if end < 0 {
+				l.st.tcpReservedLines.Add(1)
+				return true
+			}
+			tags = splitTags(b[1 : 1+end])
+			b = b[1+end+2:]
+			if len(b) == 0 {
+				l.st.tcpReservedLines.Add(1)
+				return true
+			}
+		}
 	}
 	l.st.tcpLines.Add(1)
 	body := make([]byte, len(b))
 	copy(body, b)
-	if !l.enqueue(ctx, item{body: body}) {
+	if !l.enqueue(ctx, item{body: body, tags: tags}) {
 		l.st.failedToSend.Add(1)
 	}
+	return true
+}
+
+// tcpCommand runs a command line (\0\0 then the command, as in a UDP
+// command packet) and writes its answer, if any, followed by a newline. The
+// same commands, switches, trusted sources and rate as over UDP; a TCP
+// source cannot be forged, but one rule for both keeps them alike. An
+// answer that cannot be written within IdleTimeout closes the connection.
+func (l *listener) tcpCommand(ext *tcpExt, body []byte) bool {
+	now := time.Now()
+	from := remoteAddr(ext.c)
+	if !ext.lim.allow(from.Addr(), now) {
+		l.st.v0RateLimited.Add(1)
+		l.cmdLog.Warn().Stringer("from", ext.c.RemoteAddr()).Msg("plog command dropped: more than 10 a second from this connection")
+		return true
+	}
+	env := commandEnv{
+		allowEnvi: *l.set.AllowENVI,
+		allowKill: *l.set.AllowKILL,
+		canStop:   l.srv.opts.Stop != nil,
+		trusted:   trusted(l.srv.trusted, from.Addr()),
+		snapshot:  l.snapshot,
+		environ:   l.srv.opts.Environ,
+	}
+	cmd, _ := runCommand(&l.st, env, body)
+	if cmd.kill {
+		l.srv.kill()
+	}
+	switch {
+	case cmd.untrusted:
+		l.cmdLog.Warn().Str("command", cmd.refused).Stringer("from", ext.c.RemoteAddr()).
+			Msg("plog command refused: answered to trusted (loopback) sources only")
+	case cmd.refused != "":
+		l.cmdLog.Warn().Str("command", cmd.refused).Stringer("from", ext.c.RemoteAddr()).
+			Msg("plog command refused: not enabled on this listener")
+	}
+	if cmd.reply == nil {
+		return true
+	}
+	_ = ext.c.SetWriteDeadline(now.Add(max(l.set.IdleTimeout, time.Second)))
+	if _, err := ext.c.Write(append(cmd.reply, '\n')); err != nil {
+		l.log.Debug().Err(err).Msg("plog tcp command answer not written; connection closed")
+		return false
+	}
+	return true
+}
+
+// remoteAddr is a connection's peer as an address and port (zero when it
+// is not a TCP address).
+func remoteAddr(c net.Conn) netip.AddrPort {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		ap := a.AddrPort()
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	return netip.AddrPort{}
 }

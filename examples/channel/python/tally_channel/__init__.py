@@ -36,7 +36,7 @@ import threading
 import time
 
 __all__ = [
-    "Client", "Subscription", "Settlement", "Delivery", "NoBufs", "ChannelError",
+    "Client", "Subscription", "Settlement", "Delivery", "NoBufs", "TooLarge", "ChannelError",
     "ModeError", "Closed", "Refused", "find", "list_clients",
     "STRING", "JSON", "COMMITTED", "DEAD_LETTERED", "SKIPPED", "REFUSED",
 ]
@@ -63,6 +63,14 @@ class NoBufs(ChannelError, OSError):
 
     def __init__(self, msg="outbound queue full"):
         OSError.__init__(self, errno.ENOBUFS, msg)
+
+
+class TooLarge(NoBufs):
+    """The message alone is larger than the whole queue bound: nothing was
+    queued, and waiting never makes room for it (errno ENOBUFS, as NoBufs)."""
+
+    def __init__(self, msg="message larger than the queue bound"):
+        NoBufs.__init__(self, msg)
 
 
 class ModeError(ChannelError):
@@ -364,7 +372,8 @@ class Client:
             if self._closing:
                 raise Closed("client closed")
             if size > self.queue_limit_bytes:
-                raise ValueError("message of %d bytes over the queue bound %d" % (size, self.queue_limit_bytes))
+                self._stats["nobufs"] += 1
+                raise TooLarge("message of %d bytes over the queue bound %d" % (size, self.queue_limit_bytes))
             if self._bytes + size > self.queue_limit_bytes:
                 self._stats["nobufs"] += 1
                 raise NoBufs()
@@ -393,6 +402,8 @@ class Client:
         while True:
             try:
                 return self.publish(tag, data, **kw)
+            except TooLarge:
+                raise
             except NoBufs:
                 with self._cv:
                     left = None if deadline is None else deadline - time.monotonic()

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/channel/wire"
@@ -314,8 +315,13 @@ func (c *Client) Publish(m Message) (uint64, error) {
 
 	c.mu.Lock() // the bound too: SetQueueLimit changes it under c.mu
 	if limit := c.opts.QueueLimitBytes; size > limit {
+		// Larger than the whole queue: ENOBUFS, as the seed answers for any
+		// message that would take the queue past its bound, and ErrTooLarge,
+		// since no amount of waiting makes room for it (ErrNoBufs would send
+		// PublishWait waiting for ever).
+		c.st.NoBufs++
 		c.mu.Unlock()
-		return 0, fmt.Errorf("%w: %d bytes, queue bound %d", ErrTooLarge, size, limit)
+		return 0, fmt.Errorf("%w: %d bytes, queue bound %d: %w", ErrTooLarge, size, limit, syscall.ENOBUFS)
 	}
 	if c.closing {
 		c.mu.Unlock()

@@ -13,7 +13,10 @@ var (
 	// answers in the same case.
 	ErrNoBufs = fmt.Errorf("channel client: outbound queue full: %w", syscall.ENOBUFS)
 	// ErrTooLarge: the message alone is larger than the queue bound or than
-	// the protocol allows (wire.MaxData, wire.MaxTag).
+	// the protocol allows (wire.MaxData, wire.MaxTag). Larger than the queue
+	// bound, the error also wraps syscall.ENOBUFS (the seed's answer to a
+	// message that would take the queue past its bound), but not ErrNoBufs:
+	// waiting never makes room for it.
 	ErrTooLarge = errors.New("channel client: message too large")
 	// ErrInvalid: an empty tag, an unknown type, or data of type JSON that
 	// does not parse.
