@@ -92,7 +92,7 @@
 // # Native tests
 //
 // Files built without wasip1 replace the host imports with the collector's
-// own indexer (internal/jsonindex), so a lookup answers under go test exactly
+// own indexer (package jsonindex of this module), so a lookup answers under go test exactly
 // what it answers in the runtime, and Log writes to standard error. Where the
 // collector stops a call at its deadline, a native call is stopped at its
 // MaxNativeLookups+1st lookup (MapJSON returns ErrLookupBudget): a map
