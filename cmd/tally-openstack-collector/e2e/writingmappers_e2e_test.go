@@ -1,13 +1,15 @@
-package main
+package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
@@ -55,17 +57,21 @@ func docSteps(t *testing.T, doc string) []docStep {
 
 // TestWritingMappersDoc follows docs/writing-mappers.md, "A new mapper", in a
 // copy of the tree: it runs every block the doc marks, as it is written, with
-// the collector built from this tree on the PATH, the capture the doc
-// describes in the working directory and TALLY_OSC_MAPPERS_DIR set to an
-// empty directory, as on a collector's host. The Go block of the mapping
-// replaces the function main.go declares. Every command must succeed, and
-// the last (map of the capture with the drop-in) must map each of the
-// capture's magnum notifications with the new module. A doc whose commands
-// no longer work, or that no longer has them, fails it.
+// the collector on the PATH, the capture the doc describes in the working
+// directory and TALLY_OSC_MAPPERS_DIR set to an empty directory, as on a
+// collector's host. The Go block of the mapping replaces the function main.go
+// declares. Every command must succeed, and the last (map of the capture with
+// the drop-in) must map each of the capture's magnum notifications with the
+// new module. Then, as the doc's last step says, a daemon with that drop-in
+// directory and the exchange magnum in TALLY_OSC_EXCHANGES receives the
+// capture's notifications from the broker and delivers one event of the new
+// module for each. A doc whose commands no longer work, or that no longer has
+// them, fails it.
 func TestWritingMappersDoc(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds the collector and a new mapper in a copy of the tree")
+		t.Skip("builds a new mapper in a copy of the tree and runs it in the daemon")
 	}
+	testkit.RequireBroker(t)
 	gitBin := testkit.LookPath(t, "git", "git")
 	testkit.LookPath(t, "make", "make")
 	bash := testkit.LookPath(t, "bash", "bash")
@@ -79,14 +85,9 @@ func TestWritingMappersDoc(t *testing.T) {
 		t.Fatalf("docs/writing-mappers.md marks %d blocks; the loop has more steps", len(steps))
 	}
 
+	b := buildBinaries(t)
 	tree := t.TempDir()
 	testkit.CopyWorkingTree(t, gitBin, root, tree)
-	bin := filepath.Join(t.TempDir(), "bin")
-	build := exec.Command(testkit.LookPath(t, "go", "golang"), "build", "-o", filepath.Join(bin, "tally-openstack-collector"), "./cmd/tally-openstack-collector")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the collector (make test-wasm builds the built-in mappers it embeds): %v\n%s", err, out)
-	}
 	capture, err := os.ReadFile(filepath.Join("testdata", "writing-mappers", "magnum.dump"))
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +97,7 @@ func TestWritingMappersDoc(t *testing.T) {
 	}
 	dropins := t.TempDir()
 	env := append(testkit.CleanMakeEnv(),
-		"PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"PATH="+filepath.Dir(b.collector)+string(os.PathListSeparator)+os.Getenv("PATH"),
 		"TALLY_OSC_MAPPERS_DIR="+dropins,
 		"TALLY_OSC_MAPPER_CACHE_DIR="+testkit.CacheDir(t))
 
@@ -117,22 +118,56 @@ func TestWritingMappersDoc(t *testing.T) {
 		last = string(out)
 	}
 
+	// The capture's magnum notifications, as oslo messages.
+	var bodies [][]byte
+	for _, line := range bytes.Split(bytes.TrimSpace(capture), []byte("\n")) {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(line, &m); err != nil {
+			t.Fatal(err)
+		}
+		if string(m["exchange"]) != `"magnum"` {
+			continue
+		}
+		delete(m, "exchange")
+		delete(m, "routing_key")
+		body, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bodies = append(bodies, body)
+	}
 	mapped := 0
 	sc := bufio.NewScanner(strings.NewReader(last))
 	for sc.Scan() {
-		var ev struct {
-			EventType string `json:"event_type"`
-			Source    struct {
-				Mapper string `json:"mapper"`
-			} `json:"source"`
-		}
+		var ev storedEvent
 		if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Source.Mapper == "magnum@0.1.0" && strings.HasPrefix(ev.EventType, "magnum.cluster.") {
 			mapped++
 		}
 	}
-	want := strings.Count(string(capture), `"exchange":"magnum"`)
-	if mapped != want || !strings.Contains(last, "failed 0") {
-		t.Fatalf("the last step mapped %d notifications with magnum@0.1.0, want %d, and none failed:\n%s", mapped, want, last)
+	if mapped != len(bodies) || !strings.Contains(last, "failed 0") {
+		t.Fatalf("the last step mapped %d notifications with magnum@0.1.0, want %d, and none failed:\n%s", mapped, len(bodies), last)
+	}
+
+	// The daemon, with the drop-in and the exchange added.
+	v := testkit.NewVhost(t)
+	v.DeclareExchanges(t, false, "magnum")
+	a := startAPI(t, b)
+	c := newCollector(t, b, v, a.url(), a.token, "TALLY_OSC_EXCHANGES=magnum", "TALLY_OSC_MAPPERS_DIR="+dropins)
+	c.start(t)
+	c.waitReady(t)
+	v.Publish(t, "magnum", "notifications.info", bodies...)
+	testkit.WaitFor(t, 60*time.Second, "the daemon delivers an event of magnum@0.1.0 for each notification", func() bool {
+		evs, _ := a.events(t)
+		n := 0
+		for _, ev := range evs {
+			if ev.Source.Mapper == "magnum@0.1.0" && ev.Source.Exchange == "magnum" {
+				n++
+			}
+		}
+		return n == len(bodies)
+	})
+	if code, _ := c.p.stop(t, 40*time.Second); code != 0 {
+		t.Fatalf("collector exit %d", code)
 	}
 }
 
