@@ -15,7 +15,7 @@ import (
 )
 
 // docTestMarker marks a fenced block of docs/writing-mappers.md that
-// TestWritingMappersDoc runs; "<!-- doc-test: FILE -->" marks a Go block
+// TestEndToEndWritingMappersDoc runs; "<!-- doc-test: FILE -->" marks a Go block
 // that replaces, in FILE, the function it declares.
 const docTestMarker = "<!-- doc-test"
 
@@ -55,7 +55,7 @@ func docSteps(t *testing.T, doc string) []docStep {
 	return steps
 }
 
-// TestWritingMappersDoc follows docs/writing-mappers.md, "A new mapper", in a
+// TestEndToEndWritingMappersDoc follows docs/writing-mappers.md, "A new mapper", in a
 // copy of the tree: it runs every block the doc marks, as it is written, with
 // the collector on the PATH, the capture the doc describes in the working
 // directory and TALLY_OSC_MAPPERS_DIR set to an empty directory, as on a
@@ -67,7 +67,7 @@ func docSteps(t *testing.T, doc string) []docStep {
 // capture's notifications from the broker and delivers one event of the new
 // module for each. A doc whose commands no longer work, or that no longer has
 // them, fails it.
-func TestWritingMappersDoc(t *testing.T) {
+func TestEndToEndWritingMappersDoc(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a new mapper in a copy of the tree and runs it in the daemon")
 	}
