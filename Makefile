@@ -40,6 +40,14 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 .PHONY: all build wasm test-wasm prepare test test-go test-race lint bench bench-e2e run clean
 all: build
 
+# Two Go modules: the collector's (go.mod) and the guest SDK's (wasm-sdk/go.mod,
+# which requires nothing outside the standard library, so a mapper's author
+# needs no module of the collector's). The collector's requires the SDK's, with
+# a replace to ./wasm-sdk. `go test ./...` at the root does not reach into
+# wasm-sdk: every target that tests, vets or benchmarks runs in both. No
+# go.work: each module builds on its own, as its users build it.
+SDK_MODULE := wasm-sdk
+
 # Each component adds its own targets in its .mk file: the built-in mappers
 # are prerequisites of `wasm` (part of make build, Go alone), the test modules
 # (WAT, C, the SDK's test guests) of `test-wasm` (part of make test).
@@ -89,18 +97,24 @@ NORACE_PKGS := ./cmd/tally-openstack-collector/e2e
 # file: allocation counts (the detector's instrumentation allocates where the
 # code does not), a reference implementation that fails its pointer checks.
 # test-go runs these tests, found by their files, without it.
-NORACE_FILES := $(shell find . -name '*_norace_test.go' -not -path './.cache/*' -not -path './.git/*')
+NORACE_FILES := $(shell find . -name '*_norace_test.go' -not -path './.cache/*' -not -path './.git/*' -not -path './$(SDK_MODULE)/*')
 NORACE_TESTS := $(shell sed -n 's/^func \(Test[A-Za-z0-9_]*\).*/\1/p' $(NORACE_FILES) /dev/null | paste -sd'|')
 NORACE_TEST_PKGS := $(sort $(patsubst %/,./%,$(dir $(patsubst ./%,%,$(NORACE_FILES)))))
+# The same in the SDK's module, its paths relative to it.
+SDK_NORACE_FILES := $(shell cd $(SDK_MODULE) && find . -name '*_norace_test.go')
+SDK_NORACE_TESTS := $(shell cd $(SDK_MODULE) && sed -n 's/^func \(Test[A-Za-z0-9_]*\).*/\1/p' $(SDK_NORACE_FILES) /dev/null | paste -sd'|')
+SDK_NORACE_TEST_PKGS := $(sort $(patsubst %/,./%,$(dir $(patsubst ./%,%,$(SDK_NORACE_FILES)))))
 
 test-go: $(TEST_WASM)
 	$(GO) list $(NORACE_PKGS) >/dev/null
 	$(GO) test -count=1 -timeout 25m $(NORACE_PKGS)
 	$(if $(NORACE_TESTS),$(GO) test -count=1 -timeout 10m -run '^($(NORACE_TESTS))$$' $(NORACE_TEST_PKGS))
+	$(if $(SDK_NORACE_TESTS),cd $(SDK_MODULE) && $(GO) test -count=1 -timeout 10m -run '^($(SDK_NORACE_TESTS))$$' $(SDK_NORACE_TEST_PKGS))
 
 test-race: $(TEST_WASM)
 	norace=$$($(GO) list $(NORACE_PKGS)) && \
 	$(GO) test -race -count=1 -timeout 14m $$($(GO) list ./... | grep -v -x -F "$$norace")
+	cd $(SDK_MODULE) && $(GO) test -race -count=1 -timeout 14m ./...
 
 # Fuzz targets: every func FuzzX of a _test.go file, each run on its own for
 # FUZZTIME (go test -fuzz takes one target of one package at a time). The
@@ -124,7 +138,8 @@ fuzz-targets:
 	@set -eo pipefail; for f in $$(grep -rl --include='*_test.go' --exclude-dir=.cache --exclude-dir=.git '^func Fuzz' . | sort); do \
 		for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
 			echo "fuzz: $$(dirname $$f) $$t for $(FUZZTIME)"; \
-			$(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) ./$$(dirname $$f) | grep -v '^fuzz: elapsed'; \
+			m=.; d=$$(dirname $$f); case $$d in ./$(SDK_MODULE)|./$(SDK_MODULE)/*) m=$(SDK_MODULE); d=.$${d#./$(SDK_MODULE)};; esac; \
+			(cd $$m && $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) ./$$d) | grep -v '^fuzz: elapsed'; \
 		done; \
 	done
 
@@ -142,6 +157,7 @@ fuzz-short:
 lint: $(STATICCHECK)
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
+	cd $(SDK_MODULE) && $(GO) vet ./... && $(STATICCHECK) ./...
 
 $(STATICCHECK):
 	mkdir -p $(@D)
@@ -152,6 +168,7 @@ $(STATICCHECK):
 # collector on the same queue; see docs/performance.md).
 bench: test-wasm
 	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v '/cmd/tally-openstack-collector/e2e$$')
+	cd $(SDK_MODULE) && $(GO) test -run '^$$' -bench . -benchmem ./...
 	$(MAKE) bench-e2e
 
 # The end-to-end drain: a bare amqp091-go consumer against the collector, both

@@ -21,6 +21,7 @@ require (
 	github.com/rs/zerolog v1.35.1
 	github.com/spaolacci/murmur3 v1.1.0
 	github.com/spf13/pflag v1.1.0
+	github.com/tally-billing/tally-openstack-collector/wasm-sdk v0.0.0-00010101000000-000000000000
 	github.com/tetratelabs/wazero v1.12.0
 	github.com/ulikunitz/xz v0.5.15
 	go.yaml.in/yaml/v3 v3.0.5
@@ -50,3 +51,5 @@ require (
 	go.opentelemetry.io/otel/trace v1.41.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
+
+replace github.com/tally-billing/tally-openstack-collector/wasm-sdk => ./wasm-sdk

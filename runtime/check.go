@@ -3,7 +3,7 @@ package runtime
 import (
 	"fmt"
 
-	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonindex"
 )
 
 // CheckOutput applies to out, a tally_map output document produced without a

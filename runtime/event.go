@@ -8,9 +8,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
 	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/contract"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonindex"
 	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonstr"
 )
 

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonindex"
 )
 
 // Grow makes m start n instances by holding n calls' worth of instances at

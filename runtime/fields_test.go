@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonindex"
 )
 
 // TestFieldsImport runs the WAT module testdata/fields.wat, which calls the

@@ -15,8 +15,8 @@ import (
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
 
-	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
 	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonindex"
 	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonstr"
 )
 

@@ -12,8 +12,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/tetratelabs/wazero"
 
-	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
 	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonindex"
 )
 
 // Source is where a message came from; the host writes it, with the publisher

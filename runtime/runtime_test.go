@@ -12,8 +12,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonindex"
 )
 
 const msg = `{"message_id":"m-1","event_type":"compute.instance.exists","publisher_id":"compute.h\"1","timestamp":"2024-05-01 12:00:00","payload":{}}`

@@ -54,6 +54,16 @@
 // and test the same function natively with MapJSON, which returns exactly
 // the document the module would answer (see the example).
 //
+// # The module
+//
+// The SDK is a Go module of its own, github.com/tally-billing/tally-openstack-collector/wasm-sdk,
+// which requires nothing outside the standard library: a mapper's module
+// needs it alone. In a module of your own (go mod init), a replace directive
+// points the SDK at the wasm-sdk directory of a clone of the collector's
+// repository, and go mod tidy adds the requirement. Inside that repository,
+// `tally-openstack-collector mapper new NAME` writes a new mapper's directory
+// with its tests (docs/writing-mappers.md).
+//
 // # How a call runs
 //
 // The host writes the notification into the buffer tally_alloc handed out,
@@ -92,7 +102,7 @@
 // # Native tests
 //
 // Files built without wasip1 replace the host imports with the collector's
-// own indexer (internal/jsonindex), so a lookup answers under go test exactly
+// own indexer (package jsonindex of this module), so a lookup answers under go test exactly
 // what it answers in the runtime, and Log writes to standard error. Where the
 // collector stops a call at its deadline, a native call is stopped at its
 // MaxNativeLookups+1st lookup (MapJSON returns ErrLookupBudget): a map

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
 	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/internal/abi"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonindex"
 )
 
 // nativeRunner is what one tally_map call needs natively: the index the host

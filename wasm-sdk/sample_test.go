@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	sdk "github.com/tally-billing/tally-openstack-collector/wasm-sdk"
-	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/internal/sample"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/sample"
 )
 
 func readFixture(t testing.TB) []byte {

@@ -12,10 +12,10 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
 	"github.com/tally-billing/tally-openstack-collector/runtime/conformance"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonindex"
 )
 
 // cMapper returns c-mapper.wasm as make test-wasm built it, or builds it

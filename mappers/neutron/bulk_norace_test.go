@@ -11,8 +11,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonindex"
 )
 
 // TestBulkNotificationWithinTheDeadline maps the bulk notification of

@@ -4,7 +4,7 @@ import (
 	"hash/fnv"
 	"time"
 
-	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonindex"
 )
 
 // Event is what the ledger reads from a canonical event.

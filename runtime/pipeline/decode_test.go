@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
 	"github.com/tally-billing/tally-openstack-collector/runtime/fixture"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonindex"
 )
 
 // decodeTwoPass is the decode that reads the envelope in passes: the

@@ -3,7 +3,7 @@
  * It shows that ABI v1 is language-neutral: the same exports, the same host
  * field lookups, and an output written by hand into one reused buffer. The
  * event it writes is byte for byte the one of the Go SDK's sample mapping
- * (wasm-sdk/internal/sample) for the same input.
+ * (wasm-sdk/sample) for the same input.
  */
 #include <stdlib.h>
 #include <string.h>

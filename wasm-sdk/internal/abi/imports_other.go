@@ -6,7 +6,7 @@ import (
 	"errors"
 	"os"
 
-	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonindex"
 )
 
 // Host answers field lookups natively from an index of the input, the same

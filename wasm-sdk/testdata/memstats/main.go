@@ -8,7 +8,7 @@ import (
 	"runtime"
 
 	sdk "github.com/tally-billing/tally-openstack-collector/wasm-sdk"
-	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/internal/sample"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/sample"
 )
 
 var ms runtime.MemStats

@@ -4,7 +4,7 @@ package main
 
 import (
 	sdk "github.com/tally-billing/tally-openstack-collector/wasm-sdk"
-	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/internal/sample"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/sample"
 )
 
 func init() { sdk.Register(sample.Manifest, sample.Map) }

@@ -36,6 +36,8 @@ Usage:
   tally-openstack-collector map [--mappers DIR] [FILE...]   map notifications offline (stdin without FILE)
   tally-openstack-collector mapper test [--mappers DIR] [DIR...]
                                                             run mapper fixture pairs (*.in.json -> *.out.json)
+  tally-openstack-collector mapper new NAME [--exchange EXCHANGE] [--event-type GLOB]... [--from CAPTURE]
+                                                            write a new mapper's directory (mappers/NAME of a clone)
   tally-openstack-collector version                         version, commit, mapper ABI versions
   tally-openstack-collector mappers [promote|abort NAME]    the daemon's mapper catalogue (a stopped one's: from its outbox)
   tally-openstack-collector deadletter list|show|replay|purge
@@ -80,11 +82,14 @@ func Run(args, environ []string, stdin io.Reader, stdout, stderr io.Writer, stam
 	case "map":
 		return runMap(args, environ, stdin, stdout, stderr)
 	case "mapper":
-		if len(args) == 0 || args[0] != "test" {
-			fmt.Fprintf(stderr, "usage: tally-openstack-collector mapper test [--mappers DIR] [DIR...]\n")
-			return 2
+		switch {
+		case len(args) > 0 && args[0] == "test":
+			return runMapperTest(args[1:], environ, stdout, stderr)
+		case len(args) > 0 && args[0] == "new":
+			return runMapperNew(args[1:], stdout, stderr)
 		}
-		return runMapperTest(args[1:], environ, stdout, stderr)
+		fmt.Fprintf(stderr, "usage: tally-openstack-collector mapper test [--mappers DIR] [DIR...] | mapper new NAME [--exchange EXCHANGE] [--event-type GLOB]... [--from CAPTURE]\n")
+		return 2
 	case "mappers":
 		return runMappers(args, environ, stdout, stderr)
 	case "deadletter":

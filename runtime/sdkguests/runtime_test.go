@@ -1,6 +1,6 @@
 //go:build !wasip1
 
-package sdk_test
+package sdkguests_test
 
 // The Go test guests through the collector's own runtime: the ABI conformance
 // suite, and the per-call cost a Go mapper pays in production.
@@ -12,10 +12,10 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
 	"github.com/tally-billing/tally-openstack-collector/runtime/conformance"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonindex"
 )
 
 func TestConformanceNoop(t *testing.T) {
@@ -89,4 +89,11 @@ func BenchmarkRuntime(b *testing.B) {
 			b.Run(guest+"/"+g.String()+"/parallel", func(b *testing.B) { benchRuntime(b, guest, true, runtime.WithGuard(g)) })
 		}
 	}
+}
+
+// reportCPU runs loop and reports its CPU time per b.N.
+func reportCPU(b *testing.B, loop func()) {
+	start := testkit.CPUTime()
+	loop()
+	testkit.ReportCPU(b, start)
 }

@@ -1,0 +1,3 @@
+module github.com/tally-billing/tally-openstack-collector/wasm-sdk
+
+go 1.26.8
