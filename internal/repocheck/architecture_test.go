@@ -207,10 +207,10 @@ func anyOf(fs ...func(string) bool) func(string) bool {
 }
 
 var importRules = []importRule{
-	{doc: "The host never imports wasm-sdk, except wasm-sdk/secret, wasm-sdk/jsonstr and wasm-sdk/contract",
+	{doc: "The host never imports wasm-sdk, except wasm-sdk/secret, wasm-sdk/jsonstr, wasm-sdk/contract and wasm-sdk/jsonindex",
 		from:  not(anyOf(under("wasm-sdk"), isGuestMapper, under("examples"))),
 		to:    under("wasm-sdk"),
-		allow: is("wasm-sdk/secret", "wasm-sdk/jsonstr", "wasm-sdk/contract")},
+		allow: is("wasm-sdk/secret", "wasm-sdk/jsonstr", "wasm-sdk/contract", "wasm-sdk/jsonindex")},
 	{doc: "mappers import only wasm-sdk and its packages",
 		from:  isGuestMapper,
 		to:    not(stdlib),
@@ -236,7 +236,10 @@ var importRules = []importRule{
 	{doc: "outbox and sender know nothing of WebAssembly or of where a message came from",
 		from:  anyOf(under("outbox"), under("sender")),
 		to:    anyOf(under("runtime"), under("wasm-sdk"), func(p string) bool { return strings.HasPrefix(p, "github.com/tetratelabs/") }),
-		allow: is("wasm-sdk/secret")}, // the credential-name rule, through internal/redact
+		// the credential-name rule (through internal/redact) and the JSON
+		// indexer (the ledger reads an event's keys with it), both
+		// dependency-free packages of the SDK's module
+		allow: is("wasm-sdk/secret", "wasm-sdk/jsonindex")},
 	{doc: "only cmd/ reads settings (koanf) and wires the packages",
 		from: not(under("cmd")),
 		to:   anyOf(under("cmd"), func(p string) bool { return strings.HasPrefix(p, "github.com/knadh/koanf") })},

@@ -110,9 +110,6 @@ func runMapperNew(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// errMapperNewUsage marks an error of mapper new's arguments (exit 2).
-var errMapperNewUsage = errors.New("usage")
-
 // writeNewMapper writes the mapper's directory and returns what to print:
 // the files written and, last, what to do next.
 func writeNewMapper(name, exchange string, types []string, from, dir string) (string, error) {
