@@ -1,12 +1,17 @@
-package sdk
-
+// Package timestamp converts the timestamp forms OpenStack services write to
+// the event contract's form, RFC 3339 in UTC with a Z. It is the one copy of
+// that conversion: the guest SDK's Event.Timestamp and the host's tally.emit
+// (a timestamp operation) both use it, so that a timestamp a guest converts
+// and one the host converts are the same text.
+//
 // Timestamps are converted by hand (no time package, no allocation): parse the
 // civil fields, shift by the UTC offset through a day count when there is one,
-// and print the civil fields back.
+// and print the civil fields back. It builds for GOOS=wasip1.
+package timestamp
 
 const maxFractionDigits = 9
 
-// appendTimestamp appends s, in one of the accepted forms, as RFC 3339 UTC:
+// Append appends s, in one of the accepted forms, as RFC 3339 UTC:
 //
 //	2024-05-01 12:00:00              oslo, no fraction
 //	2024-05-01 12:00:00.123456       oslo
@@ -14,19 +19,19 @@ const maxFractionDigits = 9
 //	2024-05-01T14:00:00[.f]+02:00    offsets as ±HH:MM, ±HHMM or ±HH
 //
 // The result is 2024-05-01T12:00:00[.f]Z with the fraction's digits as given.
-func appendTimestamp(dst, s []byte) ([]byte, bool) {
+func Append(dst, s []byte) ([]byte, bool) {
 	if len(s) < 19 { // "" above all: a member not set yet
 		return dst, false
 	}
-	if t, ok := appendNaive(dst, s); ok {
+	if t, ok := Naive(dst, s); ok {
 		return t, true
 	}
-	return appendGeneral(dst, s)
+	return General(dst, s)
 }
 
-// appendGeneral is appendTimestamp for every accepted form: it parses the
+// General is Append for every accepted form: it parses the
 // civil fields, shifts them by the offset and prints them back.
-func appendGeneral(dst, s []byte) ([]byte, bool) {
+func General(dst, s []byte) ([]byte, bool) {
 	if len(s) < 19 || s[4] != '-' || s[7] != '-' || s[13] != ':' || s[16] != ':' {
 		return dst, false
 	}
@@ -113,12 +118,12 @@ func appendGeneral(dst, s []byte) ([]byte, bool) {
 	return append(dst, 'Z'), true
 }
 
-// appendNaive is the fast path of appendTimestamp for the shape oslo writes,
+// Naive is the fast path of Append for the shape oslo writes,
 // "2024-05-01 12:00:00[.ffffff]" (or with a 'T'), without a zone: the result
 // is the input with a 'T' and a 'Z', so the fields are checked but never
 // converted back to text. Anything else (a zone, more fraction digits, an
 // invalid field) reports false and is left to the general path.
-func appendNaive(dst, s []byte) ([]byte, bool) {
+func Naive(dst, s []byte) ([]byte, bool) {
 	n := len(s)
 	if n != 19 && (n < 21 || n > 20+maxFractionDigits) {
 		return dst, false
