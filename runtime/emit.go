@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -354,6 +355,9 @@ func (st *emitState) close(depth, end int, openTop, openNested *int) {
 // string: no bare quote, every escape well formed. (Control bytes and
 // invalid UTF-8 are not refused: they are escaped again, as the SDK does.)
 func checkStringContent(raw []byte) error {
+	if bytes.IndexByte(raw, '\\') < 0 && bytes.IndexByte(raw, '"') < 0 {
+		return nil // the usual case: nothing to look at
+	}
 	for i := 0; i < len(raw); i++ {
 		switch raw[i] {
 		case '"':
