@@ -133,18 +133,19 @@ func Naive(dst, s []byte) ([]byte, bool) {
 		return dst, false
 	}
 	// Every other byte of the first 19 must be a digit, and so must the
-	// fraction's after its dot.
-	bad := d(s[0]) | d(s[1]) | d(s[2]) | d(s[3]) | d(s[5]) | d(s[6]) | d(s[8]) | d(s[9]) |
-		d(s[11]) | d(s[12]) | d(s[14]) | d(s[15]) | d(s[17]) | d(s[18])
+	// fraction's after its dot: nd(c) has a bit of its high nibble set for
+	// any other byte, so one OR of them all tells.
+	bad := nd(s[0]) | nd(s[1]) | nd(s[2]) | nd(s[3]) | nd(s[5]) | nd(s[6]) | nd(s[8]) | nd(s[9]) |
+		nd(s[11]) | nd(s[12]) | nd(s[14]) | nd(s[15]) | nd(s[17]) | nd(s[18])
 	if n > 19 {
 		if s[19] != '.' {
 			return dst, false
 		}
 		for _, c := range s[20:] {
-			bad |= d(c)
+			bad |= nd(c)
 		}
 	}
-	if bad > 9 {
+	if bad&0xf0 != 0 {
 		return dst, false
 	}
 	month := int(s[5]-'0')*10 + int(s[6]-'0')
@@ -165,8 +166,11 @@ func Naive(dst, s []byte) ([]byte, bool) {
 	return append(dst, 'Z'), true
 }
 
-// d maps an ASCII digit to its value; any other byte to more than 9.
-func d(c byte) byte { return c - '0' }
+// nd maps an ASCII digit to a byte whose high nibble is 0, and any other
+// byte to one whose high nibble is not: c-'0' is at most 9 for a digit (plus
+// 6, at most 15), from 10 to 0xf9 for a byte above '9' (plus 6, past 15),
+// and from 0xfa for one below '0'.
+func nd(c byte) byte { d := c - '0'; return (d + 6) | d }
 
 // digits parses a fixed run of ASCII digits.
 func digits(b []byte) (int, bool) {
