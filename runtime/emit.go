@@ -38,10 +38,16 @@ const emitRecord = 20
 // maxEmitOps is the most operations one tally.emit call may pass.
 const maxEmitOps = 1 << 16
 
-// maxEmitDepth is the deepest nesting of objects tally.emit writes: the
-// output check's (jsonindex.MaxDepth), so a module that writes its events
-// with tally.emit can nest what it could nest in a document.
-const maxEmitDepth = jsonindex.MaxDepth
+// maxKeptMembers bounds the notes of members an instance keeps from one call
+// to the next (a call that wrote more gets new ones next time).
+const maxKeptMembers = 4096
+
+// maxEmitDepth is the deepest nesting of objects tally.emit writes, an event
+// being the first level: what the output check accepts of a document
+// (jsonindex.MaxDepth levels, two of them the document's own object and
+// "events" array), so a module can nest through tally.emit exactly what it
+// could nest in a document.
+const maxEmitDepth = jsonindex.MaxDepth - 2
 
 // Operation codes, the low byte of an operation's first word.
 const (
@@ -424,6 +430,9 @@ func (inst *instance) emitted(in *jsonindex.Index, src Source, ptr, n uint32) (R
 	}
 	if ptr != 0 || n != 0 {
 		return Result{}, ReasonInvalidOutput, fmt.Errorf("tally_map returned an output document ([%d,+%d)) after tally.emit; it must return 0", ptr, n)
+	}
+	if cap(st.top)+cap(st.nested) > maxKeptMembers {
+		defer func() { st.top, st.nested, st.sub, st.events = nil, nil, nil, nil }() // nor rare huge notes
 	}
 	return inst.collect(in, src, len(st.events), st)
 }

@@ -193,7 +193,7 @@ func TestEmitRefuses(t *testing.T) {
 	m := load(t, e, "emitops")
 	ev := func(mode uint32) *emitInput { return newEmitInput(mode).op(opEvent, "", 0, 0) }
 	deep := newEmitInput(5).op(opEvent, "", 0, 0)
-	for i := 0; i < 256; i++ {
+	for i := 0; i < 254; i++ { // an event and 253 objects inside it: as deep as a document may go
 		deep.op(opObject, "o", 0, 0)
 	}
 	cases := []struct {
@@ -219,7 +219,7 @@ func TestEmitRefuses(t *testing.T) {
 		{"bad escape", ev(5).val(opString, "s", `a\qb`), runtime.ReasonInvalidOutput, `an invalid escape \q at byte 1`},
 		{"cut \\u escape", ev(5).val(opString, "s", `a\u12`), runtime.ReasonInvalidOutput, `an invalid \u escape at byte 1`},
 		{"trailing backslash", ev(5).val(opString, "s", `a\`), runtime.ReasonInvalidOutput, "a backslash at the end of the string"},
-		{"too deep", deep, runtime.ReasonInvalidOutput, "objects nested deeper than 256"},
+		{"too deep", deep, runtime.ReasonInvalidOutput, "operation 254 (object): objects nested deeper than 254"},
 		{"too many operations", func() *emitInput { b := ev(5); b.count = 1<<16 + 1; return b }(), runtime.ReasonInvalidOutput, "65537 operations, not within [0, 65536]"},
 		{"negative count", func() *emitInput { b := ev(5); b.count = 1<<32 - 1; return b }(), runtime.ReasonInvalidOutput, "-1 operations"},
 		{"table outside memory", func() *emitInput { b := ev(5); b.table = 1 << 30; return b }(), runtime.ReasonABI, "the table of 1 operations at 1073741824 lies outside memory"},
@@ -279,6 +279,25 @@ func TestEmitLimits(t *testing.T) {
 	res, err = m.Map(context.Background(), rawIndex(newEmitInput(4).bytes()), src)
 	if err != nil || len(res.Events) != 0 {
 		t.Fatalf("emit outside tally_map: events %q, err %v", res.Events, err)
+	}
+	// The deepest nesting emit writes is the deepest a document may hold:
+	// an event and 253 objects inside it, 256 levels with the document's
+	// object and array.
+	b = newEmitInput(0).op(opEvent, "", 0, 0).required().text("event_type", "deep")
+	for range 253 {
+		b.op(opObject, "o", 0, 0)
+	}
+	if res, err = m.Map(context.Background(), rawIndex(b.bytes()), src); err != nil || len(res.Events) != 1 {
+		t.Fatalf("253 objects deep: events %q, err %v", res.Events, err)
+	}
+	for _, n := range []int{253, 254} {
+		doc := `{"events":[{"event_type":"deep","event_id":"e1","timestamp":"2024-05-01T12:00:00Z","service":"test",` +
+			`"resource_type":"thing","resource_id":"r1","project_id":"p1","action":"emit",` +
+			strings.Repeat(`"o":{`, n) + strings.Repeat("}", n) + `}]}`
+		_, err := runtime.CheckOutput([]byte(doc), nil, m.ID(), src)
+		if (err == nil) != (n == 253) {
+			t.Fatalf("a document %d objects deep: err %v", n, err)
+		}
 	}
 	// The output limit counts the document as written: {"events":[...]}.
 	e2 := newEngine(t, runtime.Config{MaxOutputBytes: 200})
