@@ -149,6 +149,9 @@ func TestEmitWritesEvents(t *testing.T) {
 		val(opTime, "deleted_at", ""). // not a timestamp: omitted
 		op(opObject, "nested", 0, 0).text("x", "y").op(opEnd, "", 0, 0).
 		text("flavor", "m1.\x01small").
+		val(opString, "note", "caf\xe9").                // invalid UTF-8: escaped again
+		fromInput(opString, "note2", "a\\u00e9\xff\\n"). // an escape and invalid UTF-8
+		op(opString|opFromInput, "empty", 0, 0).
 		op(opEnd, "", 0, 0).
 		op(opEnd, "", 0, 0).
 		op(opEvent, "", 0, 0).required().text("event_type", "second").text("event_id", "dup")
@@ -160,7 +163,8 @@ func TestEmitWritesEvents(t *testing.T) {
 	}
 	doc := `{"events":[{"event_type":"compute\u002einstance.exists","event_id":"e\"1","timestamp":"2024-05-01T12:00:00.123456Z",` +
 		`"service":"test","resource_type":"thing","resource_id":"r\u00e91","project_id":"p1","action":"emit","nope":"left out",` +
-		`"attributes":{"vcpus":4,"memory_mb":2048,"neg":-1,"b":true,"f":false,"launched_at":"2024-05-01T12:00:00Z","nested":{"x":"y"},"flavor":"m1.\u0001small"}},` +
+		`"attributes":{"vcpus":4,"memory_mb":2048,"neg":-1,"b":true,"f":false,"launched_at":"2024-05-01T12:00:00Z","nested":{"x":"y"},"flavor":"m1.\u0001small",` +
+		`"note":"caf\ufffd","note2":"a\u00e9\ufffd\n","empty":""}},` +
 		`{"event_id":"e1","timestamp":"2024-05-01T12:00:00Z","service":"test","resource_type":"thing","resource_id":"r1","project_id":"p1","action":"emit","event_type":"second","event_id":"dup"}]}`
 	want, err := runtime.CheckOutput([]byte(doc), rawIndex(in), m.ID(), src)
 	if err != nil {
@@ -180,8 +184,10 @@ func TestEmitWritesEvents(t *testing.T) {
 	if res.Dropped != want.Dropped || res.Dropped.Total() == 0 {
 		t.Errorf("dropped %v, want %v (not none)", res.Dropped, want.Dropped)
 	}
-	if !strings.Contains(string(res.Events[0]), `"event_type":"compute.instance.exists"`) {
-		t.Errorf("event_type not decoded: %s", res.Events[0])
+	for _, want := range []string{`"event_type":"compute.instance.exists"`, "\"note\":\"caf\uFFFD\"", "\"note2\":\"a\u00e9\uFFFD\\n\""} {
+		if !strings.Contains(string(res.Events[0]), want) {
+			t.Errorf("%s not in %s", want, res.Events[0])
+		}
 	}
 }
 
