@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
 	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
@@ -392,25 +393,26 @@ func (w *eventWriter) writeAttributes(dst, doc []byte, drops *Drops) []byte {
 
 // checkAttribute checks one attribute's value.
 func (w *eventWriter) checkAttribute(doc []byte, name []byte, a jsonindex.Child) contract.Violation {
+	n := unsafe.String(unsafe.SliceData(name), len(name)) // read only: no copy
 	switch a.Kind {
 	case jsonindex.Null:
 		return contract.Null
 	case jsonindex.Object, jsonindex.Array:
 		return contract.Nested
 	case jsonindex.True, jsonindex.False:
-		if _, q := contract.MaxOf(string(name)); q || contract.IsTimeAttribute(string(name)) {
+		if _, q := contract.MaxOf(n); q || contract.IsTimeAttribute(n) {
 			return contract.WrongType
 		}
 		return contract.OK
 	case jsonindex.Number:
-		if contract.IsTimeAttribute(string(name)) {
+		if contract.IsTimeAttribute(n) {
 			return contract.WrongType
 		}
-		max, _ := contract.MaxOf(string(name))
+		max, _ := contract.MaxOf(n)
 		return contract.CheckQuantity(doc[a.Start:a.End], max)
 	}
 	// A string.
-	if _, q := contract.MaxOf(string(name)); q {
+	if _, q := contract.MaxOf(n); q {
 		return contract.WrongType
 	}
 	raw := doc[a.Start:a.End]
@@ -418,7 +420,7 @@ func (w *eventWriter) checkAttribute(doc []byte, name []byte, a jsonindex.Child)
 		return contract.TooLong
 	}
 	text := w.decode(raw)
-	if contract.IsTimeAttribute(string(name)) {
+	if contract.IsTimeAttribute(n) {
 		return contract.CheckTimestamp(text)
 	}
 	return contract.CheckAttributeText(text)
