@@ -35,8 +35,21 @@ import (
 // key_ptr, key_len, a, b).
 const emitRecord = 20
 
-// maxEmitOps is the most operations one tally.emit call may pass.
-const maxEmitOps = 1 << 16
+// maxEmitOps is the most operations one tally.emit call may pass, unless
+// the output limit is larger: every operation but an omitted timestamp
+// writes at least one byte, so a table the output limit allows is never
+// refused for its count (emitOpsLimit).
+const maxEmitOps = 1 << 20
+
+// maxTimestampBytes bounds the value of a timestamp operation: no accepted
+// form is longer (19 + a fraction of 9 digits + an offset of 6), and a
+// longer value is omitted without being read, so that omitted operations,
+// which write nothing, cost a bounded time each.
+const maxTimestampBytes = 40
+
+// emitOpsLimit is the most operations a tally.emit call may pass with the
+// output limit maxOut.
+func emitOpsLimit(maxOut int) int { return max(maxEmitOps, maxOut) }
 
 // maxKeptMembers bounds the notes of members an instance keeps from one call
 // to the next (a call that wrote more gets new ones next time).
@@ -122,8 +135,8 @@ func hostEmit(ctx context.Context, mod api.Module, stack []uint64) {
 		return
 	}
 	st.called = true
-	if count < 0 || count > maxEmitOps {
-		st.reason, st.err = ReasonInvalidOutput, fmt.Errorf("tally.emit: %d operations, not within [0, %d]", count, maxEmitOps)
+	if limit := emitOpsLimit(inst.m.e.cfg.MaxOutputBytes); count < 0 || int(count) > limit {
+		st.reason, st.err = ReasonInvalidOutput, fmt.Errorf("tally.emit: %d operations, not within [0, %d]", count, limit)
 		return
 	}
 	mem := mod.Memory()
@@ -252,6 +265,9 @@ func (st *emitState) write(table, mem, input []byte, maxOut int) (Reason, error)
 				return ReasonInvalidOutput, emitError(i, code, "%q is not a JSON number", clip(val))
 			}
 		case opTime:
+			if len(val) > maxTimestampBytes {
+				continue // not a timestamp: nothing written
+			}
 			t, ok := timestamp.Append(st.ts[:0], val)
 			if !ok {
 				continue // not a timestamp: nothing written, as the SDK's Event.Timestamp

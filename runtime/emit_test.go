@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -146,7 +147,8 @@ func TestEmitWritesEvents(t *testing.T) {
 		op(opInt, "neg", 0xFFFFFFFF, 0xFFFFFFFF).
 		op(opBool, "b", 1, 0).op(opBool, "f", 0, 0).
 		val(opTime, "launched_at", "2024-05-01T14:00:00+02:00").
-		val(opTime, "deleted_at", ""). // not a timestamp: omitted
+		val(opTime, "deleted_at", "").                                                // not a timestamp: omitted
+		val(opTime, "terminated_at", "2024-05-01 12:00:00."+strings.Repeat("0", 30)). // too long: omitted unread
 		op(opObject, "nested", 0, 0).text("x", "y").op(opEnd, "", 0, 0).
 		text("flavor", "m1.\x01small").
 		val(opString, "note", "caf\xe9").                // invalid UTF-8: escaped again
@@ -226,7 +228,7 @@ func TestEmitRefuses(t *testing.T) {
 		{"cut \\u escape", ev(5).val(opString, "s", `a\u12`), runtime.ReasonInvalidOutput, `an invalid \u escape at byte 1`},
 		{"trailing backslash", ev(5).val(opString, "s", `a\`), runtime.ReasonInvalidOutput, "a backslash at the end of the string"},
 		{"too deep", deep, runtime.ReasonInvalidOutput, "operation 254 (object): objects nested deeper than 254"},
-		{"too many operations", func() *emitInput { b := ev(5); b.count = 1<<16 + 1; return b }(), runtime.ReasonInvalidOutput, "65537 operations, not within [0, 65536]"},
+		{"too many operations", func() *emitInput { b := ev(5); b.count = 1<<20 + 1; return b }(), runtime.ReasonInvalidOutput, "1048577 operations, not within [0, 1048576]"},
 		{"negative count", func() *emitInput { b := ev(5); b.count = 1<<32 - 1; return b }(), runtime.ReasonInvalidOutput, "-1 operations"},
 		{"table outside memory", func() *emitInput { b := ev(5); b.table = 1 << 30; return b }(), runtime.ReasonABI, "the table of 1 operations at 1073741824 lies outside memory"},
 		{"key outside memory", keyOutside(ev(5)), runtime.ReasonABI, "operation 1 (text): key [1073741824,+3) outside memory"},
@@ -264,7 +266,8 @@ func TestEmitRefuses(t *testing.T) {
 
 // TestEmitLimits: an event over the per-event limit is left out and counted,
 // as for a document; no events at all is an empty result; a call outside
-// tally_map (the manifest's) is answered -1.
+// tally_map (the manifest's) is answered -1; nesting, the number of
+// operations and the output are bounded as a document is.
 func TestEmitLimits(t *testing.T) {
 	e := newEngine(t, runtime.Config{MaxEventBytes: 1024})
 	m := load(t, e, "emitops")
@@ -304,6 +307,24 @@ func TestEmitLimits(t *testing.T) {
 		if (err == nil) != (n == 253) {
 			t.Fatalf("a document %d objects deep: err %v", n, err)
 		}
+	}
+	// More operations than 65,536 are taken when the output limit allows
+	// what they write (the event, over the per-event limit, is then left out
+	// and counted as a document's would be), and the count is bounded by the
+	// output limit when it is the larger.
+	b = newEmitInput(0).op(opEvent, "", 0, 0).required().text("event_type", "many").op(opObject, "attributes", 0, 0)
+	for i := range 70_000 {
+		b.op(opBool, "b"+strconv.Itoa(i), 1, 0)
+	}
+	if res, err = m.Map(context.Background(), rawIndex(b.bytes()), src); err != nil || res.Oversize != 1 {
+		t.Fatalf("70,000 operations: oversize %d, err %v", res.Oversize, err)
+	}
+	e3 := newEngine(t, runtime.Config{MaxOutputBytes: 2 << 20})
+	m3 := load(t, e3, "emitops")
+	b = newEmitInput(5).op(opEvent, "", 0, 0)
+	b.count = 2<<20 + 1
+	if _, err = m3.Map(context.Background(), rawIndex(b.bytes()), src); err == nil || !strings.Contains(err.Error(), "2097153 operations, not within [0, 2097152]") {
+		t.Fatalf("err = %v", err)
 	}
 	// The output limit counts the document as written: {"events":[...]}.
 	e2 := newEngine(t, runtime.Config{MaxOutputBytes: 200})
