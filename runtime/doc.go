@@ -55,6 +55,17 @@
 // together, each container they share searched once for all of them), the
 // answers the same either way: the guest never needs to parse JSON itself.
 //
+// # Output
+//
+// A guest answers tally_map with a document ({"events":[...]} or
+// {"error":...}), which the host parses and checks, or it hands its events to
+// the host as a table of operations through the tally.emit import (emit.go,
+// docs/abi.md "emit") and answers 0: the host checks each operation, writes
+// the document the operations describe, noting where each member lies, and
+// applies the event contract to those notes without parsing anything again.
+// Either way the events are written out under the same contract (event.go),
+// so the same members give the same events, byte for byte.
+//
 // # Limits
 //
 //   - Memory: Config.MemoryLimit per instance (wazero's page limit). A guest

@@ -215,6 +215,7 @@ var (
 		"log":    {[]api.ValueType{i32, i32, i32}, nil},
 		"field":  {[]api.ValueType{i32, i32}, []api.ValueType{i64}},
 		"fields": {[]api.ValueType{i32, i32, i32}, []api.ValueType{i32}},
+		"emit":   {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
 	}
 )
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/contract"
@@ -107,6 +108,7 @@ var requiredMembers = [...]string{"event_id", "timestamp", "event_type", "servic
 type eventWriter struct {
 	members, attrs []jsonindex.Child
 	path           []byte
+	ix             indexAttrs
 	text           []byte   // decoded scratch
 	names, anames  [][]byte // decoded member names; nil: written again later
 	last           map[string]int
@@ -188,15 +190,43 @@ func spanOf(dst []byte, begin, open int) ledger.Span {
 // usable event_id (the i-th of its call). It returns dst unchanged and an
 // error naming the member when a required one fails.
 func (w *eventWriter) write(dst []byte, x *jsonindex.Index, path []byte, src sourceMember, ids *idSeed, i int, drops *Drops, keys *ledger.Keys) ([]byte, error) {
-	doc := x.Bytes()
-	begin := len(dst)
 	w.members = x.AppendChildrenBytes(w.members[:0], path)
-	w.names = w.markLast(w.names, doc, w.members)
+	w.path = append(append(w.path[:0], path...), ".attributes"...)
+	if len(path) == 0 {
+		w.path = w.path[1:]
+	}
+	w.ix = indexAttrs{x: x, path: w.path}
+	return w.writeMembers(dst, x.Bytes(), w.members, &w.ix, src, ids, i, drops, keys)
+}
+
+// attrSource gives the members of the object that is the j-th member of the
+// event being written (its "attributes").
+type attrSource interface {
+	attributes(dst []jsonindex.Child, j int) []jsonindex.Child
+}
+
+// indexAttrs is the attrSource of an event in an index: the members at path
+// (the event's path and ".attributes", which names the last member of that
+// name, the one written).
+type indexAttrs struct {
+	x    *jsonindex.Index
+	path []byte
+}
+
+func (a *indexAttrs) attributes(dst []jsonindex.Child, _ int) []jsonindex.Child {
+	return a.x.AppendChildrenBytes(dst, a.path)
+}
+
+// writeMembers is write for the event whose members are members, in doc,
+// the members of its attributes given by attrs.
+func (w *eventWriter) writeMembers(dst, doc []byte, members []jsonindex.Child, attrs attrSource, src sourceMember, ids *idSeed, i int, drops *Drops, keys *ledger.Keys) ([]byte, error) {
+	begin := len(dst)
+	w.names = w.markLast(w.names, doc, members)
 	dst = append(dst, '{')
 	*keys = ledger.Keys{}
 	var have [len(requiredMembers)]bool
 	wroteAttrs := false
-	for j, mb := range w.members {
+	for j, mb := range members {
 		name := w.names[j]
 		if name == nil { // an earlier member of a name written again
 			drops[contract.Duplicate]++
@@ -215,11 +245,8 @@ func (w *eventWriter) write(dst []byte, x *jsonindex.Index, path []byte, src sou
 				continue
 			}
 			dst = append(dst, `"attributes":`...)
-			w.path = append(append(w.path[:0], path...), ".attributes"...)
-			if len(path) == 0 {
-				w.path = w.path[1:]
-			}
-			dst = w.writeAttributes(dst, x, drops)
+			w.attrs = attrs.attributes(w.attrs[:0], j)
+			dst = w.writeAttributes(dst, doc, drops)
 			dst = append(dst, ',')
 			wroteAttrs = true
 			continue
@@ -328,11 +355,9 @@ func (w *eventWriter) check(doc []byte, mb jsonindex.Child, kind member) contrac
 	return contract.CheckText(text, contract.MaxIDBytes)
 }
 
-// writeAttributes appends the attributes object at w.path, leaving out and
-// counting what breaks the contract.
-func (w *eventWriter) writeAttributes(dst []byte, x *jsonindex.Index, drops *Drops) []byte {
-	doc := x.Bytes()
-	w.attrs = x.AppendChildrenBytes(w.attrs[:0], w.path)
+// writeAttributes appends the attributes object whose members are w.attrs,
+// leaving out and counting what breaks the contract.
+func (w *eventWriter) writeAttributes(dst, doc []byte, drops *Drops) []byte {
 	w.anames = w.markLast(w.anames, doc, w.attrs)
 	attrNames := w.anames
 	dst = append(dst, '{')
@@ -368,25 +393,26 @@ func (w *eventWriter) writeAttributes(dst []byte, x *jsonindex.Index, drops *Dro
 
 // checkAttribute checks one attribute's value.
 func (w *eventWriter) checkAttribute(doc []byte, name []byte, a jsonindex.Child) contract.Violation {
+	n := unsafe.String(unsafe.SliceData(name), len(name)) // read only: no copy
 	switch a.Kind {
 	case jsonindex.Null:
 		return contract.Null
 	case jsonindex.Object, jsonindex.Array:
 		return contract.Nested
 	case jsonindex.True, jsonindex.False:
-		if _, q := contract.MaxOf(string(name)); q || contract.IsTimeAttribute(string(name)) {
+		if _, q := contract.MaxOf(n); q || contract.IsTimeAttribute(n) {
 			return contract.WrongType
 		}
 		return contract.OK
 	case jsonindex.Number:
-		if contract.IsTimeAttribute(string(name)) {
+		if contract.IsTimeAttribute(n) {
 			return contract.WrongType
 		}
-		max, _ := contract.MaxOf(string(name))
+		max, _ := contract.MaxOf(n)
 		return contract.CheckQuantity(doc[a.Start:a.End], max)
 	}
 	// A string.
-	if _, q := contract.MaxOf(string(name)); q {
+	if _, q := contract.MaxOf(n); q {
 		return contract.WrongType
 	}
 	raw := doc[a.Start:a.End]
@@ -394,7 +420,7 @@ func (w *eventWriter) checkAttribute(doc []byte, name []byte, a jsonindex.Child)
 		return contract.TooLong
 	}
 	text := w.decode(raw)
-	if contract.IsTimeAttribute(string(name)) {
+	if contract.IsTimeAttribute(n) {
 		return contract.CheckTimestamp(text)
 	}
 	return contract.CheckAttributeText(text)

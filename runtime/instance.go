@@ -104,6 +104,7 @@ type instance struct {
 	buf      []byte       // events being built
 	ends     []int
 	keys     []ledger.Keys // of the events being built
+	emit     emitState     // tally.emit (emit.go)
 	stack    [2]uint64
 }
 
@@ -336,6 +337,7 @@ func (inst *instance) call(in *jsonindex.Index, src Source, timeout time.Duratio
 	d := start + int64(timeout)
 	inst.deadline.Store(d)
 	inst.setBudget(e.cfg.Budget)
+	inst.emit.reset()
 	ptr, len32, reason, err := inst.invoke(input)
 	fired := !inst.deadline.CompareAndSwap(d, 0)
 	if inst.isAbandoned() {
@@ -357,6 +359,9 @@ func (inst *instance) call(in *jsonindex.Index, src Source, timeout time.Duratio
 			return Result{}, ReasonTimeout, fmt.Errorf("call overran its deadline of %v: %w", timeout, err)
 		}
 		return Result{}, reason, err
+	}
+	if inst.emit.called {
+		return inst.emitted(in, src, ptr, len32)
 	}
 	if int64(len32) > int64(inst.m.e.cfg.MaxOutputBytes) {
 		return Result{}, ReasonInvalidOutput, fmt.Errorf("output of %d bytes over the limit of %d", len32, inst.m.e.cfg.MaxOutputBytes)
@@ -406,7 +411,10 @@ func (inst *instance) invokeHere(input []byte) (ptr, n uint32, reason Reason, er
 	}
 	inst.stack[0] = uint64(inPtr)
 	inst.stack[1] = uint64(len(input))
-	if err := inst.mapf.CallWithStack(&inst.cc, inst.stack[:]); err != nil {
+	inst.emit.active = true // tally.emit is answered during tally_map only
+	err = inst.mapf.CallWithStack(&inst.cc, inst.stack[:])
+	inst.emit.active = false
+	if err != nil {
 		return 0, 0, inst.classify(err), fmt.Errorf("tally_map: %w", err)
 	}
 	r := inst.stack[0]
@@ -462,7 +470,30 @@ func (inst *instance) buildResult(in *jsonindex.Index, out []byte, src Source) (
 		return Result{}, ReasonInvalidOutput, errors.New(`output has neither an "events" array nor an "error"`)
 	}
 	inst.children = x.AppendChildren(inst.children[:0], "events")
-	if len(inst.children) == 0 {
+	return inst.collect(in, src, len(inst.children), nil)
+}
+
+// writeEvent appends event i of the output document to dst with
+// eventWriter.write's arguments; a failure names its reason.
+func (inst *instance) writeEvent(w *eventWriter, dst []byte, i int, src sourceMember, ids *idSeed, k int, drops *Drops, keys *ledger.Keys) ([]byte, Reason, error) {
+	if ev := inst.children[i]; ev.Kind != jsonindex.Object {
+		return dst, ReasonInvalidOutput, fmt.Errorf("event %d is a JSON %v, not an object", i, ev.Kind)
+	}
+	inst.path = strconv.AppendInt(append(inst.path[:0], "events."...), int64(i), 10)
+	out, err := w.write(dst, &inst.out, inst.path, src, ids, k, drops, keys)
+	if err != nil {
+		return out, ReasonInvalidEvent, err
+	}
+	return out, "", nil
+}
+
+// collect writes the n events of the call, checked against the contract,
+// "source" filled in, and copies them out: the events of the output
+// document, or with emitted those tally.emit wrote. (Not an interface: the
+// pointers passed to an interface's method escape, which would cost an
+// allocation per call.)
+func (inst *instance) collect(in *jsonindex.Index, src Source, n int, emitted *emitState) (Result, Reason, error) {
+	if n == 0 {
 		return Result{}, "", nil
 	}
 	inst.buildSource(in, src)
@@ -478,17 +509,21 @@ func (inst *instance) buildResult(in *jsonindex.Index, out []byte, src Source) (
 	keys := inst.keys[:0]
 	var k ledger.Keys
 	var res Result
-	for i, ev := range inst.children {
-		if ev.Kind != jsonindex.Object {
-			return Result{}, ReasonInvalidOutput, fmt.Errorf("event %d is a JSON %v, not an object", i, ev.Kind)
-		}
-		inst.path = strconv.AppendInt(append(inst.path[:0], "events."...), int64(i), 10)
+	for i := 0; i < n; i++ {
 		begin := len(buf)
 		var err error
-		buf, err = inst.ev.write(buf, x, inst.path, inst.src, ids, len(ends), &res.Dropped, &k)
+		var reason Reason
+		if emitted != nil {
+			buf, reason, err = emitted.writeEvent(&inst.ev, buf, i, inst.src, ids, len(ends), &res.Dropped, &k)
+		} else {
+			buf, reason, err = inst.writeEvent(&inst.ev, buf, i, inst.src, ids, len(ends), &res.Dropped, &k)
+		}
 		if err != nil {
 			inst.buf, inst.ends, inst.keys = buf[:0], ends[:0], keys[:0]
-			return Result{}, ReasonInvalidEvent, fmt.Errorf("%w: event %d: %v", ErrInvalidEvent, i, err)
+			if reason == ReasonInvalidEvent {
+				return Result{}, reason, fmt.Errorf("%w: event %d: %v", ErrInvalidEvent, i, err)
+			}
+			return Result{}, reason, err
 		}
 		if len(buf)-begin > maxEvent {
 			buf = buf[:begin]
@@ -559,6 +594,10 @@ func instantiateHost(ctx context.Context, rt wazero.Runtime) error {
 		WithGoModuleFunction(api.GoModuleFunc(hostFields), []api.ValueType{i32, i32, i32}, []api.ValueType{i32}).
 		WithParameterNames("paths_ptr", "count", "out_ptr").
 		Export("fields").
+		NewFunctionBuilder().
+		WithGoModuleFunction(api.GoModuleFunc(hostEmit), []api.ValueType{i32, i32}, []api.ValueType{i32}).
+		WithParameterNames("ops_ptr", "count").
+		Export("emit").
 		Instantiate(ctx)
 	return err
 }

@@ -49,14 +49,15 @@ type Message struct {
 // Output collects the events of one call. Events are written with an
 // allocation-free builder into a buffer the SDK reuses across calls.
 type Output struct {
-	buf     []byte // the tally_map document being written; reused across calls
-	nEv     int    // events begun so far
-	depth   int    // open objects: 0 between events, 1 inside an event, more when nested
-	first   bool   // the next member is the first of its object (no comma)
-	failed  bool   // Error was called
-	errMsg  string // its reason
-	ev      Event  // the one builder handed out, so Event and Object do not allocate
-	scratch []byte // reused for re-escaping malformed strings
+	buf     []byte  // the tally_map document being written; reused across calls
+	nEv     int     // events begun so far
+	depth   int     // open objects: 0 between events, 1 inside an event, more when nested
+	first   bool    // the next member is the first of its object (no comma)
+	failed  bool    // Error was called
+	errMsg  string  // its reason
+	ev      Event   // the one builder handed out, so Event and Object do not allocate
+	scratch []byte  // reused for re-escaping malformed strings
+	ops     opTable // in a guest: the tally.emit operations of the call (emit_wasip1.go)
 }
 
 // Event is the builder of one event (or of a nested object inside it).

@@ -71,10 +71,14 @@
 // the host (tally.field) and receives a kind and a span of the guest's own
 // copy of the input: nothing is copied, nothing is parsed in the guest.
 // Message.GetMany does the same for a list of paths with one crossing into
-// the host (tally.fields); a mapper that reads many members should use it. The
-// Event builder appends escaped members straight into one output buffer;
-// Value spans are copied as they arrived (strings are already JSON-escaped).
-// tally_map returns that buffer as (ptr << 32) | len. The host fills each
+// the host (tally.fields); a mapper that reads many members should use it. In
+// a guest the Event builder writes no JSON: each of its calls records one
+// operation of the tally.emit import (a Value of the input by its offset
+// there, keys and text copied into a reused arena), the table goes to the
+// host when the MapFunc returns, the host writes the events (docs/abi.md,
+// "emit") and tally_map returns 0. Natively (MapJSON) the builder appends the
+// escaped members into one output buffer, Value spans copied as they arrived:
+// the same document the host writes from the operations. The host fills each
 // event's "source" afterwards: a mapper does not write it.
 //
 // # Invariants
@@ -85,12 +89,14 @@
 //     hand (no fmt, strconv.Quote, encoding/json or time). Tests check it
 //     natively with testing.AllocsPerRun and inside wazero with the guest's
 //     own runtime.MemStats.
-//   - Buffers: the input buffer (tally_alloc) and the output buffer are each
-//     one growable slice reused for the life of the instance; the output
-//     stays valid until the next call, as the ABI requires.
+//   - Buffers: the input buffer (tally_alloc), the table of operations, its
+//     arena and the output buffer (an error answer; natively, every answer)
+//     are each one growable slice reused for the life of the instance; the
+//     output stays valid until the next call, as the ABI requires.
 //   - A MapFunc must not keep msg, a Value, out or an *Event after it
 //     returns: they all point into reused buffers.
-//   - The builder always produces valid JSON: quotes, backslashes and control
+//   - The builder always produces valid JSON (in a guest, the host writes it
+//     from the operations, by the same rules): quotes, backslashes and control
 //     characters are escaped, invalid UTF-8 becomes U+FFFD, objects left open
 //     are closed, writes after the event's final End are ignored.
 //   - A panic in a MapFunc is recovered and answered {"error":"panic: ..."};

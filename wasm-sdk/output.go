@@ -2,7 +2,9 @@ package sdk
 
 import (
 	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/contract"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/internal/abi"
 	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonstr"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/timestamp"
 )
 
 const (
@@ -16,6 +18,7 @@ func (o *Output) reset() {
 	o.nEv, o.depth, o.first = 0, 0, false
 	o.failed, o.errMsg = false, ""
 	o.ev.out = o
+	o.ops.reset()
 }
 
 // finish closes what is open and returns the tally_map document.
@@ -24,7 +27,11 @@ func (o *Output) finish() []byte {
 		o.buf = append(o.buf[:0], `{"error":`...)
 		o.buf = jsonstr.AppendQuoted(o.buf, o.errMsg)
 		o.buf = append(o.buf, '}')
+		o.ops.reset()
 		return o.buf
+	}
+	if emitOps {
+		return o.emitFinish()
 	}
 	o.closeAll()
 	o.buf = append(o.buf, docEnd...)
@@ -32,6 +39,12 @@ func (o *Output) finish() []byte {
 }
 
 func (o *Output) closeAll() {
+	if emitOps {
+		for ; o.depth > 0; o.depth-- {
+			o.op(abi.OpEnd, "", 0, 0)
+		}
+		return
+	}
 	for ; o.depth > 0; o.depth-- {
 		o.buf = append(o.buf, '}')
 	}
@@ -42,6 +55,13 @@ func (o *Output) closeAll() {
 // written in the order of the calls; the host fills "source" itself.
 func (o *Output) Event() *Event {
 	o.closeAll()
+	if emitOps {
+		o.op(abi.OpEvent, "", 0, 0)
+		o.nEv++
+		o.depth, o.first = 1, true
+		o.ev.out = o
+		return &o.ev
+	}
 	if o.nEv > 0 {
 		o.buf = append(o.buf, ',')
 	}
@@ -95,6 +115,12 @@ func (e *Event) key(k string) bool {
 
 // Str writes a literal string member; val is escaped by the builder.
 func (e *Event) Str(key, val string) {
+	if emitOps {
+		if e.out.depth > 0 {
+			e.out.emitText(key, val)
+		}
+		return
+	}
 	if e.key(key) {
 		e.out.buf = jsonstr.AppendQuoted(e.out.buf, val)
 	}
@@ -108,6 +134,13 @@ func (e *Event) StrValue(key string, v Value) bool {
 	case String, Number, True, False:
 	default:
 		return false
+	}
+	if emitOps {
+		if e.out.depth == 0 {
+			return false
+		}
+		e.out.opBytes(abi.OpString, key, v.raw)
+		return true
 	}
 	if !e.key(key) {
 		return false
@@ -136,6 +169,13 @@ func (e *Event) StrValue(key string, v Value) bool {
 // omitted. It reports whether it wrote.
 func (e *Event) NumValue(key string, v Value) bool {
 	b, ok := v.numeric()
+	if emitOps {
+		if !ok || e.out.depth == 0 {
+			return false
+		}
+		e.out.opBytes(abi.OpNumber, key, b)
+		return true
+	}
 	if !ok || !e.key(key) {
 		return false
 	}
@@ -159,6 +199,13 @@ func (e *Event) Quantity(key string, v Value) bool {
 		return false
 	}
 	max, _ := contract.MaxOf(key)
+	if emitOps {
+		if contract.CheckQuantity(b, max) != contract.OK || e.out.depth == 0 {
+			return false
+		}
+		e.out.opBytes(abi.OpNumber, key, b)
+		return true
+	}
 	if contract.CheckQuantity(b, max) != contract.OK || !e.key(key) {
 		return false
 	}
@@ -168,6 +215,12 @@ func (e *Event) Quantity(key string, v Value) bool {
 
 // Int writes an integer member.
 func (e *Event) Int(key string, n int64) {
+	if emitOps {
+		if e.out.depth > 0 {
+			e.out.emitInt(key, n)
+		}
+		return
+	}
 	if e.key(key) {
 		e.out.buf = appendInt(e.out.buf, n)
 	}
@@ -175,6 +228,12 @@ func (e *Event) Int(key string, n int64) {
 
 // Bool writes a boolean member.
 func (e *Event) Bool(key string, b bool) {
+	if emitOps {
+		if e.out.depth > 0 {
+			e.out.emitBool(key, b)
+		}
+		return
+	}
 	if e.key(key) {
 		if b {
 			e.out.buf = append(e.out.buf, "true"...)
@@ -193,8 +252,11 @@ func (e *Event) Timestamp(key string, v Value) bool {
 	if v.kind != String {
 		return false
 	}
+	if emitOps {
+		return e.out.depth > 0 && e.out.emitTimestamp(key, v)
+	}
 	var ts [40]byte
-	t, ok := appendTimestamp(ts[:0], v.raw)
+	t, ok := timestamp.Append(ts[:0], v.raw)
 	if !ok || !e.key(key) {
 		return false
 	}
@@ -208,6 +270,13 @@ func (e *Event) Timestamp(key string, v Value) bool {
 // Object begins a nested object member (for example "attributes") and
 // returns the builder positioned inside it. Close it with End.
 func (e *Event) Object(key string) *Event {
+	if emitOps {
+		if o := e.out; o.depth > 0 {
+			o.op(abi.OpObject, key, 0, 0)
+			o.depth++
+		}
+		return e
+	}
 	if e.key(key) {
 		e.out.buf = append(e.out.buf, '{')
 		e.out.depth++
@@ -221,6 +290,11 @@ func (e *Event) Object(key string) *Event {
 func (e *Event) End() {
 	o := e.out
 	if o.depth == 0 {
+		return
+	}
+	if emitOps {
+		o.op(abi.OpEnd, "", 0, 0)
+		o.depth--
 		return
 	}
 	o.buf = append(o.buf, '}')

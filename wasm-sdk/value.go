@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"unsafe"
 
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/contract"
 	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/internal/abi"
 	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonstr"
 )
@@ -223,45 +224,5 @@ func parseInt(b []byte) (int64, bool) {
 	return int64(n), true
 }
 
-// isJSONNumber reports whether b is exactly a JSON number:
-// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
-func isJSONNumber(b []byte) bool {
-	i := 0
-	if i < len(b) && b[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(b) && b[i] == '0':
-		i++
-	case i < len(b) && b[i] >= '1' && b[i] <= '9':
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-	default:
-		return false
-	}
-	if i < len(b) && b[i] == '.' {
-		i++
-		j := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-		if i == j {
-			return false
-		}
-	}
-	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
-		i++
-		if i < len(b) && (b[i] == '+' || b[i] == '-') {
-			i++
-		}
-		j := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-		if i == j {
-			return false
-		}
-	}
-	return i == len(b)
-}
+// isJSONNumber reports whether b is exactly a JSON number (contract.IsNumber).
+func isJSONNumber(b []byte) bool { return contract.IsNumber(b) }

@@ -74,6 +74,8 @@ type miniHost struct {
 	alloc, mapFn, manifest api.Function
 	idx                    jsonindex.Index
 	logs                   []string
+	input                  []byte // of the call in progress
+	emitted                []byte // the document tally.emit wrote (emithost_test.go)
 }
 
 func newMiniHost(t testing.TB, wasm []byte) *miniHost {
@@ -95,6 +97,8 @@ func newMiniHost(t testing.TB, wasm []byte) *miniHost {
 		[]api.ValueType{api.ValueTypeI32, api.ValueTypeI32, api.ValueTypeI32}, []api.ValueType{api.ValueTypeI32}).Export("fields").
 		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(h.log),
 		[]api.ValueType{api.ValueTypeI32, api.ValueTypeI32, api.ValueTypeI32}, nil).Export("log").
+		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(h.emit),
+		[]api.ValueType{api.ValueTypeI32, api.ValueTypeI32}, []api.ValueType{api.ValueTypeI32}).Export("emit").
 		Instantiate(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -153,8 +157,12 @@ func (h *miniHost) log(_ context.Context, m api.Module, stack []uint64) {
 	h.logs = append(h.logs, string(msg))
 }
 
-// read returns the bytes of a packed (ptr << 32) | len result.
+// read returns the bytes of a packed (ptr << 32) | len result: the
+// document tally.emit wrote when it is 0.
 func (h *miniHost) read(t testing.TB, packed uint64) []byte {
+	if packed == 0 && h.emitted != nil {
+		return h.emitted
+	}
 	b, ok := h.mod.Memory().Read(uint32(packed>>32), uint32(packed))
 	if !ok {
 		t.Fatalf("result %#x out of guest memory", packed)
@@ -174,6 +182,7 @@ func (h *miniHost) call(t testing.TB, input []byte) []byte {
 	}
 	ptr := uint32(res[0])
 	h.mod.Memory().Write(ptr, input)
+	h.input, h.emitted = input, nil
 	res, err = h.mapFn.Call(ctx, uint64(ptr), uint64(len(input)))
 	if err != nil {
 		t.Fatalf("tally_map: %v", err)
@@ -211,6 +220,7 @@ func TestWasmABIEdges(t *testing.T) {
 		t.Fatalf("after the refusals: %s", got)
 	}
 	// An empty input: the runtime passes tally_map(0, 0) without tally_alloc.
+	h.input, h.emitted = nil, nil
 	out, err := h.mapFn.Call(ctx, 0, 0)
 	if err != nil {
 		t.Fatal(err)

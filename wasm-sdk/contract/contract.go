@@ -13,6 +13,7 @@
 package contract
 
 import (
+	"encoding/binary"
 	"math"
 	"strconv"
 	"unicode/utf8"
@@ -151,6 +152,12 @@ func CheckQuantity(raw []byte, max float64) Violation {
 	if len(raw) > 0 && raw[0] == '-' {
 		return Negative
 	}
+	if v, ok := smallInt(raw); ok { // the usual quantity: exact as a float64
+		if float64(v) > max {
+			return OutOfRange
+		}
+		return OK
+	}
 	f, err := strconv.ParseFloat(unsafe.String(unsafe.SliceData(raw), len(raw)), 64)
 	switch {
 	case err != nil && math.IsInf(f, 0):
@@ -161,6 +168,23 @@ func CheckQuantity(raw []byte, max float64) Violation {
 		return OutOfRange
 	}
 	return OK
+}
+
+// smallInt reads raw when it is 1 to 15 decimal digits and nothing else: a
+// value below 2^53, which a float64 holds exactly, so that CheckQuantity
+// answers as strconv.ParseFloat would without calling it.
+func smallInt(raw []byte) (uint64, bool) {
+	if len(raw) == 0 || len(raw) > 15 {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range raw {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + uint64(c-'0')
+	}
+	return v, true
 }
 
 // CheckText checks s, decoded text, as a member bounded by maxBytes: not
@@ -175,12 +199,29 @@ func CheckAttributeText(s []byte) Violation {
 	return checkText(s, MaxAttributeBytes, true)
 }
 
+const (
+	lsb = 0x0101010101010101
+	msb = 0x8080808080808080
+)
+
 func checkText(s []byte, maxBytes int, breaks bool) Violation {
 	if len(s) > maxBytes {
 		return TooLong
 	}
 	blank := true
-	for i := 0; i < len(s); {
+	i := 0
+	// Eight bytes at a time while every one is printable ASCII other than
+	// the space (0x21..0x7e: not blank, nothing to refuse), the usual text
+	// of an id or a name; the first word that holds anything else, and the
+	// tail, go a byte at a time.
+	for ; i+8 <= len(s); i += 8 {
+		x := binary.LittleEndian.Uint64(s[i:])
+		if (x-0x21*lsb)&^x&msb != 0 || (x+0x01*lsb|x)&msb != 0 {
+			break
+		}
+		blank = false
+	}
+	for i < len(s) {
 		c := s[i]
 		if c < utf8.RuneSelf {
 			if c < 0x20 && !(breaks && (c == '\t' || c == '\n' || c == '\r')) || c == 0x7f {

@@ -53,3 +53,14 @@ func (Host) Fields(paths []string, out []uint64) {
 
 // Log writes msg to the collector's log at level (0 debug .. 3 error).
 func Log(level int32, msg string) { log(level, msg) }
+
+//go:wasmimport tally emit
+//go:noescape
+func emit(ops unsafe.Pointer, count int32) int32
+
+// Emit hands the operations of one tally_map call to the host, which writes
+// the events; it reports whether the host took them. The memory the
+// operations point to must stay unchanged until Emit returns.
+func Emit(ops []Op) bool {
+	return emit(unsafe.Pointer(unsafe.SliceData(ops)), int32(len(ops))) == 0
+}
