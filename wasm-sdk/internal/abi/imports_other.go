@@ -3,7 +3,6 @@
 package abi
 
 import (
-	"errors"
 	"os"
 
 	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonindex"
@@ -24,9 +23,6 @@ type Budget struct {
 	Left      int  // lookups still allowed
 	Exhausted bool // a lookup was refused
 }
-
-// ErrBudget is the panic value of a lookup past the Budget.
-var ErrBudget = errors.New("lookup budget of the native call exhausted")
 
 // NewHost returns a Host answering from idx, within budget when it is not
 // nil. Offsets are into idx.Bytes().
