@@ -40,8 +40,9 @@ type point struct {
 	cost int64 // instructions charged there
 }
 
-// meterCode rewrites every function body of the code section.
-func meterCode(s section, budget, globals uint32) ([]byte, error) {
+// meterCode rewrites every function body of the code section; refill is
+// what a charge runs once the slice is spent (appendRefill).
+func meterCode(s section, budget, globals uint32, refill []byte) ([]byte, error) {
 	r := reader{b: s.body, base: s.off}
 	n, err := r.u32()
 	if err != nil {
@@ -65,7 +66,7 @@ func meterCode(s section, budget, globals uint32) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("function body %d: %w", i, err)
 		}
-		body = rewrite(body[:0], b, points, budget)
+		body = rewrite(body[:0], b, points, budget, refill)
 		out = appendULEB(out, uint64(len(body)))
 		out = append(out, body...)
 	}
@@ -172,18 +173,18 @@ func scan(r reader, globals uint32, points []point, stack []int) ([]point, []int
 }
 
 // rewrite copies body b with the charge of each point inserted.
-func rewrite(out, b []byte, points []point, budget uint32) []byte {
+func rewrite(out, b []byte, points []point, budget uint32, refill []byte) []byte {
 	last := 0
 	for _, p := range points {
 		out = append(out, b[last:p.at]...)
-		out = appendCharge(out, budget, p.cost)
+		out = appendCharge(out, budget, p.cost, refill)
 		last = p.at
 	}
 	return append(out, b[last:]...)
 }
 
-// appendCharge appends: budget -= cost; if budget < 0 { unreachable }.
-func appendCharge(out []byte, budget uint32, cost int64) []byte {
+// appendCharge appends: budget -= cost; if budget < 0 { refill }.
+func appendCharge(out []byte, budget uint32, cost int64, refill []byte) []byte {
 	out = append(out, opGlobalGet)
 	out = appendULEB(out, uint64(budget))
 	out = append(out, opI64Const)
@@ -192,6 +193,48 @@ func appendCharge(out []byte, budget uint32, cost int64) []byte {
 	out = appendULEB(out, uint64(budget))
 	out = append(out, opGlobalGet)
 	out = appendULEB(out, uint64(budget))
-	out = append(out, opI64Const, 0, opI64LtS, opIf, blockEmpty, opUnreachable, opEnd)
-	return out
+	out = append(out, opI64Const, 0, opI64LtS, opIf, blockEmpty)
+	out = append(out, refill...)
+	return append(out, opEnd)
+}
+
+// appendRefill appends what a charge runs once the slice (the budget
+// global) is below zero, the reserve being the global after it:
+//
+//	memory.grow 0 (drop)                     ;; out to Go and back: a preemption point
+//	reserve += budget                        ;; what is left of the call's whole budget
+//	budget  = min(reserve, slice)            ;; the next slice, or the (negative) overdraft
+//	reserve -= budget
+//	if budget < 0 { unreachable }            ;; the call's budget is spent
+//
+// The sum of the two globals is what the call has left, before and after:
+// a refill moves budget from the reserve to the slice and never adds any.
+// A module without a memory has nothing to grow: its refill only moves the
+// budget (it cannot be a mapper, which must export a memory).
+func appendRefill(out []byte, budget uint32, slice int64, mem memory) []byte {
+	reserve := uint64(budget) + 1
+	get := func(g uint64) { out = appendULEB(append(out, opGlobalGet), g) }
+	set := func(g uint64) { out = appendULEB(append(out, opGlobalSet), g) }
+	switch mem {
+	case memory32:
+		out = append(out, opI32Const, 0, opMemoryGrow, 0, opDrop)
+	case memory64:
+		out = append(out, opI64Const, 0, opMemoryGrow, 0, opDrop)
+	}
+	get(reserve)
+	get(uint64(budget))
+	out = append(out, opI64Add)
+	set(reserve)
+	get(reserve)
+	out = appendSLEB(append(out, opI64Const), slice)
+	get(reserve)
+	out = appendSLEB(append(out, opI64Const), slice)
+	out = append(out, opI64LtS, opSelect)
+	set(uint64(budget))
+	get(reserve)
+	get(uint64(budget))
+	out = append(out, opI64Sub)
+	set(reserve)
+	get(uint64(budget))
+	return append(out, opI64Const, 0, opI64LtS, opIf, blockEmpty, opUnreachable, opEnd)
 }
