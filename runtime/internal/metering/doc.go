@@ -24,7 +24,23 @@
 //	i64.lt_s
 //	if
 //	  <refill>
+//	  global.get $budget    ;; the charge given back: it is made again
+//	  i64.const  <cost>
+//	  i64.add
+//	  global.set $budget
+//	  br 1                  ;; to the loop the charge heads
 //	end
+//
+// At a function's entry, and at a loop whose block type is a type index
+// (whose parameters a branch would have to supply), the charge is wrapped
+// in a loop of its own for that branch (loop ... end). The if's body never
+// falls through: the code after a charge is reached from the charge alone,
+// and wazero's compiler keeps what it knows on that straight path (the
+// memory's base, the globals it read, which bounds checks passed) across
+// it, as it did when the body only trapped. A body that fell through, or a
+// loop of the charge's own at every loop header, breaks that path at every
+// charge and makes the compiler load all of it again after it: 4 % more
+// instructions for a nova call, measured, against 1.4 % this way.
 //
 // The host sets the budget and the reserve before each call and reads them
 // after a trap: below zero together, the trap was the pass's, at or above
@@ -50,7 +66,8 @@
 //
 // A refill never adds budget: the two globals' sum is what the call has
 // left before and after it, so a call is charged the same in slices as in
-// one, and traps at the same charge. Nothing a guest can name does any of
+// one (the charge given back is made again), and traps at the same charge.
+// Nothing a guest can name does any of
 // this for it: the globals are past every index it may use (below), and
 // memory.grow 0 in the guest's own code only makes the same trip. A module
 // without a memory has nothing to grow: its refill moves the budget alone

@@ -10,7 +10,7 @@ import (
 
 // Version identifies the pass: it changes whenever the output for some input
 // changes, so that what was compiled from an older output is not reused.
-const Version = 2
+const Version = 3
 
 // Export is the name under which the budget global is exported: what is
 // left of the current slice (Options.Slice).
@@ -110,6 +110,12 @@ func meter(wasm []byte, opts Options) ([]byte, error) {
 	secs, err := sections(wasm)
 	if err != nil {
 		return nil, err
+	}
+	if n := len(secs); n > 0 && secs[n-1].id == secCustom && len(secs[n-1].body) == nameLen(secs[n-1].name) {
+		// wazero refuses a custom section without contents at the very
+		// end of a module (it reads its contents past the end), and
+		// would accept the same module with the pass's sections after it.
+		return nil, fmt.Errorf("custom section %q without contents at the end of the module, which wazero refuses", secs[n-1].name)
 	}
 	var importedGlobals, definedGlobals uint32
 	var hasGlobal, hasExport bool
@@ -216,6 +222,9 @@ func meter(wasm []byte, opts Options) ([]byte, error) {
 	emit(secCustom, fmt.Appendf(mark, "%d", Version))
 	return out, nil
 }
+
+// nameLen is the size of a custom section's name, its length included.
+func nameLen(name string) int { return len(appendULEB(nil, uint64(len(name)))) + len(name) }
 
 // appendVecCount re-encodes a vector's count as n+2 and keeps its entries.
 func appendVecCount(body []byte, n uint32) []byte {

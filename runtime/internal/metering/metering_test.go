@@ -118,6 +118,7 @@ var control = []struct {
 	{"inside", 300, 1 << 60},
 	{"continue", 1001, 1 << 60},
 	{"simd", 50, 1 << 60},
+	{"loopparam", 500, 1 << 60},
 	{"spin", -1, 0},
 }
 

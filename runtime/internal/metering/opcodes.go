@@ -15,6 +15,7 @@ const (
 	opIf          = 0x04
 	opElse        = 0x05
 	opEnd         = 0x0b
+	opBr          = 0x0c
 	opBrTable     = 0x0e
 	opGlobalGet   = 0x23
 	opGlobalSet   = 0x24
