@@ -306,11 +306,14 @@ func BenchmarkBuiltinNovaExists(b *testing.B) {
 }
 
 // benchInputs are the inputs of the per-module benchmarks, the same as the
-// native Benchmark<Module> of each module's package.
+// native Benchmark<Module> of each module's package (the channel module's
+// native benchmark maps a smaller message of its own). Each is a whole
+// notification, message_id included, as a delivery is: the host refuses an
+// event without an event_id (TestBenchInputs).
 var benchInputs = []struct{ name, module, file string }{
 	{"nova", "nova", "edge__exists_2024_1"},
-	{"nova-versioned", "nova", "instance.exists__nova__1"},
-	{"cinder", "cinder", "volume.create.end__watcher__4"},
+	{"nova-versioned", "nova", "edge__versioned_later_version"},
+	{"cinder", "cinder", "volume.create.end__ceilometer__1"},
 	{"neutron", "neutron", "port.create.end__ceilometer__1"},
 	{"glance", "glance", "image.upload__ceilometer__2"},
 	{"octavia", "octavia", "octavia.loadbalancer.create.end__octavia__1"},
@@ -318,7 +321,50 @@ var benchInputs = []struct{ name, module, file string }{
 	{"designate", "designate", "dns.domain.update__designate__2"},
 	{"swift", "swift", "objectstore.http.request__ceilometermiddleware__1"},
 	{"trove", "trove", "trove.instance.create__trove__1"},
-	{"ironic", "ironic", "baremetal.node.provision_set.start__ironic__1"},
+	{"ironic", "ironic", "edge__node_later_version"},
+	{"channel", "channel", "usage__json_full"},
+}
+
+// TestBenchInputs: every input of BenchmarkBuiltin maps, through its module
+// metered as the daemon runs it, to the one event its benchmark counts on:
+// a benchmark whose first call fails measures nothing.
+func TestBenchInputs(t *testing.T) {
+	loadBuiltin(t)
+	wasm, err := Builtin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	metered, err := runtime.NewEngine(ctx, runtime.Config{CacheDir: testkit.CacheDir(t), Metered: true, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer metered.Close(ctx)
+	covered := map[string]bool{}
+	for _, bi := range benchInputs {
+		covered[bi.module] = true
+		in, err := os.ReadFile(filepath.Join(bi.module, "testdata", bi.file+fixture.InSuffix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := metered.Load(ctx, "builtin:"+bi.module+".wasm", wasm[bi.module+".wasm"], runtime.WithGuard(runtime.GuardNever))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var idx jsonindex.Index
+		if err := idx.Parse(in); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := m.Map(ctx, &idx, testSource); err != nil || len(res.Events) != 1 {
+			t.Errorf("%s (%s): %d events, err %v; want one event", bi.name, bi.file, len(res.Events), err)
+		}
+		_ = m.Close(ctx)
+	}
+	for _, s := range services {
+		if !covered[s] {
+			t.Errorf("no benchmark input for %s", s)
+		}
+	}
 }
 
 // BenchmarkBuiltin maps one input per module through its compiled module,

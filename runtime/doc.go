@@ -103,8 +103,10 @@
 //     function entry and loop header and trap once it is spent; the host
 //     sets Config.Budget before each call (metering.go). A call that spends
 //     it fails with ReasonBudget and its instance is discarded, whatever the
-//     module's Guard: the guest stops itself, so nothing is abandoned and a
-//     garbage collection waits for it only until then.
+//     module's Guard: the guest stops itself, so nothing is abandoned. The
+//     budget is handed out in slices of BudgetSlice, and between two the
+//     guest leaves its compiled code for Go and comes back: a garbage
+//     collection waits for a running guest one slice at most.
 //   - Output: Config.MaxOutputBytes per call; Config.MaxEventBytes per event
 //     (larger events are left out and counted in Result.Oversize).
 //   - Imports: only the "tally" host module and WASI preview 1 (no preopened

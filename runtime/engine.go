@@ -321,7 +321,7 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, opts ...Mod
 		return fmt.Errorf("%w: %s: %s", ErrInvalidModule, name, fmt.Sprintf(format, args...))
 	}
 	if e.cfg.Metered {
-		metered, err := metering.Meter(wasm, metering.Options{Initial: e.initBudget()})
+		metered, err := metering.Meter(wasm, metering.Options{Initial: e.initBudget(), Slice: BudgetSlice})
 		if err != nil {
 			return nil, invalid("%v", err)
 		}

@@ -62,7 +62,8 @@ type instance struct {
 	// deadlineFired once the watchdog found it overran.
 	deadline atomic.Int64
 	oom      atomic.Bool
-	budget   api.MutableGlobal // Config.Metered: the budget global (metering.go)
+	budget   api.MutableGlobal // Config.Metered: the budget global, the current slice (metering.go)
+	reserve  api.MutableGlobal // Config.Metered: the rest of the call's budget
 	given    int64             // the budget the current guest call was given
 	lastDur  time.Duration
 	clk      vclock    // the guest's clocks (sandbox.go)

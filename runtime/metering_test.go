@@ -3,10 +3,15 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
+	"runtime/metrics"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -261,4 +266,138 @@ func TestMeteredUnguardedDeadlineStopsAtHostCall(t *testing.T) {
 	if n := e.Abandoned(); n != 0 {
 		t.Fatalf("%d calls abandoned", n)
 	}
+}
+
+// BenchmarkMeteredGCPause: how long a garbage collection's stop-the-world
+// waits for a metered guest that runs away. One goroutine maps a runaway
+// (its calls fail with budget, one after the other, without end) while the
+// benchmark's goroutine calls runtime.GC; a stop-the-world can only begin
+// once the guest's goroutine is at a preemption point, which compiled guest
+// code is not. Reported from runtime/metrics over the run:
+// stop-max-ms is the longest time a stop-the-world of the collector took to
+// stop every goroutine (the upper bound of the histogram's bucket),
+// stop-p50-ms and stop-p90-ms the median and the 90th percentile (the same
+// bounds), pause-max-ms the longest whole pause, pause-mean-ms their mean.
+// On a loaded machine the maxima are the kernel's: a thread it leaves
+// without a core for a while cannot reach a preemption point. The case
+// "none" runs no guest: the floor the machine's own scheduling sets.
+// docs/performance.md, "Metering", has the figures.
+func BenchmarkMeteredGCPause(b *testing.B) {
+	e := newEngine(b, runtime.Config{Metered: true, CallTimeout: time.Hour, PoolSize: 1})
+	ctx := context.Background()
+	for _, c := range []struct{ module, input string }{
+		{"none", ""}, {"loop", `{"a":1}`}, {"spin", spinInput(100_000)}, {"divloop", `{"a":1}`},
+	} {
+		b.Run(c.module, func(b *testing.B) {
+			var stop atomic.Bool
+			calls := make(chan int, 1)
+			if c.module == "none" {
+				calls <- 0
+			} else {
+				m := load(b, e, c.module, runtime.WithGuard(runtime.GuardNever))
+				idx := index(b, c.input)
+				go func() {
+					n := 0
+					for !stop.Load() {
+						_, err := m.Map(ctx, idx, src)
+						var me *runtime.MapError
+						if !errors.As(err, &me) || me.Reason != runtime.ReasonBudget {
+							b.Errorf("err = %v, want reason budget", err)
+							break
+						}
+						n++
+					}
+					calls <- n
+				}()
+			}
+			stopping0, total0 := gcPauses()
+			for b.Loop() {
+				goruntime.GC()
+			}
+			stopping, total := gcPauses()
+			stop.Store(true)
+			<-calls
+			stopping.sub(stopping0)
+			total.sub(total0)
+			b.ReportMetric(stopping.quantile(0.5)*1e3, "stop-p50-ms")
+			b.ReportMetric(stopping.quantile(0.9)*1e3, "stop-p90-ms")
+			b.ReportMetric(stopping.max()*1e3, "stop-max-ms")
+			b.ReportMetric(total.max()*1e3, "pause-max-ms")
+			b.ReportMetric(total.mean()*1e3, "pause-mean-ms")
+		})
+	}
+}
+
+// pauses is a histogram of runtime/metrics, in seconds.
+type pauses struct {
+	counts  []uint64
+	buckets []float64
+}
+
+// gcPauses reads the collector's stop-the-world histograms: the time to
+// stop every goroutine, and the whole pause.
+func gcPauses() (stopping, total pauses) {
+	s := []metrics.Sample{{Name: "/sched/pauses/stopping/gc:seconds"}, {Name: "/sched/pauses/total/gc:seconds"}}
+	metrics.Read(s)
+	get := func(v metrics.Value) pauses {
+		h := v.Float64Histogram()
+		return pauses{counts: slices.Clone(h.Counts), buckets: h.Buckets}
+	}
+	return get(s[0].Value), get(s[1].Value)
+}
+
+func (p *pauses) sub(q pauses) {
+	for i := range p.counts {
+		p.counts[i] -= q.counts[i]
+	}
+}
+
+// max is the upper bound of the highest bucket that holds a pause.
+func (p pauses) max() float64 {
+	for i := len(p.counts) - 1; i >= 0; i-- {
+		if p.counts[i] > 0 {
+			return p.buckets[i+1]
+		}
+	}
+	return 0
+}
+
+// quantile is the upper bound of the bucket that holds the q-th quantile.
+func (p pauses) quantile(q float64) float64 {
+	var n uint64
+	for _, c := range p.counts {
+		n += c
+	}
+	var seen uint64
+	for i, c := range p.counts {
+		seen += c
+		if n > 0 && float64(seen) >= q*float64(n) {
+			return p.buckets[i+1]
+		}
+	}
+	return 0
+}
+
+// mean takes every pause at the middle of its bucket.
+func (p pauses) mean() float64 {
+	var n uint64
+	var sum float64
+	for i, c := range p.counts {
+		if c == 0 {
+			continue
+		}
+		lo, hi := p.buckets[i], p.buckets[i+1]
+		if math.IsInf(hi, 1) {
+			hi = lo
+		}
+		if math.IsInf(lo, -1) {
+			lo = hi
+		}
+		n += c
+		sum += float64(c) * (lo + hi) / 2
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / float64(n)
 }

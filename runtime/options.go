@@ -72,6 +72,14 @@ const (
 	DefaultBudget = 650_000_000
 	// InitBudgetFactor times Budget is the budget of starting an instance.
 	InitBudgetFactor = 100
+	// BudgetSlice is the most a metered guest spends before it leaves its
+	// compiled code for Go and comes back (runtime/internal/metering,
+	// "Slices"): a garbage collection that must stop every goroutine waits
+	// no longer than that for a running guest. The slowest guest per
+	// charged instruction measured (a chain of 64-bit divisions) spends it
+	// in about half a millisecond of CPU; no built-in call over the fixture
+	// corpus is charged more than two slices (docs/abi.md, "Metering").
+	BudgetSlice = 4_000_000
 )
 
 const wasmPage = 65536

@@ -17,10 +17,10 @@ func BenchmarkNovaExists(b *testing.B) {
 }
 
 // BenchmarkNovaVersioned maps the versioned instance.exists of
-// testdata/instance.exists__nova__1.in.json (a nova sample with its $ref
-// members resolved) natively: two host lookups of the member list, one to
+// testdata/edge__versioned_later_version.in.json (a whole notification,
+// message_id included, 1595 bytes) natively: two host lookups of the member list, one to
 // tell the format, one to read it. Through the compiled module:
 // BenchmarkBuiltin/nova-versioned in package mappers.
 func BenchmarkNovaVersioned(b *testing.B) {
-	testkit.BenchMapFile(b, "testdata/instance.exists__nova__1.in.json", sdk.MapJSON, mapNova)
+	testkit.BenchMapFile(b, "testdata/edge__versioned_later_version.in.json", sdk.MapJSON, mapNova)
 }

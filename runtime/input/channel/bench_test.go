@@ -29,14 +29,17 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkPublish -benchtime 100000x ./runtime/input/channel/
 func BenchmarkPublish(b *testing.B) {
-	b.Run("mode=watched", func(b *testing.B) { benchPublish(b, false) })
-	b.Run("mode=metered", func(b *testing.B) { benchPublish(b, true) })
+	b.Run("mode=watched", func(b *testing.B) { benchPublish(b, channelModule) })
+	b.Run("mode=unguarded", func(b *testing.B) { benchPublish(b, unguardedModule) })
+	b.Run("mode=metered", func(b *testing.B) { benchPublish(b, nil) })
 }
 
 // benchPublish is BenchmarkPublish with the channel module as the daemon
-// loads it by default (metered: unguarded), or watched, as with
-// MAPPER_METERED=false (a channel message then runs guarded).
-func benchPublish(b *testing.B, metered bool) {
+// loads it by default (mapper nil: metered, unguarded), or as mapper loads
+// it: watched, as with MAPPER_METERED=false (a channel message then runs
+// guarded), or unguarded and unmetered, with nothing to stop a runaway (the
+// figure metering is held to).
+func benchPublish(b *testing.B, mapper func(testing.TB) pipeline.Mapper) {
 	for _, typ := range []struct {
 		name string
 		t    client.Message
@@ -46,8 +49,8 @@ func benchPublish(b *testing.B, metered bool) {
 	} {
 		b.Run(typ.name, func(b *testing.B) {
 			h := newHarness(b, Options{})
-			if !metered {
-				h.useMapper(channelModule(b))
+			if mapper != nil {
+				h.useMapper(mapper(b))
 			}
 			h.start()
 			var committed, deadLettered, other atomic.Int64
@@ -112,11 +115,12 @@ func benchPublish(b *testing.B, metered bool) {
 // BenchmarkChannelModule is the pipeline's part of the cost of one message:
 // a small usage message's envelope indexed and mapped by the built-in
 // channel module in wazero, CPU per call: loaded watched, as the daemon does
-// with MAPPER_METERED=false (a channel message then runs guarded), and
-// metered, as it does by default (unguarded, its runaways stopped by their
-// budget).
+// with MAPPER_METERED=false (a channel message then runs guarded),
+// unguarded and unmetered (nothing stops a runaway), and metered, as it does
+// by default (unguarded, its runaways stopped by their budget).
 func BenchmarkChannelModule(b *testing.B) {
 	b.Run("mode=watched", func(b *testing.B) { benchChannelModule(b, channelModule(b)) })
+	b.Run("mode=unguarded", func(b *testing.B) { benchChannelModule(b, unguardedModule(b)) })
 	b.Run("mode=metered", func(b *testing.B) {
 		ctx := context.Background()
 		eng, err := runtime.NewEngine(ctx, runtime.Config{CacheDir: testkit.CacheDir(b), Metered: true, Logger: zerolog.Nop()})
@@ -130,6 +134,23 @@ func BenchmarkChannelModule(b *testing.B) {
 		}
 		benchChannelModule(b, m)
 	})
+}
+
+// unguardedModule is the channel module unmetered and without termination
+// checks: nothing stops a runaway, and nothing costs anything.
+func unguardedModule(tb testing.TB) pipeline.Mapper {
+	tb.Helper()
+	ctx := context.Background()
+	eng, err := runtime.NewEngine(ctx, runtime.Config{CacheDir: testkit.CacheDir(tb), Logger: zerolog.Nop()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = eng.Close(ctx) })
+	m, err := eng.Load(ctx, "builtin:channel.wasm", testkit.BuiltModule(tb, "mappers/dist/channel.wasm"), runtime.WithGuard(runtime.GuardNever))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m
 }
 
 func benchChannelModule(b *testing.B, mod pipeline.Mapper) {

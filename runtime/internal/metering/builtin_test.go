@@ -272,8 +272,9 @@ func BenchmarkNovaExists(b *testing.B) {
 	}
 }
 
-// BenchmarkBuiltinModes maps one input of each of several built-in modules
-// (the inputs of the mappers package's BenchmarkBuiltin), indexing included,
+// BenchmarkBuiltinModes maps one input of each built-in module but nova's
+// (BenchmarkNovaExists; nova-versioned is nova's module on a versioned
+// notification), the inputs of the mappers package's BenchmarkBuiltin, indexing included,
 // watched (how built-in modules ran a first delivery before metering) and
 // metered without termination checks (how every module runs by default):
 // one module per engine, so that under valgrind only that module's
@@ -290,12 +291,18 @@ func BenchmarkBuiltinModes(b *testing.B) {
 	// TALLY_BENCH_CALL_TIMEOUT lengthens the deadline of a call, for
 	// counting instructions under valgrind.
 	timeout, _ := time.ParseDuration(os.Getenv("TALLY_BENCH_CALL_TIMEOUT"))
-	for _, in := range []struct{ module, file string }{
-		{"manila", "share.extend.end__manila__2"},
-		{"neutron", "port.create.end__ceilometer__1"},
-		{"glance", "image.upload__ceilometer__2"},
-		{"swift", "objectstore.http.request__ceilometermiddleware__1"},
-		{"octavia", "octavia.loadbalancer.create.end__octavia__1"},
+	for _, in := range []struct{ name, module, file string }{
+		{"manila", "manila", "share.extend.end__manila__2"},
+		{"neutron", "neutron", "port.create.end__ceilometer__1"},
+		{"glance", "glance", "image.upload__ceilometer__2"},
+		{"swift", "swift", "objectstore.http.request__ceilometermiddleware__1"},
+		{"octavia", "octavia", "octavia.loadbalancer.create.end__octavia__1"},
+		{"cinder", "cinder", "volume.create.end__ceilometer__1"},
+		{"ironic", "ironic", "edge__node_later_version"},
+		{"designate", "designate", "dns.domain.update__designate__2"},
+		{"trove", "trove", "trove.instance.create__trove__1"},
+		{"nova-versioned", "nova", "edge__versioned_later_version"},
+		{"channel", "channel", "usage__json_full"},
 	} {
 		body, err := os.ReadFile(testkit.RepoPath(b, "mappers", in.module, "testdata", in.file+fixture.InSuffix))
 		if err != nil {
@@ -309,7 +316,7 @@ func BenchmarkBuiltinModes(b *testing.B) {
 			{"watched", false, runtime.GuardWatched},
 			{"metered", true, runtime.GuardNever},
 		} {
-			b.Run("module="+in.module+"/mode="+c.mode, func(b *testing.B) {
+			b.Run("module="+in.name+"/mode="+c.mode, func(b *testing.B) {
 				eng, err := runtime.NewEngine(ctx, runtime.Config{CacheDir: testkit.CacheDir(b), CallTimeout: timeout,
 					Metered: c.metered, PoolSize: 1, Logger: zerolog.Nop()})
 				if err != nil {

@@ -4,15 +4,22 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 )
 
 // Version identifies the pass: it changes whenever the output for some input
 // changes, so that what was compiled from an older output is not reused.
-const Version = 1
+const Version = 3
 
-// Export is the name under which the budget global is exported.
+// Export is the name under which the budget global is exported: what is
+// left of the current slice (Options.Slice).
 const Export = "tally_budget"
+
+// ExportReserve is the name under which the reserve global is exported: the
+// part of the call's budget not yet handed to the guest as a slice. What a
+// call has left is the sum of the two.
+const ExportReserve = "tally_budget_reserve"
 
 // VersionSection names the custom section, added at the end of a metered
 // module, that holds Version in decimal.
@@ -28,12 +35,36 @@ type Options struct {
 	// the module's start function, which runs before the host can set the
 	// budget.
 	Initial int64
+	// Slice is the most the guest spends between two trips out of its
+	// compiled code (doc.go, "Slices"); 0 or less: the whole budget is one
+	// slice.
+	Slice int64
+}
+
+// split divides a budget into the first slice and the reserve.
+func (o Options) split(budget int64) (slice, reserve int64) {
+	slice = min(budget, o.slice())
+	return slice, budget - slice
+}
+
+func (o Options) slice() int64 {
+	if o.Slice <= 0 {
+		return math.MaxInt64
+	}
+	return o.Slice
+}
+
+// Split divides a budget of n into what the host sets the two globals to
+// (Export, ExportReserve) before a call: the first slice and the reserve.
+func Split(n, slice int64) (first, reserve int64) {
+	return Options{Slice: slice}.split(n)
 }
 
 // Section ids of the binary format.
 const (
 	secCustom   = 0
 	secImport   = 2
+	secMemory   = 5
 	secGlobal   = 6
 	secExport   = 7
 	secCode     = 10
@@ -80,13 +111,26 @@ func meter(wasm []byte, opts Options) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if n := len(secs); n > 0 && secs[n-1].id == secCustom && len(secs[n-1].body) == nameLen(secs[n-1].name) {
+		// wazero refuses a custom section without contents at the very
+		// end of a module (it reads its contents past the end), and
+		// would accept the same module with the pass's sections after it.
+		return nil, fmt.Errorf("custom section %q without contents at the end of the module, which wazero refuses", secs[n-1].name)
+	}
 	var importedGlobals, definedGlobals uint32
 	var hasGlobal, hasExport bool
+	var mem memory // memory 0, which a refill grows by nothing
 	for _, s := range secs {
 		switch s.id {
 		case secImport:
-			if importedGlobals, err = countImportedGlobals(s); err != nil {
+			if importedGlobals, mem, err = walkImports(s); err != nil {
 				return nil, fmt.Errorf("import section: %w", err)
+			}
+		case secMemory:
+			if mem == noMemory {
+				if mem, err = firstMemory(s); err != nil {
+					return nil, fmt.Errorf("memory section: %w", err)
+				}
 			}
 		case secGlobal:
 			hasGlobal = true
@@ -96,16 +140,17 @@ func meter(wasm []byte, opts Options) ([]byte, error) {
 			}
 		case secExport:
 			hasExport = true
-			if err := checkExportName(s); err != nil {
+			if err := checkExports(s, uint64(importedGlobals)+uint64(definedGlobals)); err != nil {
 				return nil, fmt.Errorf("export section: %w", err)
 			}
 		}
 	}
 	globals := uint64(importedGlobals) + uint64(definedGlobals)
-	if globals >= 1<<32-1 {
+	if globals >= 1<<32-2 {
 		return nil, errors.New("too many globals")
 	}
 	budget := uint32(globals)
+	slice0, reserve0 := opts.split(opts.Initial)
 
 	out := make([]byte, 0, len(wasm)+len(wasm)/8+64)
 	out = append(out, wasm[:8]...)
@@ -114,25 +159,31 @@ func meter(wasm []byte, opts Options) ([]byte, error) {
 		out = appendULEB(out, uint64(len(body)))
 		out = append(out, body...)
 	}
-	newGlobal := func(body []byte) []byte { // appends the budget to a global section's entries
-		body = append(body, valI64, globalMut, opI64Const)
-		body = appendSLEB(body, opts.Initial)
-		return append(body, opEnd)
+	newGlobal := func(body []byte) []byte { // appends the budget and the reserve to a global section's entries
+		for _, v := range []int64{slice0, reserve0} {
+			body = append(body, valI64, globalMut, opI64Const)
+			body = appendSLEB(body, v)
+			body = append(body, opEnd)
+		}
+		return body
 	}
 	newExport := func(body []byte) []byte {
-		body = appendULEB(body, uint64(len(Export)))
-		body = append(body, Export...)
-		body = append(body, exportGlob)
-		return appendULEB(body, uint64(budget))
+		for i, name := range []string{Export, ExportReserve} {
+			body = appendULEB(body, uint64(len(name)))
+			body = append(body, name...)
+			body = append(body, exportGlob)
+			body = appendULEB(body, uint64(budget)+uint64(i))
+		}
+		return body
 	}
 	placedGlobal, placedExport := hasGlobal, hasExport
 	place := func(rank int) { // adds the missing sections that come before rank
 		if !placedGlobal && rank > order[secGlobal] {
-			emit(secGlobal, newGlobal(appendULEB(nil, 1)))
+			emit(secGlobal, newGlobal(appendULEB(nil, 2)))
 			placedGlobal = true
 		}
 		if !placedExport && rank > order[secExport] {
-			emit(secExport, newExport(appendULEB(nil, 1)))
+			emit(secExport, newExport(appendULEB(nil, 2)))
 			placedExport = true
 		}
 	}
@@ -150,10 +201,10 @@ func meter(wasm []byte, opts Options) ([]byte, error) {
 			emit(s.id, newGlobal(appendVecCount(s.body, definedGlobals)))
 		case secExport:
 			r := reader{b: s.body, base: s.off}
-			n, _ := r.u32() // read by checkExportName already
-			emit(s.id, newExport(append(appendULEB(nil, uint64(n)+1), s.body[r.pos:]...)))
+			n, _ := r.u32() // read by checkExports already
+			emit(s.id, newExport(append(appendULEB(nil, uint64(n)+2), s.body[r.pos:]...)))
 		case secCode:
-			body, err := meterCode(s, budget, uint32(globals))
+			body, err := meterCode(s, budget, uint32(globals), appendRefill(nil, budget, opts.slice(), mem))
 			if err != nil {
 				return nil, err
 			}
@@ -172,11 +223,14 @@ func meter(wasm []byte, opts Options) ([]byte, error) {
 	return out, nil
 }
 
-// appendVecCount re-encodes a vector's count as n+1 and keeps its entries.
+// nameLen is the size of a custom section's name, its length included.
+func nameLen(name string) int { return len(appendULEB(nil, uint64(len(name)))) + len(name) }
+
+// appendVecCount re-encodes a vector's count as n+2 and keeps its entries.
 func appendVecCount(body []byte, n uint32) []byte {
 	r := reader{b: body}
 	_, _ = r.u32() // read before
-	out := appendULEB(make([]byte, 0, len(body)+16), uint64(n)+1)
+	out := appendULEB(make([]byte, 0, len(body)+32), uint64(n)+2)
 	return append(out, body[r.pos:]...)
 }
 
@@ -227,27 +281,37 @@ func sections(wasm []byte) ([]section, error) {
 	return secs, nil
 }
 
-// countImportedGlobals walks the import section.
-func countImportedGlobals(s section) (uint32, error) {
+// memory says whether a module has a memory 0, and its index type.
+type memory uint8
+
+const (
+	noMemory memory = iota
+	memory32
+	memory64
+)
+
+// walkImports counts the imported globals and finds an imported memory 0.
+func walkImports(s section) (uint32, memory, error) {
 	r := reader{b: s.body, base: s.off}
 	n, err := r.u32()
 	if err != nil {
-		return 0, err
+		return 0, noMemory, err
 	}
 	var globals uint32
+	mem := noMemory
 	for range n {
 		for range 2 { // module and name
 			l, err := r.u32()
 			if err != nil {
-				return 0, err
+				return 0, noMemory, err
 			}
 			if _, err := r.bytes(int(l)); err != nil {
-				return 0, err
+				return 0, noMemory, err
 			}
 		}
 		kind, err := r.byte()
 		if err != nil {
-			return 0, err
+			return 0, noMemory, err
 		}
 		switch kind {
 		case 0: // function: type index
@@ -257,7 +321,11 @@ func countImportedGlobals(s section) (uint32, error) {
 				err = r.limits()
 			}
 		case 2: // memory: limits
-			err = r.limits()
+			var m memory
+			m, err = r.memLimits()
+			if mem == noMemory {
+				mem = m
+			}
 		case importGlob: // global: value type, mutability
 			globals++
 			_, err = r.bytes(2)
@@ -266,16 +334,42 @@ func countImportedGlobals(s section) (uint32, error) {
 				_, err = r.u32()
 			}
 		default:
-			return 0, fmt.Errorf("offset %d: unknown import kind %d", r.off()-1, kind)
+			return 0, noMemory, fmt.Errorf("offset %d: unknown import kind %d", r.off()-1, kind)
 		}
 		if err != nil {
-			return 0, err
+			return 0, noMemory, err
 		}
 	}
 	if !r.done() {
-		return 0, fmt.Errorf("offset %d: bytes after the last import", r.off())
+		return 0, noMemory, fmt.Errorf("offset %d: bytes after the last import", r.off())
 	}
-	return globals, nil
+	return globals, mem, nil
+}
+
+// firstMemory reads the index type of the first memory the memory section
+// defines.
+func firstMemory(s section) (memory, error) {
+	r := reader{b: s.body, base: s.off}
+	n, err := r.u32()
+	if err != nil || n == 0 {
+		return noMemory, err
+	}
+	return r.memLimits()
+}
+
+// memLimits steps over a memory's limits and says its index type.
+func (r *reader) memLimits() (memory, error) {
+	if r.done() {
+		return noMemory, r.limits() // the error
+	}
+	flags := r.b[r.pos]
+	if err := r.limits(); err != nil {
+		return noMemory, err
+	}
+	if flags&4 != 0 {
+		return memory64, nil
+	}
+	return memory32, nil
 }
 
 // limits steps over table or memory limits (flags: bit 0 a maximum follows,
@@ -296,8 +390,11 @@ func (r *reader) limits() error {
 	return nil
 }
 
-// checkExportName refuses a module that already exports Export.
-func checkExportName(s section) error {
+// checkExports refuses a module that already exports Export or
+// ExportReserve, or that exports a global past its own globals (valid only
+// once the budget and the reserve are added). The sections before the
+// export section have been read: globals counts them all.
+func checkExports(s section, globals uint64) error {
 	r := reader{b: s.body, base: s.off}
 	n, err := r.u32()
 	if err != nil {
@@ -312,14 +409,19 @@ func checkExportName(s section) error {
 		if err != nil {
 			return err
 		}
-		if string(name) == Export {
-			return fmt.Errorf("the module already exports %q", Export)
+		if string(name) == Export || string(name) == ExportReserve {
+			return fmt.Errorf("the module already exports %q", name)
 		}
-		if _, err := r.byte(); err != nil {
+		kind, err := r.byte()
+		if err != nil {
 			return err
 		}
-		if _, err := r.u32(); err != nil {
+		idx, err := r.u32()
+		if err != nil {
 			return err
+		}
+		if kind == exportGlob && uint64(idx) >= globals {
+			return fmt.Errorf("export %q: global index %d out of range (%d globals)", name, idx, globals)
 		}
 	}
 	if !r.done() {

@@ -20,11 +20,18 @@ const plenty = math.MaxInt64 / 2
 
 // guest is one instance of a test module.
 type guest struct {
-	mod    api.Module
-	budget api.MutableGlobal // nil when not metered
+	mod             api.Module
+	budget, reserve api.MutableGlobal // nil when not metered
+	slice           int64             // metering.Options.Slice
 }
 
 func instantiate(t *testing.T, wasm []byte, metered bool, imports ...[]byte) guest {
+	t.Helper()
+	return instantiateSliced(t, wasm, metered, 0, imports...)
+}
+
+// instantiateSliced meters wasm, when metered, with Options.Slice slice.
+func instantiateSliced(t *testing.T, wasm []byte, metered bool, slice int64, imports ...[]byte) guest {
 	t.Helper()
 	ctx := context.Background()
 	rt := wazero.NewRuntime(ctx)
@@ -37,7 +44,7 @@ func instantiate(t *testing.T, wasm []byte, metered bool, imports ...[]byte) gue
 	}
 	if metered {
 		var err error
-		if wasm, err = metering.Meter(wasm, metering.Options{Initial: plenty}); err != nil {
+		if wasm, err = metering.Meter(wasm, metering.Options{Initial: plenty, Slice: slice}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -45,17 +52,22 @@ func instantiate(t *testing.T, wasm []byte, metered bool, imports ...[]byte) gue
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := guest{mod: mod}
+	g := guest{mod: mod, slice: slice}
 	if metered {
-		glob := mod.ExportedGlobal(metering.Export)
-		if glob == nil {
-			t.Fatalf("no export %s", metering.Export)
+		for _, x := range []struct {
+			name string
+			g    *api.MutableGlobal
+		}{{metering.Export, &g.budget}, {metering.ExportReserve, &g.reserve}} {
+			glob := mod.ExportedGlobal(x.name)
+			if glob == nil {
+				t.Fatalf("no export %s", x.name)
+			}
+			mg, ok := glob.(api.MutableGlobal)
+			if !ok || glob.Type() != api.ValueTypeI64 {
+				t.Fatalf("export %s is not a mutable i64", x.name)
+			}
+			*x.g = mg
 		}
-		mg, ok := glob.(api.MutableGlobal)
-		if !ok || glob.Type() != api.ValueTypeI64 {
-			t.Fatalf("export %s is not a mutable i64", metering.Export)
-		}
-		g.budget = mg
 	}
 	return g
 }
@@ -69,11 +81,13 @@ func (g guest) call(t *testing.T, fn string, n, budget int64) (res uint64, charg
 		t.Fatalf("no export %s", fn)
 	}
 	if g.budget != nil {
-		g.budget.Set(uint64(budget))
+		first, reserve := metering.Split(budget, g.slice)
+		g.budget.Set(uint64(first))
+		g.reserve.Set(uint64(reserve))
 	}
 	out, err := f.Call(context.Background(), uint64(n))
 	if g.budget != nil {
-		charged = budget - int64(g.budget.Get())
+		charged = budget - g.left()
 	}
 	if err != nil {
 		return 0, charged, err
@@ -81,7 +95,14 @@ func (g guest) call(t *testing.T, fn string, n, budget int64) (res uint64, charg
 	return out[0], charged, nil
 }
 
-func (g guest) left() int64 { return int64(g.budget.Get()) }
+// left is what the call has left: the slice and the reserve.
+func (g guest) left() int64 { return int64(g.budget.Get()) + int64(g.reserve.Get()) }
+
+// slices are the Options.Slice the table tests run with: none (the whole
+// budget one slice), one so small that every charge spends it (a refill at
+// every function entry and loop turn), and one that a call spends several
+// times.
+var sliceSizes = []int64{0, 7, 100}
 
 var control = []struct {
 	fn      string
@@ -97,94 +118,118 @@ var control = []struct {
 	{"inside", 300, 1 << 60},
 	{"continue", 1001, 1 << 60},
 	{"simd", 50, 1 << 60},
+	{"loopparam", 500, 1 << 60},
 	{"spin", -1, 0},
 }
 
 // TestFiniteSameResult: a computation that ends returns with the budget what
 // it returns without, and charges more for more work.
+//
+// With slices, a call that spends several of them (a trip out of the
+// compiled code and a refill from the reserve each time) returns the same
+// result and is charged exactly what it is charged in one slice.
 func TestFiniteSameResult(t *testing.T) {
 	wasm := testkit.WAT(t, "testdata", "control")
 	plain := instantiate(t, wasm, false)
-	metered := instantiate(t, wasm, true)
-	for _, c := range control {
-		if c.n < 0 {
-			continue
+	whole := instantiate(t, wasm, true)
+	for _, slice := range sliceSizes {
+		metered := instantiateSliced(t, wasm, true, slice)
+		for _, c := range control {
+			if c.n < 0 {
+				continue
+			}
+			t.Run(fmt.Sprintf("slice=%d/%s", slice, c.fn), func(t *testing.T) {
+				want, _, err := plain.call(t, c.fn, c.n, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, charged, err := metered.call(t, c.fn, c.n, plenty)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got != want {
+					t.Fatalf("%s(%d) = %d metered, %d unmetered", c.fn, c.n, got, want)
+				}
+				_, less, err := metered.call(t, c.fn, c.n/2, plenty)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if charged <= 0 || (c.fn != "straight" && less >= charged) {
+					t.Fatalf("%s charged %d for n=%d and %d for n=%d", c.fn, charged, c.n, less, c.n/2)
+				}
+				_, once, err := whole.call(t, c.fn, c.n, plenty)
+				if err != nil || once != charged {
+					t.Fatalf("%s charged %d in slices of %d, %d in one (%v)", c.fn, charged, slice, once, err)
+				}
+				if slice > 0 && c.fn != "straight" && charged < 3*slice {
+					t.Fatalf("%s charged %d: fewer than three slices of %d", c.fn, charged, slice)
+				}
+			})
 		}
-		t.Run(c.fn, func(t *testing.T) {
-			want, _, err := plain.call(t, c.fn, c.n, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, charged, err := metered.call(t, c.fn, c.n, plenty)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got != want {
-				t.Fatalf("%s(%d) = %d metered, %d unmetered", c.fn, c.n, got, want)
-			}
-			_, less, err := metered.call(t, c.fn, c.n/2, plenty)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if charged <= 0 || (c.fn != "straight" && less >= charged) {
-				t.Fatalf("%s charged %d for n=%d and %d for n=%d", c.fn, charged, c.n, less, c.n/2)
-			}
-		})
 	}
 }
 
 // TestExactBudget: a call that charges C instructions ends with a budget of
 // C (nothing left) and traps with C-1.
+// The same in slices: the reserve is drawn to the last instruction.
 func TestExactBudget(t *testing.T) {
 	wasm := testkit.WAT(t, "testdata", "control")
-	g := instantiate(t, wasm, true)
-	for _, c := range control {
-		if c.n < 0 {
-			continue
+	for _, slice := range sliceSizes {
+		g := instantiateSliced(t, wasm, true, slice)
+		for _, c := range control {
+			if c.n < 0 {
+				continue
+			}
+			t.Run(fmt.Sprintf("slice=%d/%s", slice, c.fn), func(t *testing.T) {
+				want, charged, err := g.call(t, c.fn, c.n, plenty)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, _, err := g.call(t, c.fn, c.n, charged)
+				if err != nil || got != want || g.left() != 0 {
+					t.Fatalf("budget %d: got %d, %v, %d left; want %d, nil, 0 left", charged, got, err, g.left(), want)
+				}
+				if _, _, err := g.call(t, c.fn, c.n, charged-1); err == nil || g.left() >= 0 {
+					t.Fatalf("budget %d: err %v, %d left; want a trap with the budget below zero", charged-1, err, g.left())
+				}
+			})
 		}
-		t.Run(c.fn, func(t *testing.T) {
-			want, charged, err := g.call(t, c.fn, c.n, plenty)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, _, err := g.call(t, c.fn, c.n, charged)
-			if err != nil || got != want || g.left() != 0 {
-				t.Fatalf("budget %d: got %d, %v, %d left; want %d, nil, 0 left", charged, got, err, g.left(), want)
-			}
-			if _, _, err := g.call(t, c.fn, c.n, charged-1); err == nil || g.left() >= 0 {
-				t.Fatalf("budget %d: err %v, %d left; want a trap with the budget below zero", charged-1, err, g.left())
-			}
-		})
 	}
 }
 
 // TestRunawayTraps: every construct that runs away is stopped when its
 // budget is spent, and the budget below zero tells that trap from the
 // guest's own.
+// In slices, a runaway draws its reserve down and traps the same way.
 func TestRunawayTraps(t *testing.T) {
 	wasm := testkit.WAT(t, "testdata", "control")
-	g := instantiate(t, wasm, true)
 	const budget = 2_000_000
-	for _, c := range control {
-		if c.runaway < 0 {
-			continue
-		}
-		t.Run(c.fn, func(t *testing.T) {
-			_, charged, err := g.call(t, c.fn, c.runaway, budget)
-			if err == nil || !strings.Contains(err.Error(), "unreachable") {
-				t.Fatalf("%s(%d): err %v, want the budget's trap", c.fn, c.runaway, err)
+	for _, slice := range sliceSizes {
+		g := instantiateSliced(t, wasm, true, slice)
+		for _, c := range control {
+			if c.runaway < 0 {
+				continue
 			}
-			if g.left() >= 0 || charged <= budget {
-				t.Fatalf("%s(%d): %d left, want below zero", c.fn, c.runaway, g.left())
+			t.Run(fmt.Sprintf("slice=%d/%s", slice, c.fn), func(t *testing.T) {
+				_, charged, err := g.call(t, c.fn, c.runaway, budget)
+				if err == nil || !strings.Contains(err.Error(), "unreachable") {
+					t.Fatalf("%s(%d): err %v, want the budget's trap", c.fn, c.runaway, err)
+				}
+				if g.left() >= 0 || charged <= budget {
+					t.Fatalf("%s(%d): %d left, want below zero", c.fn, c.runaway, g.left())
+				}
+				if r := int64(g.reserve.Get()); r != 0 {
+					t.Fatalf("%s(%d): reserve %d after the trap, want it drawn to 0", c.fn, c.runaway, r)
+				}
+			})
+		}
+		t.Run(fmt.Sprintf("slice=%d/guest trap", slice), func(t *testing.T) {
+			_, _, err := g.call(t, "trap", 0, budget)
+			if err == nil || g.left() < 0 {
+				t.Fatalf("err %v, %d left: want a trap with budget left", err, g.left())
 			}
 		})
 	}
-	t.Run("guest trap", func(t *testing.T) {
-		_, _, err := g.call(t, "trap", 0, budget)
-		if err == nil || g.left() < 0 {
-			t.Fatalf("err %v, %d left: want a trap with budget left", err, g.left())
-		}
-	})
 }
 
 // TestCallTreeChargesEveryCall: a tree of calls that each end is charged
@@ -288,7 +333,9 @@ func TestRefuses(t *testing.T) {
 		{"misc unknown", "", []byte{0, 0xfc, 0x12, 0x0b}, "opcode 0xfc 18"},
 		{"gc", "", []byte{0, 0xfb, 0x00, 0x0b}, "opcode 0xfb: garbage collection"},
 		{"reaches the budget", "", []byte{0, 0x42, 0, 0x24, 1, 0x0b}, "global index 1 out of range"},
+		{"reaches the reserve", "", []byte{0, 0x42, 0, 0x24, 2, 0x0b}, "global index 2 out of range"},
 		{"exports the name", metering.Export, []byte{0, 0x0b}, "already exports"},
+		{"exports the reserve's name", metering.ExportReserve, []byte{0, 0x0b}, "already exports"},
 		{"truncated", "", []byte{0, 0x02, 0x40, 0x0b}, "ends inside a block"},
 		{"trailing", "", []byte{0, 0x0b, 0x01}, "bytes after the function's end"},
 	} {
@@ -298,6 +345,22 @@ func TestRefuses(t *testing.T) {
 				t.Fatalf("err %v, want ErrUnsupported naming %q", err, c.want)
 			}
 		})
+	}
+}
+
+// TestRefusesExportOfTheBudget: a module that exports a global past its
+// own (invalid as it is) is refused, not turned into one that exports its
+// budget or its reserve.
+func TestRefusesExportOfTheBudget(t *testing.T) {
+	for _, idx := range []byte{1, 2} {
+		wasm := []byte("\x00asm\x01\x00\x00\x00" +
+			"\x06\x06\x01\x7f\x00\x41\x00\x0b" + // global 0: i32 const 0
+			"\x07\x05\x01\x01g\x03") // export "g": global idx
+		wasm = append(wasm, idx)
+		_, err := metering.Meter(wasm, metering.Options{})
+		if !errors.Is(err, metering.ErrUnsupported) || !strings.Contains(err.Error(), "out of range") {
+			t.Fatalf("export of global %d: err %v, want ErrUnsupported naming the index", idx, err)
+		}
 	}
 }
 

@@ -5,11 +5,17 @@ import "fmt"
 // Opcodes the pass looks at; the others it only steps over.
 const (
 	opUnreachable = 0x00
+	opDrop        = 0x1a
+	opSelect      = 0x1b
+	opI32Const    = 0x41
+	opMemoryGrow  = 0x40
+	opI64Add      = 0x7c
 	opBlock       = 0x02
 	opLoop        = 0x03
 	opIf          = 0x04
 	opElse        = 0x05
 	opEnd         = 0x0b
+	opBr          = 0x0c
 	opBrTable     = 0x0e
 	opGlobalGet   = 0x23
 	opGlobalSet   = 0x24

@@ -137,6 +137,16 @@
       (br_if $l (i64.lt_u (local.get $i) (local.get $n))))
     (i64.add (i64x2.extract_lane 0 (v128.load (i32.const 0))) (i64.extend_i32_u (i32x4.extract_lane 3 (local.get $v)))))
 
+  ;; A loop that takes a parameter (multi-value): the charge at its header
+  ;; has a loop of its own to branch back to after a refill.
+  (func (export "loopparam") (param $n i64) (result i64)
+    (local $i i64)
+    (i64.const 1)
+    (loop $l (param i64) (result i64)
+      (local.set $i (i64.add (local.get $i) (i64.const 1)))
+      (i64.add (i64.mul (i64.const 3)) (local.get $i))
+      (br_if $l (i64.lt_u (local.get $i) (local.get $n)))))
+
   ;; The shortest runaway.
   (func (export "spin") (param $n i64) (result i64)
     (loop $l (br $l))
