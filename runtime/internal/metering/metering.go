@@ -25,10 +25,6 @@ const ExportReserve = "tally_budget_reserve"
 // module, that holds Version in decimal.
 const VersionSection = "tally.metering"
 
-// ErrUnsupported is wrapped by the error of a module the pass refuses to
-// meter (an *UnsupportedError says which instruction and where).
-var ErrUnsupported = errors.New("cannot meter module")
-
 // Options tune the pass.
 type Options struct {
 	// Initial is the budget's value when an instance starts: it pays for

@@ -1,12 +1,6 @@
 package metering
 
-import (
-	"errors"
-	"fmt"
-)
-
-// errTruncated is what every read past the end of the input wraps.
-var errTruncated = errors.New("unexpected end")
+import "fmt"
 
 // reader decodes the primitive encodings of the binary format from a slice,
 // keeping the offset of what it reads next relative to the whole module.
