@@ -101,12 +101,17 @@ func scan(r reader, globals uint32, points []point, stack []int) ([]point, []int
 	}
 	points = append(points, point{at: r.pos, cost: chargeCost, wrap: true})
 	stack = append(stack, 0) // the point each open block charges to
+	// prologue is true while every instruction so far runs straight on to
+	// the next (no branch, call or return): when such a prologue ends at a
+	// loop, the loop's charge is made on every entry, and the entry's own
+	// charge is folded into it (entryLoop, the loop's point).
+	prologue, entryLoop := true, -1
 	for {
 		if len(stack) == 0 {
 			if !r.done() {
 				return nil, nil, fmt.Errorf("offset %d: bytes after the function's end", r.off())
 			}
-			return points, stack, nil
+			return foldEntry(points, entryLoop), stack, nil
 		}
 		if r.done() {
 			return nil, nil, fmt.Errorf("offset %d: %w: function body ends inside a block", r.off(), errTruncated)
@@ -114,6 +119,14 @@ func scan(r reader, globals uint32, points []point, stack []int) ([]point, []int
 		at := r.off()
 		op, _ := r.byte()
 		points[stack[len(stack)-1]].cost += int64(weight[op])
+		if prologue {
+			switch {
+			case op == opLoop:
+				entryLoop, prologue = len(points), false // the point appended below
+			case op != opBlock && !straight(op):
+				prologue = false
+			}
+		}
 		switch op {
 		case opBlock, opLoop, opIf:
 			// A block type is empty (0x40) or one value type (one byte,
@@ -178,6 +191,33 @@ func scan(r reader, globals uint32, points []point, stack []int) ([]point, []int
 			return nil, nil, &UnsupportedError{Offset: at, Opcode: fmt.Sprintf("0x%02x", op), Reason: reason}
 		}
 	}
+}
+
+// straight reports an instruction that always goes on to the next one (or
+// traps): a variable, memory, constant or numeric instruction. It is
+// conservative: anything else ends a function's prologue (scan).
+func straight(op byte) bool {
+	return op == opDrop || op == 0x1b || // drop, select
+		op >= 0x20 && op <= 0x24 || // local.get, local.set, local.tee, global.get, global.set
+		op >= 0x28 && op <= 0x3e || // loads and stores
+		op >= 0x41 && op <= 0xc4 // constants, comparisons, arithmetic, conversions
+}
+
+// foldEntry drops the function's entry charge (points[0]) when its prologue
+// runs straight into a loop (entryLoop, else -1): that loop's charge is made
+// on every entry to the function, before anything else can run but the
+// prologue, and it pays for the entry's level from then on, so a call is
+// still charged before its first branch, call or return, and the charges of
+// a call still bound the instructions it runs (the entry's level runs at
+// most once a call, and the loop's charge is made at least once). It saves
+// one charge a call where a function body is a loop, which is how Go's wasm
+// port compiles every function.
+func foldEntry(points []point, entryLoop int) []point {
+	if entryLoop < 0 {
+		return points
+	}
+	points[entryLoop].cost += points[0].cost - chargeCost
+	return points[1:]
 }
 
 // rewrite copies body b with the charge of each point inserted.

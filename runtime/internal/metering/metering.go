@@ -10,7 +10,7 @@ import (
 
 // Version identifies the pass: it changes whenever the output for some input
 // changes, so that what was compiled from an older output is not reused.
-const Version = 3
+const Version = 4
 
 // Export is the name under which the budget global is exported: what is
 // left of the current slice (Options.Slice).

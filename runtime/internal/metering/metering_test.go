@@ -115,6 +115,7 @@ var control = []struct {
 	{"brif_out", 777, 1<<62 + 1},
 	{"fact", 20, 1 << 40}, // runs out of budget long before its stack
 	{"tree", 10, 62},
+	{"gotree", 10, 62},
 	{"inside", 300, 1 << 60},
 	{"continue", 1001, 1 << 60},
 	{"simd", 50, 1 << 60},
@@ -247,6 +248,34 @@ func TestCallTreeChargesEveryCall(t *testing.T) {
 	}
 	if calls[0] != 1<<13-1 || charged < int64(calls[0])*5 {
 		t.Fatalf("%d calls charged %d", calls[0], charged)
+	}
+}
+
+// A function whose prologue runs straight into a loop is charged once a call,
+// by the loop, and a call tree of such functions is still charged for every
+// call: less than with a charge at each entry too, never nothing.
+func TestFoldedEntryChargesEveryCall(t *testing.T) {
+	wasm := testkit.WAT(t, "testdata", "control")
+	g := instantiate(t, wasm, true)
+	_, folded, err := g.call(t, "gotree", 12, plenty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, plain, err := g.call(t, "tree", 12, plenty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls, err := g.mod.ExportedFunction("calls").Call(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls[0] != 2*(1<<13-1) {
+		t.Fatalf("%d calls", calls[0])
+	}
+	// Each call of gotree runs its loop's charge once (10) and its
+	// instructions; tree's each charge once at entry, of about the same size.
+	if per := folded / (1<<13 - 1); per < 20 || folded > plain*2 {
+		t.Fatalf("gotree(12) charged %d (%d a call), tree(12) %d", folded, per, plain)
 	}
 }
 
