@@ -13,10 +13,10 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/tally-billing/tally-openstack-collector/internal/jsonindex"
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonindex"
 )
 
 // sendNumbered sends messages numbered 1..n to addr, leaving out skip, each
