@@ -180,7 +180,7 @@ func brotliWindowBits(body []byte) (bits int, large bool, err error) {
 	if len(body) == 0 {
 		return 0, false, errors.New("brotli: empty body")
 	}
-	var v uint16 = uint16(body[0])
+	v := uint16(body[0])
 	if len(body) > 1 {
 		v |= uint16(body[1]) << 8
 	}

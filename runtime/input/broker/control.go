@@ -257,7 +257,7 @@ func (l *Control) Publish(ctx context.Context, d Decision) error {
 		kept = "it is kept in memory only (" + saveErr.Error() + ") and sent again whenever the broker link is up, unless the collector stops first"
 	}
 	if !up {
-		return fmt.Errorf("%w: the broker link is down (%v); %s", ErrNotShared, last, kept)
+		return fmt.Errorf("%w: the broker link is down (%v); %s", ErrNotShared, last, kept) //nolint:errorlint // last is nil before the first dial ends; ErrNotShared is the error callers test, the cause is text for the operator
 	}
 	select {
 	case l.kick <- struct{}{}:
@@ -425,9 +425,9 @@ func (l *Control) session(ctx context.Context) (consumed bool, err error) {
 		case <-ctx.Done():
 			return true, nil
 		case e := <-connClosed:
-			return true, fmt.Errorf("%w: connection closed: %v", errSessionLost, e)
+			return true, fmt.Errorf("%w: connection closed: %w", errSessionLost, e)
 		case e := <-chClosed:
-			return true, fmt.Errorf("%w: channel closed: %v", errSessionLost, e)
+			return true, fmt.Errorf("%w: channel closed: %w", errSessionLost, e)
 		case <-l.kick:
 			if err := l.flush(ctx, ch); err != nil {
 				return true, err

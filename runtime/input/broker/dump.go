@@ -70,7 +70,7 @@ func Dump(ctx context.Context, opts Options, w io.Writer) error {
 	b := &binder{c: cn, queue: q.Name, keys: opts.bindingKeys(), log: log}
 	defer b.close()
 	for _, e := range present {
-		if _, err := b.bindExchange(e); err != nil {
+		if err := b.bindExchange(e); err != nil {
 			return err
 		}
 	}
@@ -97,7 +97,7 @@ func Dump(ctx context.Context, opts Options, w io.Writer) error {
 		case <-ctx.Done():
 			return nil
 		case e := <-connClosed:
-			return fmt.Errorf("%w: connection closed: %v", errSessionLost, e)
+			return fmt.Errorf("%w: connection closed: %w", errSessionLost, e)
 		case <-tick.C:
 			for name, st := range probes {
 				if time.Now().Before(st.next) {
@@ -111,7 +111,7 @@ func Dump(ctx context.Context, opts Options, w io.Writer) error {
 					st.next = time.Now().Add(st.bo.Next())
 					continue
 				}
-				if _, err := b.bindExchange(name); err != nil {
+				if err := b.bindExchange(name); err != nil {
 					return err
 				}
 				delete(probes, name)

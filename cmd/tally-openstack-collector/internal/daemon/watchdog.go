@@ -133,7 +133,7 @@ func startWatchdogProc(log zerolog.Logger, timeout time.Duration, logFormat stri
 		log.Error().Err(err).Msg("no watchdog process: pipe")
 		return nil
 	}
-	cmd := exec.Command(exe, WatchdogCommand,
+	cmd := exec.Command(exe, WatchdogCommand, //nolint:gosec // G204: the daemon's own executable, its arguments its own
 		"--parent", strconv.Itoa(os.Getpid()), "--timeout", timeout.String(), "--log-format", logFormat)
 	cmd.Args[0] = "tally-openstack-collector" // as ps shows it
 	cmd.Stdin = r
