@@ -33,7 +33,7 @@ func openReadOnly(opts Options) (*Outbox, error) {
 	o := newOutbox(db, opts)
 	o.wit = &witness{} // no file: nothing is committed here
 	fail := func(err error) (*Outbox, error) {
-		db.Close()
+		_ = db.Close() // the open failed: err is the one to report
 		return nil, err
 	}
 	v, _, err := o.storedFormat()

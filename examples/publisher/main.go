@@ -84,7 +84,7 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }() // every publish was confirmed or failed before
 	ch, err := conn.Channel()
 	if err != nil {
 		return err

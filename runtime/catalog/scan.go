@@ -196,7 +196,7 @@ func readRegular(path string, max int64, ino uint64) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, err

@@ -803,9 +803,9 @@ func (s *sess) shutdown() {
 			if err := s.committed(r); err != nil {
 				return
 			}
-		case <-s.connClosed:
+		case <-s.connClosed: //nolint:errcheck // the session's own watch on the connection reports the cause
 			return
-		case <-s.chClosed:
+		case <-s.chClosed: //nolint:errcheck // the same for the channel
 			return
 		case b := <-s.blocked:
 			s.noteBlocked(b)

@@ -172,7 +172,7 @@ func (c *conn) handshake(r *wire.Reader) bool {
 	c.modes = h.Modes
 	c.log = c.log.With().Str("client", h.Name).Logger()
 	c.q.pushCtrl(wire.AppendWelcome(nil, wire.Welcome{MaxData: wire.MaxData, UID: c.cred.uid, GID: c.cred.gid,
-		IdleTimeoutMillis: uint32(min(c.srv.opts.IdleTimeout.Milliseconds(), 1<<32-1))}))
+		IdleTimeoutMillis: uint32(min(c.srv.opts.IdleTimeout.Milliseconds(), 1<<32-1))})) //nolint:gosec // G115: cut to 1<<32-1 by the min
 	c.log.Debug().Uint8("modes", h.Modes).Msg("channel client connected")
 	return true
 }

@@ -355,7 +355,7 @@ func (h *Hub) remove(s *subscriber) {
 		return
 	}
 	if p := s.subs.Load(); p != nil {
-		h.active.Add(-int32(len(*p)))
+		h.active.Add(-int32(len(*p))) //nolint:gosec // G115: a subscriber's subscriptions are bounded by the protocol's uint16 count
 	}
 	empty := []subscription{}
 	s.subs.Store(&empty)

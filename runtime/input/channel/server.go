@@ -245,14 +245,14 @@ func (s *Server) newConn(nc *net.UnixConn) (*conn, bool) {
 	if err != nil {
 		s.m.exceptions.Inc()
 		s.log.Warn().Err(err).Msg("channel connection refused: no peer credentials")
-		nc.Close()
+		_ = nc.Close()
 		return nil, false
 	}
 	c := newConn(s, nc, cred)
 	s.connMu.Lock()
 	if s.closed {
 		s.connMu.Unlock()
-		nc.Close()
+		_ = nc.Close()
 		return nil, false
 	}
 	refuse := ""
@@ -268,7 +268,7 @@ func (s *Server) newConn(nc *net.UnixConn) (*conn, bool) {
 		s.log.Warn().Uint32("uid", cred.uid).Int32("pid", cred.pid).Str("reason", refuse).Msg("channel connection refused")
 		_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
 		_, _ = nc.Write(wire.AppendError(nil, refuse))
-		nc.Close()
+		_ = nc.Close()
 		return nil, false
 	}
 	s.conns[c] = struct{}{}

@@ -128,7 +128,7 @@ func (c *Client) Command(ctx context.Context, name string, payload []byte) ([]by
 		deadline = time.Now().Add(5 * time.Second)
 	}
 	_ = c.conn.SetReadDeadline(deadline)
-	defer c.conn.SetReadDeadline(time.Time{})
+	defer func() { _ = c.conn.SetReadDeadline(time.Time{}) }() // the next call sets its own
 	buf := make([]byte, maxDatagram)
 	n, err := c.conn.Read(buf)
 	if err != nil {

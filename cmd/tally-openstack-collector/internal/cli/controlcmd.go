@@ -243,7 +243,7 @@ func stoppedDeadLetters(fs *pflag.FlagSet, environ []string, cl *catalog.Client,
 	if err != nil {
 		return nil, err
 	}
-	defer ob.Close()
+	defer func() { _ = ob.Close() }() // read only
 	noteStopped(stderr, cl, "read from the stopped daemon's outbox at "+cfg.BufferPath)
 	return read(ob)
 }
