@@ -451,10 +451,3 @@ func (q *outQueue) setBroken() {
 }
 
 func (q *outQueue) isBroken() bool { return q.broken.Load() }
-
-// droppedCount is how many deliveries this connection missed.
-func (q *outQueue) droppedCount() uint64 {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.dropped
-}

@@ -277,3 +277,10 @@ func TestSlowSubscriberIsBounded(t *testing.T) {
 		t.Fatalf("the slow subscriber was told it missed %d, want %d", told, dropped)
 	}
 }
+
+// droppedCount is how many deliveries this connection missed.
+func (q *outQueue) droppedCount() uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.dropped
+}
