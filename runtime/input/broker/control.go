@@ -226,9 +226,6 @@ func controlName(s string) bool {
 	return true
 }
 
-// Queue is the name of this replica's queue.
-func (l *Control) Queue() string { return l.queue }
-
 // Publish hands d over for every replica: it is kept (in the Store, so a
 // restart keeps it) and sent; Publish returns nil once the broker confirmed
 // it. Otherwise it returns an error wrapping ErrNotShared as soon as the
@@ -276,13 +273,6 @@ func (l *Control) Publish(ctx context.Context, d Decision) error {
 	case <-ctx.Done():
 		return fmt.Errorf("%w: %w; %s", ErrNotShared, ctx.Err(), kept)
 	}
-}
-
-// Unsent is the number of decisions waiting for the broker's confirm.
-func (l *Control) Unsent() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.unsent)
 }
 
 type unsentState struct {
