@@ -43,13 +43,13 @@ const (
 	// preset 6, 8 MiB). The dictionary actually allocated is at most the
 	// body limit plus one byte (see lzmaDictFor).
 	MaxLZMADict = 64 << 20
-	// MaxZstdWindow is the largest zstd window a frame may announce, its
+	// maxZstdWindow is the largest zstd window a frame may announce, its
 	// content size included for a single-segment frame (the 8 MiB the zstd
 	// format recommends decoders to support).
-	MaxZstdWindow = 8 << 20
-	// MaxBrotliWindowBits is the largest brotli window (16 MiB, the
+	maxZstdWindow = 8 << 20
+	// maxBrotliWindowBits is the largest brotli window (16 MiB, the
 	// standard's largest); the large-window extension is refused.
-	MaxBrotliWindowBits = 24
+	maxBrotliWindowBits = 24
 )
 
 // codecOf returns the canonical content type of a compression header value.
@@ -74,7 +74,7 @@ func codecOf(header string) (string, bool) {
 // frame header claims.
 var zstdDecoders = sync.Pool{New: func() any {
 	d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
-		zstd.WithDecoderMaxWindow(MaxZstdWindow), zstd.WithDecoderMaxMemory(MaxZstdWindow))
+		zstd.WithDecoderMaxWindow(maxZstdWindow), zstd.WithDecoderMaxMemory(maxZstdWindow))
 	if err != nil {
 		return err
 	}
@@ -86,7 +86,7 @@ var zstdDecoders = sync.Pool{New: func() any {
 // further returns ErrDecompressedTooLarge without reading the rest, so a
 // compression bomb costs at most limit bytes of memory and the codec's own
 // bounded state. A body whose header asks the decoder for more memory than
-// its cap (MaxLZMADict, MaxZstdWindow, MaxBrotliWindowBits) returns
+// its cap (MaxLZMADict, maxZstdWindow, maxBrotliWindowBits) returns
 // ErrDecoderLimit before any buffer is sized. Errors never quote the body.
 func Decompress(dst []byte, header string, body []byte, limit int) ([]byte, error) {
 	codec, ok := codecOf(header)
@@ -135,7 +135,7 @@ func readLimited(dst []byte, codec string, r io.Reader, limit int) ([]byte, erro
 func zstdError(err error) error {
 	if errors.Is(err, zstd.ErrWindowSizeExceeded) || errors.Is(err, zstd.ErrDecoderSizeExceeded) {
 		return fmt.Errorf("%w: zstd: the frame asks for a window over the %s cap (%w)",
-			ErrDecoderLimit, sizeText(MaxZstdWindow), err)
+			ErrDecoderLimit, sizeText(maxZstdWindow), err)
 	}
 	return fmt.Errorf("zstd: %w", err)
 }
@@ -198,9 +198,9 @@ func reader(codec string, body []byte, limit int) (io.Reader, error) {
 		switch {
 		case err != nil:
 			return nil, err
-		case large || bits > MaxBrotliWindowBits:
+		case large || bits > maxBrotliWindowBits:
 			return nil, fmt.Errorf("%w: brotli: the stream asks for a large window, over the %s cap",
-				ErrDecoderLimit, sizeText(1<<MaxBrotliWindowBits))
+				ErrDecoderLimit, sizeText(1<<maxBrotliWindowBits))
 		}
 		return brotli.NewReader(src), nil
 	}

@@ -10,8 +10,8 @@ package pipeline
 //	gzip, zlib  128 KiB     a 32 KiB window and Huffman tables
 //	bzip2       4 MiB       the block (900 kB at most, as 32-bit entries)
 //	xz, lzma    limit + 128 KiB  the dictionary cut to the output, literal tables (lc+lp <= 4)
-//	zstd        10 MiB      the window (MaxZstdWindow) and block buffers
-//	brotli      17 MiB      the ring buffer (1 << MaxBrotliWindowBits) and tables
+//	zstd        10 MiB      the window (maxZstdWindow) and block buffers
+//	brotli      17 MiB      the ring buffer (1 << maxBrotliWindowBits) and tables
 //
 // plus 4 × (limit+1) for the output as it grows. An unknown codec allocates
 // nothing.
@@ -29,9 +29,9 @@ func DecoderMemory(codec string, limit int) int64 {
 	case CodecLZMA:
 		state = int64(limit) + 1 + 128<<10
 	case CodecZstd:
-		state = MaxZstdWindow + 2<<20
+		state = maxZstdWindow + 2<<20
 	case CodecBrotli:
-		state = 1<<MaxBrotliWindowBits + 1<<20
+		state = 1<<maxBrotliWindowBits + 1<<20
 	}
 	return state + 4*(int64(limit)+1)
 }

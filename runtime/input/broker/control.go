@@ -28,9 +28,9 @@ const (
 	DefaultControlExchange = "tally-collector-control"
 	DefaultConfirmTimeout  = 5 * time.Second
 	DefaultApplyRetry      = time.Second
-	// MaxUnsent bounds the decisions kept until the broker confirms them;
+	// maxUnsent bounds the decisions kept until the broker confirms them;
 	// past it the oldest is dropped (and logged).
-	MaxUnsent = 100
+	maxUnsent = 100
 )
 
 // unsentRecord is the name the link keeps its unconfirmed decisions under in
@@ -236,10 +236,10 @@ func (l *Control) Publish(ctx context.Context, d Decision) error {
 	o := &outgoing{d: d, done: make(chan struct{})}
 	l.mu.Lock()
 	l.unsent = append(l.unsent, o)
-	if n := len(l.unsent) - MaxUnsent; n > 0 {
+	if n := len(l.unsent) - maxUnsent; n > 0 {
 		for _, old := range l.unsent[:n] {
 			l.log.Warn().Str("mapper", old.d.Module).Str("candidate", old.d.Candidate).Str("action", old.d.Action).
-				Int("max", MaxUnsent).Msg("unconfirmed mapper decision dropped: too many wait for the broker")
+				Int("max", maxUnsent).Msg("unconfirmed mapper decision dropped: too many wait for the broker")
 			old.err = errors.New("dropped: too many decisions wait for the broker")
 			close(old.done)
 		}

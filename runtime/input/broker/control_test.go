@@ -259,7 +259,7 @@ func TestControlUnreadableMessageDropped(t *testing.T) {
 	}
 }
 
-// TestControlUnsentBounded: at most MaxUnsent decisions wait for the broker;
+// TestControlUnsentBounded: at most maxUnsent decisions wait for the broker;
 // the oldest goes first.
 func TestControlUnsentBounded(t *testing.T) {
 	r := &replicaLink{logs: &testkit.SyncBuffer{}}
@@ -269,12 +269,12 @@ func TestControlUnsentBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range MaxUnsent + 1 {
+	for i := range maxUnsent + 1 {
 		if err := l.Publish(context.Background(), decision(i, "collector-0")); !errors.Is(err, ErrNotShared) {
 			t.Fatal(err)
 		}
 	}
-	if l.Unsent() != MaxUnsent || l.unsent[0].d.Candidate != "echo@2.0.1" {
+	if l.Unsent() != maxUnsent || l.unsent[0].d.Candidate != "echo@2.0.1" {
 		t.Fatalf("unsent %d, oldest %s", l.Unsent(), l.unsent[0].d.Candidate)
 	}
 	if !strings.Contains(r.logs.String(), "dropped") {

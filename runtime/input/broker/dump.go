@@ -15,9 +15,9 @@ import (
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
 
-// UnparseableCut is how many bytes of a body the dump prints under
+// unparseableCut is how many bytes of a body the dump prints under
 // "unparseable", after redaction.
-const UnparseableCut = 512
+const unparseableCut = 512
 
 // Dump prints what the broker carries on the listed exchanges, one JSON line
 // per delivery on w, until ctx is done (then it returns nil) or the connection
@@ -156,7 +156,7 @@ func DumpLine(dst []byte, exchange, routingKey string, body []byte) []byte {
 		return dst
 	}
 	unparseable := func(dst []byte, text []byte) []byte {
-		red := cutUTF8(redact.JSON(nil, text), UnparseableCut)
+		red := cutUTF8(redact.JSON(nil, text), unparseableCut)
 		dst = head(dst)
 		dst = append(dst, fmt.Sprintf(`,"size":%d,"unparseable":`, len(body))...)
 		dst = appendJSONString(dst, string(bytes.ToValidUTF8(red, []byte("\uFFFD"))))

@@ -116,8 +116,8 @@ func (s *subscription) matches(et string) bool {
 	return s.re.MatchString(et)
 }
 
-// NewHub returns a Hub; Run fans out.
-func NewHub(opts HubOptions) *Hub {
+// newHub returns a Hub; Run fans out.
+func newHub(opts HubOptions) *Hub {
 	if opts.SubscriberQueueBytes <= 0 {
 		opts.SubscriberQueueBytes = DefaultSubscriberQueueBytes
 	}

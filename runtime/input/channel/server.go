@@ -60,7 +60,7 @@ func New(opts Options) (*Server, error) {
 		opts:    opts,
 		log:     opts.Logger,
 		ln:      ln,
-		hub:     NewHub(opts.Hub),
+		hub:     newHub(opts.Hub),
 		work:    make(chan *item, queueSlots),
 		commits: make(chan *item, queueSlots),
 		conns:   make(map[*conn]struct{}),
