@@ -229,18 +229,18 @@ func (c *conn) publish(ctx context.Context, p *wire.Publish) bool {
 func (c *conn) check(p *wire.Publish) string {
 	switch {
 	case c.modes&wire.ModePublish == 0:
-		return DropMode
+		return dropMode
 	case p.Type != wire.String && p.Type != wire.JSON:
-		return DropInvalidType
+		return dropInvalidType
 	case !validTag(p.Tag):
-		return DropInvalidTag
+		return dropInvalidTag
 	case len(p.Data) > wire.MaxData:
-		return DropTooLarge
+		return dropTooLarge
 	case c.cred.uid != 0 && (p.UID != c.cred.uid || !c.cred.inGroup(p.GID)):
 		// Impersonation: only root may publish as someone else.
-		return DropCredentials
+		return dropCredentials
 	case p.Type == wire.JSON && !json.Valid(p.Data):
-		return DropInvalidJSON
+		return dropInvalidJSON
 	}
 	return ""
 }
