@@ -66,10 +66,10 @@
 //
 // # Format versions
 //
-// mformat holds the version of the layout the store is in (FormatVersion
+// mformat holds the version of the layout the store is in (formatVersion
 // for this build). Open reads it before anything else:
 //
-//   - a version above FormatVersion is refused with ErrFormatTooNew, which
+//   - a version above formatVersion is refused with ErrFormatTooNew, which
 //     names the version, and the outbox writes nothing;
 //   - a version below it is migrated, one version at a time, by
 //     migrations[v]; the marker moves to v+1 once that step is complete;
@@ -87,7 +87,7 @@
 // A change of what is stored (a key's meaning, a value's encoding, keys that
 // an earlier build would misread) adds a version:
 //
-//  1. raise FormatVersion to v+1 and add migrations[v], written so that it
+//  1. raise formatVersion to v+1 and add migrations[v], written so that it
 //     can be cut short anywhere and run again: each of its transactions
 //     leaves a store the same migration reads (see migrateSegments);
 //  2. keep testdata/format-v<v> as it is, write testdata/format-v<v+1>

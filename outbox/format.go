@@ -9,10 +9,10 @@ import (
 	badger "github.com/dgraph-io/badger/v4"
 )
 
-// FormatVersion is the layout of the store this build reads and writes (see
+// formatVersion is the layout of the store this build reads and writes (see
 // doc.go, "Format versions"). A store of an earlier format is migrated at
 // Open; a store of a later one is refused with ErrFormatTooNew.
-const FormatVersion = 2
+const formatVersion = 2
 
 // metaFormat holds the format version of the store, uint64 big-endian. A
 // store without it was written before the marker existed: format 1 when it
@@ -35,17 +35,17 @@ var migrations = map[uint64]func(o *Outbox) error{
 
 // openFormat reads the format of the store, refuses one newer than this
 // build, runs the migrations from an older one, and marks the store with
-// FormatVersion. It runs before anything else reads the store.
+// formatVersion. It runs before anything else reads the store.
 func (o *Outbox) openFormat() error {
 	v, marked, err := o.storedFormat()
 	if err != nil {
 		return fmt.Errorf("%w: %s: format marker: %w (%s)", ErrCorrupt, o.dir, err, docRecovery)
 	}
-	if v > FormatVersion {
+	if v > formatVersion {
 		return fmt.Errorf("%w: %s holds an outbox of format %d; this build reads formats up to %d: run a release of the collector that reads format %d or later (docs/outbox.md, \"Upgrading\")",
-			ErrFormatTooNew, o.dir, v, FormatVersion, v)
+			ErrFormatTooNew, o.dir, v, formatVersion, v)
 	}
-	for ; v < FormatVersion; v++ {
+	for ; v < formatVersion; v++ {
 		start := time.Now()
 		o.log.Info().Str("dir", o.dir).Uint64("from", v).Uint64("to", v+1).Msg("outbox: migrating the store to a newer format")
 		if err := migrations[v](o); err != nil {
@@ -58,8 +58,8 @@ func (o *Outbox) openFormat() error {
 		o.log.Info().Str("dir", o.dir).Uint64("format", v+1).Dur("took", time.Since(start)).Msg("outbox: store migrated")
 	}
 	if !marked {
-		if err := o.setFormat(FormatVersion); err != nil {
-			return fmt.Errorf("outbox: %s: marking format %d: %w", o.dir, FormatVersion, err)
+		if err := o.setFormat(formatVersion); err != nil {
+			return fmt.Errorf("outbox: %s: marking format %d: %w", o.dir, formatVersion, err)
 		}
 	}
 	return nil

@@ -25,8 +25,8 @@ func TestNewStoreMarkedWithFormat(t *testing.T) {
 	}
 	defer o.Close()
 	v, marked, err := o.storedFormat()
-	if err != nil || !marked || v != FormatVersion {
-		t.Fatalf("format %d, marked %v, %v; want %d marked", v, marked, err, FormatVersion)
+	if err != nil || !marked || v != formatVersion {
+		t.Fatalf("format %d, marked %v, %v; want %d marked", v, marked, err, formatVersion)
 	}
 }
 
@@ -42,13 +42,13 @@ func TestNewerFormatRefused(t *testing.T) {
 	if err := o.Append(context.Background(), [][]byte{[]byte(`{"event_id":"a"}`)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := o.setFormat(FormatVersion + 1); err != nil {
+	if err := o.setFormat(formatVersion + 1); err != nil {
 		t.Fatal(err)
 	}
 	o.Close()
 	for range 2 {
 		_, err = openFormatTest(t, dir)
-		want := fmt.Sprintf("format %d", FormatVersion+1)
+		want := fmt.Sprintf("format %d", formatVersion+1)
 		if !errors.Is(err, ErrFormatTooNew) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "Upgrading") {
 			t.Fatalf("open: %v; want ErrFormatTooNew naming %q", err, want)
 		}
@@ -64,7 +64,7 @@ func TestNewerFormatRefused(t *testing.T) {
 			return err
 		}
 		return item.Value(func(b []byte) error {
-			if binary.BigEndian.Uint64(b) != FormatVersion+1 {
+			if binary.BigEndian.Uint64(b) != formatVersion+1 {
 				return fmt.Errorf("marker rewritten to %d", binary.BigEndian.Uint64(b))
 			}
 			return nil
@@ -168,7 +168,7 @@ func TestMigrationResumesAfterInterruption(t *testing.T) {
 	if next != n+1 {
 		t.Fatalf("read %d events, want %d", next-1, n)
 	}
-	if v, marked, err := o.storedFormat(); err != nil || !marked || v != FormatVersion {
+	if v, marked, err := o.storedFormat(); err != nil || !marked || v != formatVersion {
 		t.Fatalf("format %d marked %v %v", v, marked, err)
 	}
 }

@@ -351,7 +351,7 @@ func Open(opts Options) (*Outbox, error) {
 	o.reclaimCh = make(chan struct{}, 1)
 	o.foldCh = make(chan struct{}, 1)
 	fail := func(err error) (*Outbox, error) {
-		db.Close()
+		_ = db.Close() // the open failed: err is the one to report
 		releaseUmask()
 		return nil, err
 	}
@@ -729,7 +729,7 @@ func (o *Outbox) checkSpace() error {
 	if err := syscall.Statfs(o.dir, &st); err != nil {
 		return fmt.Errorf("%w: statfs %s: %w", ErrRefused, o.dir, err)
 	}
-	free := int64(st.Bavail) * int64(st.Bsize)
+	free := int64(st.Bavail) * int64(st.Bsize) //nolint:unconvert // Bsize is int64 on linux/amd64, not on every platform Statfs_t exists on
 	if free < o.opts.MinFreeBytes {
 		return fmt.Errorf("%w: %w: %d bytes free on %s, %d kept in reserve", ErrRefused, ErrDiskFull, free, o.dir, o.opts.MinFreeBytes)
 	}
@@ -1225,7 +1225,7 @@ func (o *Outbox) Close() error {
 		// After the store closed, so that it is never ahead of it.
 		err = o.wit.close()
 	} else {
-		o.wit.close()
+		_ = o.wit.close() // the store's error is the one Close answers
 	}
 	if !o.opts.ReadOnly {
 		releaseUmask()

@@ -192,7 +192,7 @@ func (o *Outbox) newAppendWriter(taken time.Time) *appendWriter {
 		now: taken.UnixNano(), hour: ledger.HourOf(taken),
 		bufp: bufp, segBuf: (*bufp)[:0],
 		ud:       &ledger.Delta{},
-		maxCount: int64(o.db.MaxBatchCount()), maxBytes: o.db.MaxBatchSize(),
+		maxCount: o.db.MaxBatchCount(), maxBytes: o.db.MaxBatchSize(),
 	}
 }
 

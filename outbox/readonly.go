@@ -33,7 +33,7 @@ func openReadOnly(opts Options) (*Outbox, error) {
 	o := newOutbox(db, opts)
 	o.wit = &witness{} // no file: nothing is committed here
 	fail := func(err error) (*Outbox, error) {
-		db.Close()
+		_ = db.Close() // the open failed: err is the one to report
 		return nil, err
 	}
 	v, _, err := o.storedFormat()
@@ -41,11 +41,11 @@ func openReadOnly(opts Options) (*Outbox, error) {
 		return fail(fmt.Errorf("%w: %s: format marker: %w (%s)", ErrCorrupt, o.dir, err, docRecovery))
 	}
 	switch {
-	case v > FormatVersion:
+	case v > formatVersion:
 		return fail(fmt.Errorf("%w: %s holds an outbox of format %d; this build reads formats up to %d: run a release of the collector that reads format %d or later (docs/outbox.md, \"Upgrading\")",
-			ErrFormatTooNew, o.dir, v, FormatVersion, v))
-	case v < FormatVersion:
-		return fail(fmt.Errorf("outbox: %s holds an outbox of format %d, which this build reads only after migrating it to format %d: start the collector on it once", o.dir, v, FormatVersion))
+			ErrFormatTooNew, o.dir, v, formatVersion, v))
+	case v < formatVersion:
+		return fail(fmt.Errorf("outbox: %s holds an outbox of format %d, which this build reads only after migrating it to format %d: start the collector on it once", o.dir, v, formatVersion))
 	}
 	var report damageReport
 	if err := o.load(&report); err != nil {

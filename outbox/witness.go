@@ -78,11 +78,11 @@ func openWitness(dir string, seq, dead uint64) (*witness, error) {
 	w.seq.Store(seq)
 	w.dead.Store(dead)
 	if err := w.write(); err != nil {
-		f.Close()
+		_ = f.Close() // the write failed: err is the one to report
 		return nil, err
 	}
 	if err := f.Sync(); err != nil {
-		f.Close()
+		_ = f.Close() // the sync failed: err is the one to report
 		return nil, err
 	}
 	return w, nil

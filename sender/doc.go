@@ -21,7 +21,7 @@
 //	             as the token file changes), log an error, Ready != nil
 //	other        back off: a wait uniform in [0, step] (full jitter), the
 //	             step doubling from BackoffBase to BackoffMax; after
-//	             NotFoundRun 404s in a row, Ready is an
+//	             3 404s in a row (notFoundRun), Ready is an
 //	             *EndpointNotFoundError naming the URL until another answer
 //	             (REPORTING_URL does not lead to the events route)
 //

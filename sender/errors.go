@@ -25,15 +25,15 @@ var (
 
 	// ErrEndpointNotFound is what Ready returns, as an
 	// *EndpointNotFoundError, while the Reporting API answers 404 to every
-	// POST (NotFoundRun in a row): the events route is not where REPORTING_URL
+	// POST (3 in a row, notFoundRun): the events route is not where REPORTING_URL
 	// leads.
 	ErrEndpointNotFound = errors.New("sender: reporting API has no events route at the URL")
 )
 
-// NotFoundRun is how many POSTs answered 404 in a row make the sender not
+// notFoundRun is how many POSTs answered 404 in a row make the sender not
 // ready. One may be a proxy's hiccup during a deployment; a run of them is
 // a URL whose path is wrong.
-const NotFoundRun = 3
+const notFoundRun = 3
 
 // EndpointNotFoundError says which URL answered 404 to the last POSTs. The
 // URL carries no credential, query or fragment: New refuses those.
@@ -43,7 +43,7 @@ type EndpointNotFoundError struct {
 
 func (e *EndpointNotFoundError) Error() string {
 	return fmt.Sprintf("%v: POST %s answered 404 Not Found %d times in a row or more; REPORTING_URL must be the API's base URL (the collector adds %s itself)",
-		ErrEndpointNotFound, e.URL, NotFoundRun, EventsRoute)
+		ErrEndpointNotFound, e.URL, notFoundRun, EventsRoute)
 }
 
 // Is makes errors.Is(err, ErrEndpointNotFound) hold.

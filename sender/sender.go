@@ -124,7 +124,7 @@ type Sender struct {
 	readyMu     sync.Mutex
 	authErr     error // the token was refused (401/403)
 	refuseErr   error // the API refuses every event it is sent (400/413/422)
-	notFoundErr error // the last NotFoundRun or more POSTs were answered 404
+	notFoundErr error // the last notFoundRun or more POSTs were answered 404
 	notFound    int   // POSTs answered 404 in a row (under mu)
 
 	m metrics
@@ -290,7 +290,7 @@ func (s *Sender) BatchLimit() int {
 
 // Ready returns nil unless the Reporting API refused the token on the last
 // attempt (401/403: it wraps ErrTokenRefused), answered 404 to the last
-// NotFoundRun POSTs or more (an *EndpointNotFoundError, until it answers
+// notFoundRun POSTs or more (an *EndpointNotFoundError, until it answers
 // anything else), or refuses every event it is sent, not one in particular
 // (it wraps ErrRefusedByAPI until a batch is accepted again).
 func (s *Sender) Ready() error {
@@ -316,7 +316,7 @@ func (s *Sender) counted(res result) {
 	var err error
 	if res.status == http.StatusNotFound {
 		s.notFound++
-		if s.notFound >= NotFoundRun {
+		if s.notFound >= notFoundRun {
 			err = &EndpointNotFoundError{URL: s.endpoint}
 		}
 	} else {
@@ -769,7 +769,7 @@ func newMetrics() metrics {
 		}),
 		endpointNotFound: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tally_collector_sender_endpoint_not_found",
-			Help: fmt.Sprintf("1 while the Reporting API answers 404 to every POST (%d or more in a row): REPORTING_URL does not lead to the events route; 0 otherwise.", NotFoundRun),
+			Help: fmt.Sprintf("1 while the Reporting API answers 404 to every POST (%d or more in a row): REPORTING_URL does not lead to the events route; 0 otherwise.", notFoundRun),
 		}),
 	}
 	// Every value exists from the start, so that increase() sees the first.

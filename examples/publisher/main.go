@@ -84,7 +84,7 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }() // every publish was confirmed or failed before
 	ch, err := conn.Channel()
 	if err != nil {
 		return err
@@ -105,7 +105,7 @@ func run(args []string) error {
 		}
 		note, err := parseOrdered(b)
 		if err != nil || note.kind != 'o' {
-			return fmt.Errorf("%s: not a JSON object: %v", path, err)
+			return fmt.Errorf("%s: not a JSON object: %w", path, err)
 		}
 		prio := strings.ToLower(*priority)
 		if prio == "" {
@@ -148,7 +148,7 @@ func run(args []string) error {
 					return fmt.Errorf("publish: %w", err)
 				}
 				if ok, err := dc.WaitContext(ctx); err != nil || !ok {
-					return fmt.Errorf("publish of %s not confirmed: %v", id, err)
+					return fmt.Errorf("publish of %s not confirmed: %w", id, err)
 				}
 			}
 			_ = enc.Encode(map[string]string{"message_id": id, "event_type": eventType, "exchange": *exchange, "priority": prio})

@@ -29,7 +29,7 @@ func runQueues(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }() // it only read the queues
 	for _, name := range fs.Args() {
 		// A passive declare of a missing queue closes the channel: one each.
 		ch, err := conn.Channel()

@@ -59,7 +59,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	defer srv.Close()
+	defer func() { _ = srv.Close() }() // the process ends after it
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err

@@ -56,7 +56,7 @@ func (p Policy) Delay(n int) time.Duration {
 	if p.Rand != nil {
 		return time.Duration(p.Rand.Int64N(int64(d) + 1))
 	}
-	return time.Duration(rand.Int64N(int64(d) + 1))
+	return time.Duration(rand.Int64N(int64(d) + 1)) //nolint:gosec // G404: jitter spreads retries; nothing depends on it being unpredictable
 }
 
 // Backoff walks a Policy: Next returns the delay of the next attempt, Reset

@@ -103,10 +103,10 @@ func UnquoteLenient(tok []byte) string {
 			if i+4 < len(tok) {
 				if r, err := strconv.ParseUint(string(tok[i+1:i+5]), 16, 32); err == nil {
 					i += 4
-					r1 := rune(r)
+					r1 := rune(r) //nolint:gosec // G115: r is four hex digits, at most 0xFFFF
 					if utf16.IsSurrogate(r1) && i+6 < len(tok) && tok[i+1] == '\\' && tok[i+2] == 'u' {
 						if r2, err := strconv.ParseUint(string(tok[i+3:i+7]), 16, 32); err == nil {
-							if d := utf16.DecodeRune(r1, rune(r2)); d != utf8.RuneError {
+							if d := utf16.DecodeRune(r1, rune(r2)); d != utf8.RuneError { //nolint:gosec // G115: r2 is four hex digits, at most 0xFFFF
 								b.WriteRune(d)
 								i += 6
 								continue

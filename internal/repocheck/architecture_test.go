@@ -234,8 +234,8 @@ var importRules = []importRule{
 	{doc: "Neither runtime nor runtime/pipeline imports outbox itself (outbox/ledger only)",
 		from: anyOf(is("runtime"), is("runtime/pipeline")), to: under("outbox"), allow: is("outbox/ledger")},
 	{doc: "outbox and sender know nothing of WebAssembly or of where a message came from",
-		from:  anyOf(under("outbox"), under("sender")),
-		to:    anyOf(under("runtime"), under("wasm-sdk"), func(p string) bool { return strings.HasPrefix(p, "github.com/tetratelabs/") }),
+		from: anyOf(under("outbox"), under("sender")),
+		to:   anyOf(under("runtime"), under("wasm-sdk"), func(p string) bool { return strings.HasPrefix(p, "github.com/tetratelabs/") }),
 		// the credential-name rule (through internal/redact) and the JSON
 		// indexer (the ledger reads an event's keys with it), both
 		// dependency-free packages of the SDK's module

@@ -342,10 +342,10 @@ func addVhosts(names []string) error {
 	}
 	for _, n := range names {
 		if out, err := rabbitmqctlRetry(time.Minute, "add_vhost", n); err != nil {
-			return fmt.Errorf("add_vhost %s: %v: %s", n, err, out)
+			return fmt.Errorf("add_vhost %s: %w: %s", n, err, out)
 		}
 		if out, err := rabbitmqctlRetry(time.Minute, "set_permissions", "-p", n, "guest", ".*", ".*", ".*"); err != nil {
-			return fmt.Errorf("set_permissions %s: %v: %s", n, err, out)
+			return fmt.Errorf("set_permissions %s: %w: %s", n, err, out)
 		}
 	}
 	return nil

@@ -161,7 +161,7 @@ func readFile(path string) ([]byte, error) {
 		}
 		return nil, err
 	}
-	defer fh.Close()
+	defer func() { _ = fh.Close() }() // read only
 	b, err := io.ReadAll(io.LimitReader(fh, MaxFileSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("%s: read failed", path)

@@ -37,7 +37,7 @@ func Read(path string) (string, fs.FileInfo, error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("token file: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only
 	fi, err := f.Stat()
 	if err != nil {
 		return "", nil, fmt.Errorf("token file: %w", err)
@@ -104,12 +104,12 @@ func warnExposed(log zerolog.Logger, what, setting, path string, fi fs.FileInfo)
 }
 
 func ownGroup(gid uint32) bool {
-	if uint32(os.Getegid()) == gid {
+	if uint32(os.Getegid()) == gid { //nolint:gosec // G115: Linux group ids are 32-bit
 		return true
 	}
 	groups, _ := os.Getgroups()
 	for _, g := range groups {
-		if uint32(g) == gid {
+		if uint32(g) == gid { //nolint:gosec // G115: Linux group ids are 32-bit
 			return true
 		}
 	}

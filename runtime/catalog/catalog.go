@@ -260,7 +260,7 @@ func (c *Catalog) start(ctx context.Context) error {
 		file := "builtin:" + n
 		in, recorded, err := c.builtinManifest(ctx, n, file, wasm)
 		if err != nil {
-			c.closeAll(ctx)
+			_ = c.closeAll(ctx) // the load failed: err is the one to report
 			return fmt.Errorf("catalog: built-in %s: %w", n, err)
 		}
 		if !in.Stored {
@@ -277,7 +277,7 @@ func (c *Catalog) start(ctx context.Context) error {
 		ld := &loaded{mod: mod, origin: originBuiltin, file: file, base: n, sha: in.SHA256, at: time.Now().UTC()}
 		name := in.Manifest.Name
 		if prev, ok := c.slots[name]; ok {
-			c.closeAll(ctx)
+			_ = c.closeAll(ctx) // the names clash: that is the error to report
 			return fmt.Errorf("catalog: built-ins %s and %s are both named %q", prev.builtin.file, ld.file, name)
 		}
 		c.slots[name] = &slot{name: name, builtin: ld, active: ld}

@@ -23,10 +23,10 @@ import (
 // nova.wasm ships its pairs in nova.fixtures/ beside it.
 const FixtureSuffix = ".fixtures"
 
-// FixtureDir returns the fixture directory of the drop-in module at wasmPath.
+// fixtureDir returns the fixture directory of the drop-in module at wasmPath.
 //
-//	FixtureDir("/etc/tally/mappers/nova.wasm") // "/etc/tally/mappers/nova.fixtures"
-func FixtureDir(wasmPath string) string {
+//	fixtureDir("/etc/tally/mappers/nova.wasm") // "/etc/tally/mappers/nova.fixtures"
+func fixtureDir(wasmPath string) string {
 	return strings.TrimSuffix(wasmPath, ".wasm") + FixtureSuffix
 }
 
@@ -109,7 +109,7 @@ func scanDir(dir string, max int64) ([]found, error) {
 		case fi.Size() > max:
 			f.skip = fmt.Errorf("%w: %d bytes, the cap is %d", ErrTooLarge, fi.Size(), max)
 		default:
-			f.key.fixtures = fixtureStat(FixtureDir(p))
+			f.key.fixtures = fixtureStat(fixtureDir(p))
 		}
 		out = append(out, f)
 	}
@@ -196,7 +196,7 @@ func readRegular(path string, max int64, ino uint64) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, err
@@ -239,7 +239,7 @@ func readContent(f found, max int64) (content, error) {
 	c := content{wasm: wasm, sha: hex.EncodeToString(sum[:])}
 	h := sha256.New()
 	h.Write(sum[:])
-	dir := FixtureDir(f.path)
+	dir := fixtureDir(f.path)
 	if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
 		c.fixtures = dir
 		entries, err := os.ReadDir(dir)

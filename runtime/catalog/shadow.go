@@ -151,16 +151,11 @@ func sampleOutput(r runtime.Result, err error) (json.RawMessage, string) {
 	return cut, ""
 }
 
-// sameOutcome reports whether the candidate's outcome equals the active one's:
-// both failed for the same reason, or both produced the same events in the
-// same order, compared as JSON values with "source.mapper" left out (it names
-// the module and so always differs).
-func sameOutcome(a runtime.Result, aerr error, c runtime.Result, cerr error) bool {
-	return sameOutcomeIDs(a, aerr, c, cerr, "", "")
-}
-
-// sameOutcomeIDs is sameOutcome knowing the two module IDs, which allows a
-// byte comparison of events that differ only in the trailing
+// sameOutcomeIDs reports whether the candidate's outcome equals the active
+// one's: both failed for the same reason, or both produced the same events in
+// the same order, compared as JSON values with "source.mapper" left out (it
+// names the module and so always differs). Knowing the two module IDs allows
+// a byte comparison of events that differ only in the trailing
 // "mapper":"<id>"}} the host writes last.
 func sameOutcomeIDs(a runtime.Result, aerr error, c runtime.Result, cerr error, aID, cID string) bool {
 	if aerr != nil || cerr != nil {

@@ -47,7 +47,7 @@ func (c *Catalog) Run(ctx context.Context) error {
 		watching = true
 	}
 	if w != nil {
-		defer w.Close()
+		defer func() { _ = w.Close() }() // the watch ends with the loop; nothing is lost
 		events, errs = w.Events, w.Errors
 	}
 	watch()

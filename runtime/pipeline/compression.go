@@ -43,47 +43,14 @@ const (
 	// preset 6, 8 MiB). The dictionary actually allocated is at most the
 	// body limit plus one byte (see lzmaDictFor).
 	MaxLZMADict = 64 << 20
-	// MaxZstdWindow is the largest zstd window a frame may announce, its
+	// maxZstdWindow is the largest zstd window a frame may announce, its
 	// content size included for a single-segment frame (the 8 MiB the zstd
 	// format recommends decoders to support).
-	MaxZstdWindow = 8 << 20
-	// MaxBrotliWindowBits is the largest brotli window (16 MiB, the
+	maxZstdWindow = 8 << 20
+	// maxBrotliWindowBits is the largest brotli window (16 MiB, the
 	// standard's largest); the large-window extension is refused.
-	MaxBrotliWindowBits = 24
+	maxBrotliWindowBits = 24
 )
-
-// DecoderMemory is the memory one Decompress of codec may allocate with
-// the given output limit, decoder state and output buffer together (docs/broker.md,
-// section 4, gives the same figures):
-//
-//	gzip, zlib  128 KiB     a 32 KiB window and Huffman tables
-//	bzip2       4 MiB       the block (900 kB at most, as 32-bit entries)
-//	xz, lzma    limit + 128 KiB  the dictionary cut to the output, literal tables (lc+lp <= 4)
-//	zstd        10 MiB      the window (MaxZstdWindow) and block buffers
-//	brotli      17 MiB      the ring buffer (1 << MaxBrotliWindowBits) and tables
-//
-// plus 4 × (limit+1) for the output as it grows. An unknown codec allocates
-// nothing.
-func DecoderMemory(codec string, limit int) int64 {
-	c, ok := codecOf(codec)
-	if !ok {
-		return 0
-	}
-	var state int64
-	switch c {
-	case CodecGzip:
-		state = 128 << 10
-	case CodecBzip2:
-		state = 4 << 20
-	case CodecLZMA:
-		state = int64(limit) + 1 + 128<<10
-	case CodecZstd:
-		state = MaxZstdWindow + 2<<20
-	case CodecBrotli:
-		state = 1<<MaxBrotliWindowBits + 1<<20
-	}
-	return state + 4*(int64(limit)+1)
-}
 
 // codecOf returns the canonical content type of a compression header value.
 func codecOf(header string) (string, bool) {
@@ -107,7 +74,7 @@ func codecOf(header string) (string, bool) {
 // frame header claims.
 var zstdDecoders = sync.Pool{New: func() any {
 	d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
-		zstd.WithDecoderMaxWindow(MaxZstdWindow), zstd.WithDecoderMaxMemory(MaxZstdWindow))
+		zstd.WithDecoderMaxWindow(maxZstdWindow), zstd.WithDecoderMaxMemory(maxZstdWindow))
 	if err != nil {
 		return err
 	}
@@ -119,7 +86,7 @@ var zstdDecoders = sync.Pool{New: func() any {
 // further returns ErrDecompressedTooLarge without reading the rest, so a
 // compression bomb costs at most limit bytes of memory and the codec's own
 // bounded state. A body whose header asks the decoder for more memory than
-// its cap (MaxLZMADict, MaxZstdWindow, MaxBrotliWindowBits) returns
+// its cap (MaxLZMADict, maxZstdWindow, maxBrotliWindowBits) returns
 // ErrDecoderLimit before any buffer is sized. Errors never quote the body.
 func Decompress(dst []byte, header string, body []byte, limit int) ([]byte, error) {
 	codec, ok := codecOf(header)
@@ -168,7 +135,7 @@ func readLimited(dst []byte, codec string, r io.Reader, limit int) ([]byte, erro
 func zstdError(err error) error {
 	if errors.Is(err, zstd.ErrWindowSizeExceeded) || errors.Is(err, zstd.ErrDecoderSizeExceeded) {
 		return fmt.Errorf("%w: zstd: the frame asks for a window over the %s cap (%w)",
-			ErrDecoderLimit, sizeText(MaxZstdWindow), err)
+			ErrDecoderLimit, sizeText(maxZstdWindow), err)
 	}
 	return fmt.Errorf("zstd: %w", err)
 }
@@ -180,7 +147,7 @@ func brotliWindowBits(body []byte) (bits int, large bool, err error) {
 	if len(body) == 0 {
 		return 0, false, errors.New("brotli: empty body")
 	}
-	var v uint16 = uint16(body[0])
+	v := uint16(body[0])
 	if len(body) > 1 {
 		v |= uint16(body[1]) << 8
 	}
@@ -231,9 +198,9 @@ func reader(codec string, body []byte, limit int) (io.Reader, error) {
 		switch {
 		case err != nil:
 			return nil, err
-		case large || bits > MaxBrotliWindowBits:
+		case large || bits > maxBrotliWindowBits:
 			return nil, fmt.Errorf("%w: brotli: the stream asks for a large window, over the %s cap",
-				ErrDecoderLimit, sizeText(1<<MaxBrotliWindowBits))
+				ErrDecoderLimit, sizeText(1<<maxBrotliWindowBits))
 		}
 		return brotli.NewReader(src), nil
 	}

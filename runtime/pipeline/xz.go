@@ -332,7 +332,7 @@ func newLZMAAloneReader(body []byte, limit int) (io.Reader, error) {
 	}
 	hdr := make([]byte, lzma.HeaderLen)
 	copy(hdr, body)
-	binary.LittleEndian.PutUint32(hdr[1:5], uint32(lzmaDictFor(dict, limit)))
+	binary.LittleEndian.PutUint32(hdr[1:5], uint32(lzmaDictFor(dict, limit))) //nolint:gosec // G115: at most the limit + 1, itself below MaxLZMADict (a uint32)
 	src := io.MultiReader(bytes.NewReader(hdr), bytes.NewReader(body[lzma.HeaderLen:]))
 	r, err := lzma.ReaderConfig{DictCap: MaxLZMADict}.NewReader(src)
 	if err != nil {

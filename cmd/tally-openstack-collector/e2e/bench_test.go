@@ -415,7 +415,7 @@ func bareConsume(url, queue, nStr, prefetchStr string) error {
 	in := bufio.NewReader(os.Stdin)
 	fmt.Println("ready")
 	if l, err := in.ReadString('\n'); err != nil || l != "go\n" {
-		return fmt.Errorf("waiting for go: %q %v", l, err)
+		return fmt.Errorf("waiting for go: %q %w", l, err)
 	}
 	deliveries, err := ch.Consume(queue, "bench-bare", false, false, false, false, nil)
 	if err != nil {

@@ -73,7 +73,7 @@ func buildBinaries(tb testing.TB) bins {
 			cmd := exec.Command(goBin, "build", "-o", filepath.Join(buildDir, b.out), b.pkg)
 			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
+				buildErr = fmt.Errorf("go build %s: %w\n%s", b.pkg, err, out)
 				return
 			}
 		}
@@ -207,7 +207,7 @@ func publishRawErr(url string, c *corpus, prefix string, from, to int) error {
 	flush := func() error {
 		for _, d := range pending {
 			if ok, err := d.WaitContext(ctx); err != nil || !ok {
-				return fmt.Errorf("publish not confirmed: %v", err)
+				return fmt.Errorf("publish not confirmed: %w", err)
 			}
 		}
 		pending = pending[:0]
@@ -318,7 +318,7 @@ func publishOsloURL(url, prefix string, from, to, procs int, only ...int) osloRu
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
-				errs = append(errs, fmt.Errorf("oslo publisher [%d,%d): %v\n%s%s", lo, hi, err, stdout.String(), stderr.String()))
+				errs = append(errs, fmt.Errorf("oslo publisher [%d,%d): %w\n%s%s", lo, hi, err, stdout.String(), stderr.String()))
 				return
 			}
 			if len(report.Dropped) > 0 {

@@ -105,7 +105,7 @@ func residentBudget(compiled int, in budgetInputs) int64 {
 		instance      = 4 << 20  // an instance's linear memory after mapping kilobyte notifications
 		instanceLimit = 64 << 20 // MAPPER_MEMORY_LIMIT_MIB
 		badger        = 28 << 20 // the outbox's memory tables and caches
-		decoderState  = 17 << 20 // brotli's, the largest (pipeline.DecoderMemory)
+		decoderState  = 17 << 20 // brotli's, the largest (docs/broker.md, section 4)
 		output        = 4 * (pipeline.DefaultMaxBodyBytes + 1)
 		prefetch      = 100              // PREFETCH deliveries held
 		smallBody     = 16 << 10         // a notification of a few KiB, counted

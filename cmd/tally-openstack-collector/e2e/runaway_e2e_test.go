@@ -202,7 +202,7 @@ func startLivezProber(reps []*supervised) *livezProber {
 				}
 				err := func() error {
 					if !s.p.running() {
-						return fmt.Errorf("%s ended (%v), want no exit:\n%s", s.name, s.p.err, tail(s.p.out.String(), 3000))
+						return fmt.Errorf("%s ended (%w), want no exit:\n%s", s.name, s.p.err, tail(s.p.out.String(), 3000))
 					}
 					resp, err := cl.Get("http://" + s.httpAddr + "/livez")
 					if err != nil {

@@ -143,7 +143,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{db: db, opts: opts, log: opts.Logger, maxBody: opts.MaxBodyBytes, requests: map[string]int64{}, certs: map[string]int64{}}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("POST /api/v1/events", s.auth(s.postEvents))
 	mux.HandleFunc("GET /api/v1/events", s.auth(s.listEvents))
 	mux.HandleFunc("GET /api/v1/dead-letters", s.auth(s.listDeadLetters))
@@ -158,7 +158,7 @@ func New(opts Options) (*Server, error) {
 	mux.HandleFunc("POST /admin/limits", s.auth(s.setLimits))
 	mux.HandleFunc("POST /admin/refuse", s.auth(s.setRefusal))
 	mux.HandleFunc("DELETE /admin/refuse", s.auth(func(w http.ResponseWriter, _ *http.Request) {
-		s.SetRefusal(nil)
+		_ = s.SetRefusal(nil) // clearing the refusal cannot fail: only a new one is checked
 		writeJSON(w, 200, map[string]bool{"ok": true})
 	}))
 	mux.HandleFunc("POST /admin/reset", s.auth(s.reset))

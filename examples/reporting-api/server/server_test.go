@@ -124,8 +124,13 @@ func TestAuthBodyLimitAndFaults(t *testing.T) {
 	req, _ := http.NewRequest("POST", ts.URL+"/api/v1/events", io.MultiReader(bytes.NewReader([]byte(big))))
 	req.Header.Set("Authorization", "Bearer "+tok)
 	req.ContentLength = -1
-	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 413 {
-		t.Fatalf("chunked over the limit: %v %v", resp.StatusCode, err)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("chunked over the limit: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 413 {
+		t.Fatalf("chunked over the limit: %d", resp.StatusCode)
 	}
 	if code, _, m := do(t, "POST", ts.URL+"/admin/limits", tok, `{"max_body_bytes":1000000}`); code != 200 || m["max_body_bytes"] != 1e6 {
 		t.Fatalf("limits: %d %v", code, m)

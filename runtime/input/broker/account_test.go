@@ -19,6 +19,7 @@ import (
 // topic permissions: enough for the consumer and the dump, and not enough to
 // bind anything but the notification keys.
 func TestNarrowAccount(t *testing.T) {
+	t.Parallel() // its own virtual host
 	v, narrowUser := narrowVhost(t)
 	v.DeclareExchanges(t, false, "nova", "openstack")
 	narrowURL := "amqp://" + narrowUser + ":" + narrowPassword + "@" + brokerAddr + "/" + url.PathEscape(v.Name)

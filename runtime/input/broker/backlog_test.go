@@ -23,6 +23,7 @@ func TestBackloggedFalseBeforeAnyDelivery(t *testing.T) {
 // consumer reports a backlog while it drains; once the queue is empty and
 // backlogWindow has passed it no longer does.
 func TestBackloggedWhileDraining(t *testing.T) {
+	t.Parallel() // its own virtual host
 	v, _ := classicQueueVhost(t)
 	const n = 2000
 	fill(t, v, note(t, "backlog-1", "compute.instance.exists"), n)

@@ -30,6 +30,7 @@ func (v *vhost) osloNotifyCompressed(t testing.TB, exchange, compression string,
 // (still compressed, with their codec) instead of being acknowledged into
 // nothing.
 func TestCompressedNotificationsAreCollected(t *testing.T) {
+	t.Parallel() // its own virtual host
 	v := newVhost(t)
 	v.DeclareExchanges(t, false, "nova")
 	ob := openOutbox(t, t.TempDir(), 100000)

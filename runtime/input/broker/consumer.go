@@ -226,7 +226,7 @@ func (c *Consumer) session(ctx context.Context) (consumed bool, err error) {
 		present = c.opts.Exchanges
 	}
 	for _, e := range present {
-		if _, err := s.bind.bindExchange(e); err != nil {
+		if err := s.bind.bindExchange(e); err != nil {
 			return false, err
 		}
 	}
@@ -316,7 +316,7 @@ func (s *sess) waitAllExchanges(ctx context.Context) error {
 				return ctx.Err()
 			case e := <-s.connClosed:
 				t.Stop()
-				return fmt.Errorf("%w: connection closed: %v", errSessionLost, e)
+				return fmt.Errorf("%w: connection closed: %w", errSessionLost, e)
 			case b := <-s.blocked:
 				s.noteBlocked(b)
 			case <-t.C:
@@ -410,7 +410,7 @@ func (s *sess) probeDue() error {
 			s.log.Debug().Str("exchange", name).Dur("next_probe", d).Msg("exchange still missing")
 			continue
 		}
-		if _, err := s.bind.bindExchange(name); err != nil {
+		if err := s.bind.bindExchange(name); err != nil {
 			return err
 		}
 		delete(s.missing, name)

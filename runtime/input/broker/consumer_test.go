@@ -21,6 +21,7 @@ import (
 // bindings, a late exchange, sizes, non-JSON, versioned and unclaimed types
 // and mapper failures along the way.
 func TestConsumeCommitThenAck(t *testing.T) {
+	t.Parallel() // its own virtual host
 	v := newVhost(t)
 	v.DeclareExchanges(t, false, "nova", "neutron", "openstack")
 	ob := openOutbox(t, t.TempDir(), 1000)
@@ -167,6 +168,7 @@ func TestConsumeCommitThenAck(t *testing.T) {
 // When none of the listed exchanges exists the session fails and the
 // collector reconnects until one appears.
 func TestNoExchangePresent(t *testing.T) {
+	t.Parallel() // its own virtual host
 	v := newVhost(t)
 	logs := &testkit.SyncBuffer{}
 	c, err := New(newTestProcessor(t), openOutbox(t, t.TempDir(), 100), testOptions(v, logs, "nova", "glance"))
@@ -188,6 +190,7 @@ func TestNoExchangePresent(t *testing.T) {
 // REQUIRE_EXCHANGES: one missing exchange stops consumption (nothing is
 // bound, nothing consumed) until every listed one exists.
 func TestRequireExchanges(t *testing.T) {
+	t.Parallel() // its own virtual host
 	v := newVhost(t)
 	v.DeclareExchanges(t, false, "nova")
 	ob := openOutbox(t, t.TempDir(), 100)
@@ -224,6 +227,7 @@ func TestRequireExchanges(t *testing.T) {
 // The default asks for a quorum queue; on a broker older than 4.0 the session
 // ends before anything is declared and says which setting to use.
 func TestQuorumRefusedOnOldBroker(t *testing.T) {
+	t.Parallel() // its own virtual host
 	v := newVhost(t)
 	v.DeclareExchanges(t, false, "nova")
 	c0 := v.Conn(t)
@@ -250,6 +254,7 @@ func TestQuorumRefusedOnOldBroker(t *testing.T) {
 
 // A queue that exists with the other type: reported, nothing deleted, retried.
 func TestQueueTypeMismatch(t *testing.T) {
+	t.Parallel() // its own virtual host
 	v := newVhost(t)
 	v.DeclareExchanges(t, false, "nova")
 	ch, err := v.Conn(t).Channel()
@@ -289,6 +294,7 @@ func TestQueueTypeMismatch(t *testing.T) {
 // A binding the broker refuses (a topic permission) is reported; the others
 // stay and carry their notifications.
 func TestRefusedBinding(t *testing.T) {
+	t.Parallel() // its own virtual host
 	v := newVhost(t)
 	v.DeclareExchanges(t, false, "nova")
 	testkit.Rabbitmqctl(t, "set_topic_permissions", "-p", v.Name, "guest", "nova", ".*",

@@ -28,9 +28,9 @@ const (
 	DefaultControlExchange = "tally-collector-control"
 	DefaultConfirmTimeout  = 5 * time.Second
 	DefaultApplyRetry      = time.Second
-	// MaxUnsent bounds the decisions kept until the broker confirms them;
+	// maxUnsent bounds the decisions kept until the broker confirms them;
 	// past it the oldest is dropped (and logged).
-	MaxUnsent = 100
+	maxUnsent = 100
 )
 
 // unsentRecord is the name the link keeps its unconfirmed decisions under in
@@ -226,9 +226,6 @@ func controlName(s string) bool {
 	return true
 }
 
-// Queue is the name of this replica's queue.
-func (l *Control) Queue() string { return l.queue }
-
 // Publish hands d over for every replica: it is kept (in the Store, so a
 // restart keeps it) and sent; Publish returns nil once the broker confirmed
 // it. Otherwise it returns an error wrapping ErrNotShared as soon as the
@@ -239,10 +236,10 @@ func (l *Control) Publish(ctx context.Context, d Decision) error {
 	o := &outgoing{d: d, done: make(chan struct{})}
 	l.mu.Lock()
 	l.unsent = append(l.unsent, o)
-	if n := len(l.unsent) - MaxUnsent; n > 0 {
+	if n := len(l.unsent) - maxUnsent; n > 0 {
 		for _, old := range l.unsent[:n] {
 			l.log.Warn().Str("mapper", old.d.Module).Str("candidate", old.d.Candidate).Str("action", old.d.Action).
-				Int("max", MaxUnsent).Msg("unconfirmed mapper decision dropped: too many wait for the broker")
+				Int("max", maxUnsent).Msg("unconfirmed mapper decision dropped: too many wait for the broker")
 			old.err = errors.New("dropped: too many decisions wait for the broker")
 			close(old.done)
 		}
@@ -257,7 +254,7 @@ func (l *Control) Publish(ctx context.Context, d Decision) error {
 		kept = "it is kept in memory only (" + saveErr.Error() + ") and sent again whenever the broker link is up, unless the collector stops first"
 	}
 	if !up {
-		return fmt.Errorf("%w: the broker link is down (%v); %s", ErrNotShared, last, kept)
+		return fmt.Errorf("%w: the broker link is down (%v); %s", ErrNotShared, last, kept) //nolint:errorlint // last is nil before the first dial ends; ErrNotShared is the error callers test, the cause is text for the operator
 	}
 	select {
 	case l.kick <- struct{}{}:
@@ -276,13 +273,6 @@ func (l *Control) Publish(ctx context.Context, d Decision) error {
 	case <-ctx.Done():
 		return fmt.Errorf("%w: %w; %s", ErrNotShared, ctx.Err(), kept)
 	}
-}
-
-// Unsent is the number of decisions waiting for the broker's confirm.
-func (l *Control) Unsent() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.unsent)
 }
 
 type unsentState struct {
@@ -425,9 +415,9 @@ func (l *Control) session(ctx context.Context) (consumed bool, err error) {
 		case <-ctx.Done():
 			return true, nil
 		case e := <-connClosed:
-			return true, fmt.Errorf("%w: connection closed: %v", errSessionLost, e)
+			return true, fmt.Errorf("%w: connection closed: %w", errSessionLost, e)
 		case e := <-chClosed:
-			return true, fmt.Errorf("%w: channel closed: %v", errSessionLost, e)
+			return true, fmt.Errorf("%w: channel closed: %w", errSessionLost, e)
 		case <-l.kick:
 			if err := l.flush(ctx, ch); err != nil {
 				return true, err

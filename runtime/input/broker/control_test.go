@@ -113,6 +113,7 @@ func decision(n int, by string) Decision {
 // every replica's queue, its own included, and one that was down when it
 // was published gets it when it comes back.
 func TestControlReachesEveryReplica(t *testing.T) {
+	t.Parallel() // its own virtual host
 	v := newVhost(t)
 	r1, r2, r3 := newLink(t, v, "collector-0", nil), newLink(t, v, "collector-1", nil), newLink(t, v, "collector-2", nil)
 	for _, r := range []*replicaLink{r1, r2, r3} {
@@ -193,6 +194,7 @@ func TestControlUnsentKeptAcrossARestart(t *testing.T) {
 // TestControlHeldUntilApplied: a decision Apply could not record is held,
 // not acknowledged, and offered again; the next one waits behind it.
 func TestControlHeldUntilApplied(t *testing.T) {
+	t.Parallel() // its own virtual host
 	v := newVhost(t)
 	r1 := newLink(t, v, "collector-0", nil)
 	r2 := newLink(t, v, "collector-1", nil)
@@ -220,6 +222,7 @@ func TestControlHeldUntilApplied(t *testing.T) {
 // TestControlReplicaNameTaken: a second collector with the same REPLICA_NAME
 // is refused the queue (exclusive consumer) and says why.
 func TestControlReplicaNameTaken(t *testing.T) {
+	t.Parallel() // its own virtual host
 	v := newVhost(t)
 	r1 := newLink(t, v, "collector-0", nil)
 	r1.start(t)
@@ -240,6 +243,7 @@ func TestControlReplicaNameTaken(t *testing.T) {
 // TestControlUnreadableMessageDropped: a body that is not a decision is
 // acknowledged, counted and logged, and the next decision is delivered.
 func TestControlUnreadableMessageDropped(t *testing.T) {
+	t.Parallel() // its own virtual host
 	v := newVhost(t)
 	r := newLink(t, v, "collector-0", nil)
 	r.start(t)
@@ -255,7 +259,7 @@ func TestControlUnreadableMessageDropped(t *testing.T) {
 	}
 }
 
-// TestControlUnsentBounded: at most MaxUnsent decisions wait for the broker;
+// TestControlUnsentBounded: at most maxUnsent decisions wait for the broker;
 // the oldest goes first.
 func TestControlUnsentBounded(t *testing.T) {
 	r := &replicaLink{logs: &testkit.SyncBuffer{}}
@@ -265,12 +269,12 @@ func TestControlUnsentBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range MaxUnsent + 1 {
+	for i := range maxUnsent + 1 {
 		if err := l.Publish(context.Background(), decision(i, "collector-0")); !errors.Is(err, ErrNotShared) {
 			t.Fatal(err)
 		}
 	}
-	if l.Unsent() != MaxUnsent || l.unsent[0].d.Candidate != "echo@2.0.1" {
+	if l.Unsent() != maxUnsent || l.unsent[0].d.Candidate != "echo@2.0.1" {
 		t.Fatalf("unsent %d, oldest %s", l.Unsent(), l.unsent[0].d.Candidate)
 	}
 	if !strings.Contains(r.logs.String(), "dropped") {
@@ -301,6 +305,7 @@ func TestControlOptionsChecked(t *testing.T) {
 // TestControlNarrowAccount: the account of docs/broker.md runs the control
 // link with the patterns given there.
 func TestControlNarrowAccount(t *testing.T) {
+	t.Parallel() // its own virtual host
 	v, narrowUser := narrowVhost(t)
 	narrowURL := "amqp://" + narrowUser + ":" + narrowPassword + "@" + brokerAddr + "/" + url.PathEscape(v.Name)
 	r1 := newLink(t, v, "collector-0", func(o *ControlOptions) { o.TransportURL = narrowURL })
@@ -331,4 +336,14 @@ func TestControlNarrowAccount(t *testing.T) {
 	if !errors.As(err, &ae) || ae.Code != amqp.AccessRefused {
 		t.Errorf("declaring another exchange: %v, want ACCESS_REFUSED", err)
 	}
+}
+
+// Queue is the name of this replica's queue.
+func (l *Control) Queue() string { return l.queue }
+
+// Unsent is the number of decisions waiting for the broker's confirm.
+func (l *Control) Unsent() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.unsent)
 }

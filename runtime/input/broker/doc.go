@@ -228,7 +228,7 @@
 // broker did not take yet is sent again by the next session, or the next run.
 // It waits for the confirm at most ConfirmTimeout and answers at once when
 // the link is down; either way the error wraps ErrNotShared and the
-// decision stays kept. At most MaxUnsent wait. A replica receives its own
+// decision stays kept. At most 100 wait (maxUnsent). A replica receives its own
 // decisions too; Apply ignores them (the catalogue knows its replica name).
 // Metrics: tally_collector_control_link_up, tally_collector_control_unsent_decisions,
 // tally_collector_control_published_total, tally_collector_control_unreadable_total.

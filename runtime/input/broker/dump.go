@@ -15,9 +15,9 @@ import (
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
 
-// UnparseableCut is how many bytes of a body the dump prints under
+// unparseableCut is how many bytes of a body the dump prints under
 // "unparseable", after redaction.
-const UnparseableCut = 512
+const unparseableCut = 512
 
 // Dump prints what the broker carries on the listed exchanges, one JSON line
 // per delivery on w, until ctx is done (then it returns nil) or the connection
@@ -70,7 +70,7 @@ func Dump(ctx context.Context, opts Options, w io.Writer) error {
 	b := &binder{c: cn, queue: q.Name, keys: opts.bindingKeys(), log: log}
 	defer b.close()
 	for _, e := range present {
-		if _, err := b.bindExchange(e); err != nil {
+		if err := b.bindExchange(e); err != nil {
 			return err
 		}
 	}
@@ -97,7 +97,7 @@ func Dump(ctx context.Context, opts Options, w io.Writer) error {
 		case <-ctx.Done():
 			return nil
 		case e := <-connClosed:
-			return fmt.Errorf("%w: connection closed: %v", errSessionLost, e)
+			return fmt.Errorf("%w: connection closed: %w", errSessionLost, e)
 		case <-tick.C:
 			for name, st := range probes {
 				if time.Now().Before(st.next) {
@@ -111,7 +111,7 @@ func Dump(ctx context.Context, opts Options, w io.Writer) error {
 					st.next = time.Now().Add(st.bo.Next())
 					continue
 				}
-				if _, err := b.bindExchange(name); err != nil {
+				if err := b.bindExchange(name); err != nil {
 					return err
 				}
 				delete(probes, name)
@@ -156,7 +156,7 @@ func DumpLine(dst []byte, exchange, routingKey string, body []byte) []byte {
 		return dst
 	}
 	unparseable := func(dst []byte, text []byte) []byte {
-		red := cutUTF8(redact.JSON(nil, text), UnparseableCut)
+		red := cutUTF8(redact.JSON(nil, text), unparseableCut)
 		dst = head(dst)
 		dst = append(dst, fmt.Sprintf(`,"size":%d,"unparseable":`, len(body))...)
 		dst = appendJSONString(dst, string(bytes.ToValidUTF8(red, []byte("\uFFFD"))))

@@ -19,6 +19,7 @@ import (
 // auto-delete queue, bound like the real queue, credentials redacted, and no
 // queue left behind; the durable queue keeps its own copy.
 func TestDumpAgainstBroker(t *testing.T) {
+	t.Parallel() // its own virtual host
 	v := newVhost(t)
 	v.DeclareExchanges(t, false, "nova", "openstack")
 	// The collector's durable queue, bound on nova: it must keep receiving.
@@ -112,6 +113,7 @@ func TestDumpAgainstBroker(t *testing.T) {
 }
 
 func TestDumpNoExchange(t *testing.T) {
+	t.Parallel() // its own virtual host
 	v := newVhost(t)
 	err := Dump(context.Background(), Options{TransportURL: v.URL(), Exchanges: []string{"nova"}, Logger: zerolog.Nop()}, &bytes.Buffer{})
 	if !errors.Is(err, ErrNoExchanges) {

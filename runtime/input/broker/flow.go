@@ -303,9 +303,9 @@ func (s *sess) loop(ctx context.Context) error {
 			s.shutdown()
 			return ctx.Err()
 		case e := <-s.connClosed:
-			return fmt.Errorf("%w: connection closed: %v", errSessionLost, e)
+			return fmt.Errorf("%w: connection closed: %w", errSessionLost, e)
 		case e := <-s.chClosed:
-			return fmt.Errorf("%w: channel closed: %v", errSessionLost, e)
+			return fmt.Errorf("%w: channel closed: %w", errSessionLost, e)
 		case b := <-s.blocked:
 			s.noteBlocked(b)
 		case <-s.kick:
@@ -803,9 +803,9 @@ func (s *sess) shutdown() {
 			if err := s.committed(r); err != nil {
 				return
 			}
-		case <-s.connClosed:
+		case <-s.connClosed: //nolint:errcheck // the session's own watch on the connection reports the cause
 			return
-		case <-s.chClosed:
+		case <-s.chClosed: //nolint:errcheck // the same for the channel
 			return
 		case b := <-s.blocked:
 			s.noteBlocked(b)

@@ -150,6 +150,7 @@ func (p shuffleProcessor) Process(ctx context.Context, msg pipeline.Message) pip
 // checked against commits: one consumer drains a pre-filled queue once, so
 // delivery tag k is the k-th message published.
 func TestAckNeverPrecedesCommit(t *testing.T) {
+	t.Parallel() // its own virtual host
 	v, _ := classicQueueVhost(t)
 	const n = 400
 	// byTag[k] is the id to find committed before tag k is acknowledged
@@ -238,6 +239,7 @@ func TestAckNeverPrecedesCommit(t *testing.T) {
 // then what was held is committed and acknowledged. Nothing is lost, nothing
 // is left unacknowledged, and no event is committed twice.
 func TestGracefulStopUnderLoad(t *testing.T) {
+	t.Parallel() // its own virtual host
 	v := newVhost(t)
 	v.DeclareExchanges(t, false, "nova")
 	qch, err := v.Conn(t).Channel()

@@ -100,6 +100,7 @@ func afterKill(t *testing.T, v *vhost, dir string, ids []string) killed {
 // committed but not acknowledged is redelivered and committed again with the
 // same event_ids (duplicates the Reporting API counts), and nothing is lost.
 func TestKillBetweenCommitAndAck(t *testing.T) {
+	t.Parallel() // its own virtual host
 	v, _ := classicQueueVhost(t)
 	const n = 300
 	var ids []string
@@ -200,6 +201,7 @@ func TestKillBetweenCommitAndAck(t *testing.T) {
 // At the buffer bound the consumer stops taking deliveries and returns what
 // it holds; it resumes once the outbox has room, and nothing is lost.
 func TestBackPressureAtBound(t *testing.T) {
+	t.Parallel() // its own virtual host
 	v := newVhost(t)
 	v.DeclareExchanges(t, false, "nova")
 	ob := openOutbox(t, t.TempDir(), 5)
@@ -258,6 +260,7 @@ func TestBackPressureAtBound(t *testing.T) {
 // While the outbox refuses inserts nothing is acknowledged and the batch is
 // requeued about once per second; once it accepts again everything arrives.
 func TestRefusedInsertRequeues(t *testing.T) {
+	t.Parallel() // its own virtual host
 	v := newVhost(t)
 	v.DeclareExchanges(t, false, "nova")
 	dir := t.TempDir()
@@ -312,6 +315,7 @@ func (p slowProcessor) Process(ctx context.Context, msg pipeline.Message) pipeli
 // reconnects, deliveries of the old channel are redelivered (never acked on
 // the new one), and every confirmed notification reaches the outbox.
 func TestCloseAllConnectionsMidStream(t *testing.T) {
+	t.Parallel() // its own virtual host
 	v := newVhost(t)
 	v.DeclareExchanges(t, false, "nova")
 	ob := openOutbox(t, t.TempDir(), 100000)

@@ -25,6 +25,7 @@ import (
 // are counts, whatever the machine's load: before the workers took
 // deliveries themselves, the session woke about once per delivery.
 func TestHandoffsPerDelivery(t *testing.T) {
+	t.Parallel() // its own virtual host
 	const n, prefetch = 3000, 100
 	v := newVhost(t)
 	v.DeclareExchanges(t, false, "nova")

@@ -15,6 +15,7 @@ import (
 // notifications, 5 ms apart, is committed in a few commits with a 100 ms
 // linger and in many without one; every one is acknowledged.
 func TestCommitLingerGroupsATrickle(t *testing.T) {
+	t.Parallel() // its own virtual host
 	commits := map[string]int{}
 	for _, tc := range []struct {
 		name   string
@@ -63,6 +64,7 @@ func TestCommitLingerGroupsATrickle(t *testing.T) {
 // A lone delivery is committed once the linger has passed, not held until
 // more arrive.
 func TestCommitLingerLoneDelivery(t *testing.T) {
+	t.Parallel() // its own virtual host
 	v, _ := classicQueueVhost(t)
 	box := openOutbox(t, t.TempDir(), 1<<20)
 	opts := testOptions(v, &testkit.SyncBuffer{}, "nova")
@@ -90,6 +92,7 @@ func TestCommitLingerLoneDelivery(t *testing.T) {
 // lingering is committed and acknowledged at once, long before the linger
 // or the stop budget would have run out.
 func TestStopCommitsALingeringDelivery(t *testing.T) {
+	t.Parallel() // its own virtual host
 	v, _ := classicQueueVhost(t)
 	box := openOutbox(t, t.TempDir(), 1<<20)
 	opts := testOptions(v, &testkit.SyncBuffer{}, "nova")

@@ -140,6 +140,7 @@ func pipelineKillChild(at string) int {
 // either there or back in the queue, and what was durable and not
 // acknowledged is redelivered.
 func TestKillBetweenPipelinedStages(t *testing.T) {
+	t.Parallel() // its own virtual host
 	for _, at := range []string{killHandedBeforeDurable, killDurableThenHanded, killDurableWhileHanded} {
 		t.Run(at, func(t *testing.T) {
 			v, _ := classicQueueVhost(t)

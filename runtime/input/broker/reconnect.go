@@ -38,7 +38,7 @@ func (r reconnectLoop) run(ctx context.Context) error {
 		steady, err := r.session(ctx)
 		r.ended(ctx, err)
 		if ctx.Err() != nil {
-			return nil
+			return nil //nolint:nilerr // the loop ends with its context; the session's error went to ended
 		}
 		if steady {
 			r.bo.Reset()

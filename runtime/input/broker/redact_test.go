@@ -162,7 +162,7 @@ func TestDumpLineUnparseable(t *testing.T) {
 			if !ok {
 				t.Fatalf("no unparseable member: %s", line)
 			}
-			if len(u) > UnparseableCut {
+			if len(u) > unparseableCut {
 				t.Errorf("unparseable is %d bytes", len(u))
 			}
 		})

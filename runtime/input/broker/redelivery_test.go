@@ -47,6 +47,7 @@ func (f *firstSeen) seen(id string) (first, ok bool) {
 // usual. (The local broker is RabbitMQ 3: a classic queue; the quorum
 // queue's x-delivery-count is TestDeliveryCountHeader's.)
 func TestRedeliveredIsNoFirstDelivery(t *testing.T) {
+	t.Parallel() // its own virtual host
 	for _, qt := range []string{QueueClassic} {
 		t.Run(qt, func(t *testing.T) {
 			v := newVhost(t)

@@ -205,16 +205,16 @@ type binder struct {
 
 // bindExchange binds every notification key of one exchange. It returns an
 // error only when the connection failed; refused bindings are recorded.
-func (b *binder) bindExchange(exchange string) (bound int, err error) {
+func (b *binder) bindExchange(exchange string) error {
 	for _, key := range b.keys {
 		if b.ch == nil || b.ch.IsClosed() {
+			var err error
 			if b.ch, err = b.c.Channel(); err != nil {
-				return bound, fmt.Errorf("open binding channel: %w", err)
+				return fmt.Errorf("open binding channel: %w", err)
 			}
 		}
 		err := b.ch.QueueBind(b.queue, key, exchange, false, nil)
 		if err == nil {
-			bound++
 			continue
 		}
 		var ae *amqp.Error
@@ -225,9 +225,9 @@ func (b *binder) bindExchange(exchange string) (bound int, err error) {
 			b.ch = nil
 			continue
 		}
-		return bound, fmt.Errorf("bind %s/%s: %w", exchange, key, err)
+		return fmt.Errorf("bind %s/%s: %w", exchange, key, err)
 	}
-	return bound, nil
+	return nil
 }
 
 func (b *binder) close() {

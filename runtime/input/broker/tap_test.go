@@ -45,6 +45,7 @@ func (r *recordingTap) Committed(items []Committed) {
 // every settled delivery is shown, after its commit, with its body, event
 // type and events (none for a skipped one).
 func TestTapSeesWhatIsCommitted(t *testing.T) {
+	t.Parallel() // its own virtual host
 	v, _ := classicQueueVhost(t)
 	box := openOutbox(t, t.TempDir(), 1<<20)
 	tap := &recordingTap{t: t, box: box}

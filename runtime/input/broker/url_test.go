@@ -10,6 +10,7 @@ import (
 
 // oslo's multi-host form: the first host refuses, the second is used.
 func TestFailoverToSecondHost(t *testing.T) {
+	t.Parallel() // its own virtual host
 	v := newVhost(t)
 	v.DeclareExchanges(t, false, "nova")
 	logs := &testkit.SyncBuffer{}

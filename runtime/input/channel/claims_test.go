@@ -125,13 +125,13 @@ func TestDaemonRefusesTooLarge(t *testing.T) {
 	}
 	rc.write(b)
 	got := rc.acks(2)
-	if got[1].Status != wire.Refused || got[1].Reason != DropTooLarge {
+	if got[1].Status != wire.Refused || got[1].Reason != dropTooLarge {
 		t.Fatalf("seq 1: %+v, want refused too_large", got[1])
 	}
 	if got[2].Status != wire.Committed {
 		t.Fatalf("seq 2: %+v", got[2])
 	}
-	if v := h.counter("dropped_total", "reason", DropTooLarge); v != 1 {
+	if v := h.counter("dropped_total", "reason", dropTooLarge); v != 1 {
 		t.Fatalf("dropped_total{too_large} = %v", v)
 	}
 }

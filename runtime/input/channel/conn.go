@@ -172,7 +172,7 @@ func (c *conn) handshake(r *wire.Reader) bool {
 	c.modes = h.Modes
 	c.log = c.log.With().Str("client", h.Name).Logger()
 	c.q.pushCtrl(wire.AppendWelcome(nil, wire.Welcome{MaxData: wire.MaxData, UID: c.cred.uid, GID: c.cred.gid,
-		IdleTimeoutMillis: uint32(min(c.srv.opts.IdleTimeout.Milliseconds(), 1<<32-1))}))
+		IdleTimeoutMillis: uint32(min(c.srv.opts.IdleTimeout.Milliseconds(), 1<<32-1))})) //nolint:gosec // G115: cut to 1<<32-1 by the min
 	c.log.Debug().Uint8("modes", h.Modes).Msg("channel client connected")
 	return true
 }
@@ -229,18 +229,18 @@ func (c *conn) publish(ctx context.Context, p *wire.Publish) bool {
 func (c *conn) check(p *wire.Publish) string {
 	switch {
 	case c.modes&wire.ModePublish == 0:
-		return DropMode
+		return dropMode
 	case p.Type != wire.String && p.Type != wire.JSON:
-		return DropInvalidType
+		return dropInvalidType
 	case !validTag(p.Tag):
-		return DropInvalidTag
+		return dropInvalidTag
 	case len(p.Data) > wire.MaxData:
-		return DropTooLarge
+		return dropTooLarge
 	case c.cred.uid != 0 && (p.UID != c.cred.uid || !c.cred.inGroup(p.GID)):
 		// Impersonation: only root may publish as someone else.
-		return DropCredentials
+		return dropCredentials
 	case p.Type == wire.JSON && !json.Valid(p.Data):
-		return DropInvalidJSON
+		return dropInvalidJSON
 	}
 	return ""
 }
@@ -451,10 +451,3 @@ func (q *outQueue) setBroken() {
 }
 
 func (q *outQueue) isBroken() bool { return q.broken.Load() }
-
-// droppedCount is how many deliveries this connection missed.
-func (q *outQueue) droppedCount() uint64 {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.dropped
-}

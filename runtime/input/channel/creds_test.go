@@ -33,19 +33,19 @@ func TestImpersonation(t *testing.T) {
 		"CHANNEL_AS_UID="+strconv.Itoa(int(b.UID)), "CHANNEL_AS_GID="+strconv.Itoa(int(b.GID)))
 	for range 5 {
 		s := p.next(t, "settled")
-		if s["status"] != "refused" || s["reason"] != DropCredentials {
+		if s["status"] != "refused" || s["reason"] != dropCredentials {
 			t.Fatalf("impersonation settled %v", s)
 		}
 	}
 	p.next(t, "done")
-	if got := h.counter("dropped_total", "reason", DropCredentials); got != 5 {
+	if got := h.counter("dropped_total", "reason", dropCredentials); got != 5 {
 		t.Fatalf("dropped_total{credentials} = %v", got)
 	}
 	// a as a's uid with another group it is not a member of: dropped too.
 	p = runAs(t, a, "publish", "CHANNEL_SOCKET="+h.sock, "CHANNEL_TAG=usage", "CHANNEL_COUNT=1",
 		"CHANNEL_PERM=0440", "CHANNEL_ID_PREFIX=imp-g",
 		"CHANNEL_AS_UID="+strconv.Itoa(int(a.UID)), "CHANNEL_AS_GID="+strconv.Itoa(int(b.GID)))
-	if s := p.next(t, "settled"); s["status"] != "refused" || s["reason"] != DropCredentials {
+	if s := p.next(t, "settled"); s["status"] != "refused" || s["reason"] != dropCredentials {
 		t.Fatalf("foreign group settled %v", s)
 	}
 	// a as itself: taken.
@@ -86,7 +86,7 @@ func TestImpersonation(t *testing.T) {
 	if seen[0].UID != b.UID || seen[0].GID != b.GID {
 		t.Fatalf("event credentials %d:%d, want %d:%d", seen[0].UID, seen[0].GID, b.UID, b.GID)
 	}
-	if got := h.counter("dropped_total", "reason", DropCredentials); got != 6 {
+	if got := h.counter("dropped_total", "reason", dropCredentials); got != 6 {
 		t.Fatalf("dropped_total{credentials} = %v", got)
 	}
 }
@@ -160,7 +160,7 @@ func TestPermissionsAcrossUsers(t *testing.T) {
 	}
 	// b missed two mapped events and three raw ones; a missed the marker's
 	// raw form (owned by b). The marker's event is 0444: a saw it.
-	if got := h.counter("tap_dropped_total", "reason", DropPermission); got != 6 {
+	if got := h.counter("tap_dropped_total", "reason", dropPermission); got != 6 {
 		t.Fatalf("tap_dropped_total{permission} = %v", got)
 	}
 }
@@ -247,7 +247,7 @@ func TestSlowSubscriberIsBounded(t *testing.T) {
 	if held > bound {
 		t.Fatalf("%d bytes held for the slow subscriber, bound %d", held, bound)
 	}
-	if counted := h.counter("tap_dropped_total", "reason", DropSlowSubscriber); counted != float64(dropped) || dropped == 0 {
+	if counted := h.counter("tap_dropped_total", "reason", dropSlowSubscriber); counted != float64(dropped) || dropped == 0 {
 		t.Fatalf("tap_dropped_total{slow_subscriber} = %v, the connection counted %d", counted, dropped)
 	}
 	t.Logf("slow subscriber: %d bytes held, %d of %d dropped", held, dropped, n)
@@ -276,4 +276,11 @@ func TestSlowSubscriberIsBounded(t *testing.T) {
 	if told, ok := <-found; !ok || told != dropped {
 		t.Fatalf("the slow subscriber was told it missed %d, want %d", told, dropped)
 	}
+}
+
+// droppedCount is how many deliveries this connection missed.
+func (q *outQueue) droppedCount() uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.dropped
 }

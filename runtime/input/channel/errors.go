@@ -18,18 +18,18 @@ var (
 // Reasons a message is dropped (a label of
 // tally_collector_channel_dropped_total), sent back in its Refused Ack.
 const (
-	DropCredentials = "credentials"  // uid or gid differ from the connection's, and the peer is not root
-	DropInvalidType = "invalid_type" // neither STRING nor JSON
-	DropInvalidJSON = "invalid_json" // type JSON, data that does not parse
-	DropInvalidTag  = "invalid_tag"  // empty, too long, or with control characters
-	DropTooLarge    = "too_large"    // data over the daemon's bound
-	DropMode        = "mode"         // published on a connection opened to subscribe only
+	dropCredentials = "credentials"  // uid or gid differ from the connection's, and the peer is not root
+	dropInvalidType = "invalid_type" // neither STRING nor JSON
+	dropInvalidJSON = "invalid_json" // type JSON, data that does not parse
+	dropInvalidTag  = "invalid_tag"  // empty, too long, or with control characters
+	dropTooLarge    = "too_large"    // data over the daemon's bound
+	dropMode        = "mode"         // published on a connection opened to subscribe only
 )
 
 // Reasons a tap delivery is dropped (a label of
 // tally_collector_channel_tap_dropped_total).
 const (
-	DropSlowSubscriber = "slow_subscriber" // the subscriber's queue was full
-	DropHubOverflow    = "hub_overflow"    // the hub was behind by more than its bound
-	DropPermission     = "permission"      // the subscriber's credentials do not pass the message's bits
+	dropSlowSubscriber = "slow_subscriber" // the subscriber's queue was full
+	dropHubOverflow    = "hub_overflow"    // the hub was behind by more than its bound
+	dropPermission     = "permission"      // the subscriber's credentials do not pass the message's bits
 )

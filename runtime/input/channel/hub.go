@@ -116,8 +116,8 @@ func (s *subscription) matches(et string) bool {
 	return s.re.MatchString(et)
 }
 
-// NewHub returns a Hub; Run fans out.
-func NewHub(opts HubOptions) *Hub {
+// newHub returns a Hub; Run fans out.
+func newHub(opts HubOptions) *Hub {
 	if opts.SubscriberQueueBytes <= 0 {
 		opts.SubscriberQueueBytes = DefaultSubscriberQueueBytes
 	}
@@ -157,14 +157,14 @@ func (h *Hub) Offer(recs []Record) {
 	}
 	if h.pending.Add(size) > h.opts.PendingBytes {
 		h.pending.Add(-size)
-		h.m.dropped.WithLabelValues(DropHubOverflow).Add(float64(len(recs)))
+		h.m.dropped.WithLabelValues(dropHubOverflow).Add(float64(len(recs)))
 		return
 	}
 	select {
 	case h.in <- recs:
 	default:
 		h.pending.Add(-size)
-		h.m.dropped.WithLabelValues(DropHubOverflow).Add(float64(len(recs)))
+		h.m.dropped.WithLabelValues(dropHubOverflow).Add(float64(len(recs)))
 	}
 }
 
@@ -223,7 +223,7 @@ func (f *fanout) record(h *Hub, r *Record) {
 				continue
 			}
 			if !mayRead(s.cred, r.UID, r.GID, r.Perm) {
-				h.m.dropped.WithLabelValues(DropPermission).Inc()
+				h.m.dropped.WithLabelValues(dropPermission).Inc()
 				continue
 			}
 			f.deliver(h, s, &wire.Deliver{Type: wire.JSON, UID: r.UID, GID: r.GID, Perm: r.Perm,
@@ -238,7 +238,7 @@ func (f *fanout) record(h *Hub, r *Record) {
 			continue
 		}
 		if !mayRead(s.cred, r.UID, r.GID, rawPerm) || h.opts.Redact == nil {
-			h.m.dropped.WithLabelValues(DropPermission).Inc()
+			h.m.dropped.WithLabelValues(dropPermission).Inc()
 			continue
 		}
 		if !redacted {
@@ -256,7 +256,7 @@ func (f *fanout) record(h *Hub, r *Record) {
 func (f *fanout) deliver(h *Hub, s *subscriber, d *wire.Deliver) {
 	d.Subs = f.ids
 	if !s.queue.pushDeliver(d) {
-		h.m.dropped.WithLabelValues(DropSlowSubscriber).Inc()
+		h.m.dropped.WithLabelValues(dropSlowSubscriber).Inc()
 		return
 	}
 	h.m.delivered.Inc()
@@ -355,7 +355,7 @@ func (h *Hub) remove(s *subscriber) {
 		return
 	}
 	if p := s.subs.Load(); p != nil {
-		h.active.Add(-int32(len(*p)))
+		h.active.Add(-int32(len(*p))) //nolint:gosec // G115: a subscriber's subscriptions are bounded by the protocol's uint16 count
 	}
 	empty := []subscription{}
 	s.subs.Store(&empty)

@@ -57,7 +57,7 @@ func newMetrics(s *Server, reg prometheus.Registerer) (*metrics, error) {
 		refusedSubscriptions: counter("refused_subscriptions_total", "Subscriptions refused (bad expression, too many, raw unavailable, publish-only connection)."),
 		exceptions:           counter("exceptions_total", "Unexpected errors: panics, accept errors."),
 	}
-	for _, r := range []string{DropCredentials, DropInvalidType, DropInvalidJSON, DropInvalidTag, DropTooLarge, DropMode} {
+	for _, r := range []string{dropCredentials, dropInvalidType, dropInvalidJSON, dropInvalidTag, dropTooLarge, dropMode} {
 		m.dropped.WithLabelValues(r)
 	}
 	queued := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name("queued_bytes"),
@@ -93,7 +93,7 @@ func newHubMetrics() *hubMetrics {
 			Help: "Messages a subscriber did not receive, by reason (slow_subscriber, hub_overflow, permission)."},
 			[]string{"reason"}),
 	}
-	for _, r := range []string{DropSlowSubscriber, DropHubOverflow, DropPermission} {
+	for _, r := range []string{dropSlowSubscriber, dropHubOverflow, dropPermission} {
 		m.dropped.WithLabelValues(r)
 	}
 	return m

@@ -487,10 +487,10 @@ func TestModeIsEnforced(t *testing.T) {
 	p := wire.Publish{Seq: 1, Type: wire.JSON, Tag: []byte("usage"), Data: usage("m"),
 		UID: uint32(syscall.Getuid()), GID: uint32(syscall.Getgid()), Perm: 0o440}
 	rc.write(wire.AppendPublish(nil, &p))
-	if a := rc.acks(1)[1]; a.Status != wire.Refused || a.Reason != DropMode {
+	if a := rc.acks(1)[1]; a.Status != wire.Refused || a.Reason != dropMode {
 		t.Fatalf("publish on a subscribe-only connection: %+v", a)
 	}
-	if v := h.counter("dropped_total", "reason", DropMode); v != 1 {
+	if v := h.counter("dropped_total", "reason", dropMode); v != 1 {
 		t.Fatalf("dropped_total{mode} %v", v)
 	}
 	if n := len(h.events()); n != 0 {

@@ -59,9 +59,9 @@ func readPeerCred(c *net.UnixConn) (peerCred, error) {
 func peerGroups(fd int, primary uint32) []uint32 {
 	buf := make([]uint32, 64)
 	for range 3 {
-		n := uint32(len(buf) * 4)
+		n := uint32(len(buf) * 4) //nolint:gosec // G115: 64 groups of 4 bytes
 		_, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_PEERGROUPS,
-			uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&n)), 0)
+			uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&n)), 0) //nolint:gosec // G103: getsockopt(SO_PEERGROUPS), which x/sys/unix does not wrap, writes into buf and n, which outlive the call
 		switch errno {
 		case 0:
 			out := make([]uint32, 0, n/4)

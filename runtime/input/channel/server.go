@@ -60,7 +60,7 @@ func New(opts Options) (*Server, error) {
 		opts:    opts,
 		log:     opts.Logger,
 		ln:      ln,
-		hub:     NewHub(opts.Hub),
+		hub:     newHub(opts.Hub),
 		work:    make(chan *item, queueSlots),
 		commits: make(chan *item, queueSlots),
 		conns:   make(map[*conn]struct{}),
@@ -85,7 +85,7 @@ const queueSlots = 1 << 16
 // listen binds the socket path. A socket file left by a daemon that is gone
 // is removed first; one that answers is in use.
 func listen(path string, mode os.FileMode) (*net.UnixListener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil { //nolint:gosec // G301: the socket's own mode (Options) guards who connects; the directory only has to be passable
 		return nil, fmt.Errorf("channel: socket directory: %w", err)
 	}
 	if fi, err := os.Lstat(path); err == nil {
@@ -245,14 +245,14 @@ func (s *Server) newConn(nc *net.UnixConn) (*conn, bool) {
 	if err != nil {
 		s.m.exceptions.Inc()
 		s.log.Warn().Err(err).Msg("channel connection refused: no peer credentials")
-		nc.Close()
+		_ = nc.Close()
 		return nil, false
 	}
 	c := newConn(s, nc, cred)
 	s.connMu.Lock()
 	if s.closed {
 		s.connMu.Unlock()
-		nc.Close()
+		_ = nc.Close()
 		return nil, false
 	}
 	refuse := ""
@@ -268,7 +268,7 @@ func (s *Server) newConn(nc *net.UnixConn) (*conn, bool) {
 		s.log.Warn().Uint32("uid", cred.uid).Int32("pid", cred.pid).Str("reason", refuse).Msg("channel connection refused")
 		_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
 		_, _ = nc.Write(wire.AppendError(nil, refuse))
-		nc.Close()
+		_ = nc.Close()
 		return nil, false
 	}
 	s.conns[c] = struct{}{}

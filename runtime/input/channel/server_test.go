@@ -201,7 +201,7 @@ func TestRefusals(t *testing.T) {
 	}
 	rc.write(b)
 	got := rc.acks(len(pubs))
-	want := map[uint64]string{1: DropInvalidJSON, 2: DropInvalidType, 3: DropInvalidTag, 4: DropInvalidTag}
+	want := map[uint64]string{1: dropInvalidJSON, 2: dropInvalidType, 3: dropInvalidTag, 4: dropInvalidTag}
 	for seq, reason := range want {
 		if got[seq].Status != wire.Refused || got[seq].Reason != reason {
 			t.Errorf("seq %d: %+v, want refused %s", seq, got[seq], reason)
@@ -210,10 +210,10 @@ func TestRefusals(t *testing.T) {
 	if got[5].Status != wire.Committed {
 		t.Errorf("seq 5: %+v", got[5])
 	}
-	if v := h.counter("dropped_total", "reason", DropInvalidTag); v != 2 {
+	if v := h.counter("dropped_total", "reason", dropInvalidTag); v != 2 {
 		t.Errorf("dropped_total{invalid_tag} = %v", v)
 	}
-	if v := h.counter("dropped_total", "reason", DropInvalidJSON); v != 1 {
+	if v := h.counter("dropped_total", "reason", dropInvalidJSON); v != 1 {
 		t.Errorf("dropped_total{invalid_json} = %v", v)
 	}
 	// A subscription on a connection opened to publish only is refused.

@@ -40,7 +40,7 @@ func Dial(network, address string) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("plog: dial: %w", err)
 	}
-	return &Client{conn: c, udp: network == UDP, id: rand.Uint32()}, nil
+	return &Client{conn: c, udp: network == UDP, id: rand.Uint32()}, nil //nolint:gosec // G404: a client id tells concurrent senders apart, it guards nothing
 }
 
 // Close closes the connection.
@@ -128,7 +128,7 @@ func (c *Client) Command(ctx context.Context, name string, payload []byte) ([]by
 		deadline = time.Now().Add(5 * time.Second)
 	}
 	_ = c.conn.SetReadDeadline(deadline)
-	defer c.conn.SetReadDeadline(time.Time{})
+	defer func() { _ = c.conn.SetReadDeadline(time.Time{}) }() // the next call sets its own
 	buf := make([]byte, maxDatagram)
 	n, err := c.conn.Read(buf)
 	if err != nil {

@@ -226,7 +226,7 @@ func (d *defrag) store(p *pending, index int, payload []byte) bool {
 		p.got = got
 	}
 	p.data = append(p.data, payload...)
-	p.order = append(p.order, uint16(index))
+	p.order = append(p.order, uint16(index)) //nolint:gosec // G115: a fragment index is read from a uint16 field
 	if p.got != nil {
 		p.got[index/64] |= 1 << (index % 64)
 	}

@@ -3,6 +3,7 @@ package plog
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -163,7 +164,7 @@ func TestTCPConnectionsPerSource(t *testing.T) {
 	}
 	defer extra.Close()
 	extra.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := extra.Read(make([]byte, 1)); err != io.EOF && !isReset(err) {
+	if _, err := extra.Read(make([]byte, 1)); !errors.Is(err, io.EOF) && !isReset(err) {
 		t.Fatalf("a fourth connection from the same source: %v", err)
 	}
 	s := h.waitStat(0, "refusal counted", func(s Snapshot) bool { return s.TCPRefusedPerSource == 1 })

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -539,7 +540,7 @@ func TestTCPSlowClientAndCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	extra.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := extra.Read(make([]byte, 1)); err != io.EOF && !isReset(err) {
+	if _, err := extra.Read(make([]byte, 1)); !errors.Is(err, io.EOF) && !isReset(err) {
 		t.Fatalf("connection over the cap: %v", err)
 	}
 	extra.Close()
@@ -636,7 +637,7 @@ tally_collector_plog_udp_simple_messages_total{listener=%q} 1
 
 func TestNewRejectsBadOptions(t *testing.T) {
 	_, err := New(Options{})
-	if err != ErrNoListeners {
+	if !errors.Is(err, ErrNoListeners) {
 		t.Fatalf("no listeners: %v", err)
 	}
 	_, err = New(Options{Listeners: []Listener{{Network: "sctp", Address: "nope"}, {Network: UDP, Address: ":0", Settings: Settings{Workers: -1}},

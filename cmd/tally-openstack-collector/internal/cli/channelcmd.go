@@ -178,7 +178,7 @@ func runPublish(args, environ []string, stdin io.Reader, stdout, stderr io.Write
 			if len(line) == 0 {
 				continue
 			}
-			seq, err := c.PublishWait(ctx, client.Message{Tag: tag, Type: typ, Data: line, Perm: uint32(perm)})
+			seq, err := c.PublishWait(ctx, client.Message{Tag: tag, Type: typ, Data: line, Perm: uint32(perm)}) //nolint:gosec // G115: perm was parsed with bitSize 32
 			switch {
 			case errors.Is(err, client.ErrInvalid), errors.Is(err, client.ErrTooLarge):
 				// Refused before sending, as the daemon would refuse it.
@@ -210,7 +210,7 @@ func runPublish(args, environ []string, stdin io.Reader, stdout, stderr io.Write
 			break
 		}
 		readErr = publishFile(name, f)
-		f.Close()
+		_ = f.Close() // read only: everything read is published or failed already
 	}
 	if readErr != nil && ctx.Err() == nil {
 		_ = c.Close(context.Background(), true)
@@ -265,6 +265,10 @@ func runTap(args, environ []string, stdout, stderr io.Writer) int {
 	raw, _ := fs.GetBool("raw")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// An output that cannot be written ends the tap, the write's error its
+	// cause: it does not go on taking events it cannot show.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	c, err := client.New(client.Options{
 		Socket: cfg.ChannelSocket, Mode: client.ModeSubscribe, Name: "tap",
 	})
@@ -272,7 +276,7 @@ func runTap(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tap: %v\n", err)
 		return 2
 	}
-	defer c.Close(context.Background(), true)
+	defer func() { _ = c.Close(context.Background(), true) }() // a tap sends nothing: nothing to lose
 	out := bufio.NewWriter(stdout)
 	var last, lastMissed uint64
 	sub, err := c.Subscribe(fs.Arg(0), raw, func(d client.Delivery) {
@@ -285,22 +289,28 @@ func runTap(args, environ []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "tap: %d events missed: the tap did not keep up\n", d.Dropped-last+d.Missed-lastMissed)
 			last, lastMissed = d.Dropped, d.Missed
 		}
+		if ctx.Err() != nil {
+			return
+		}
 		out.Write(d.Data)
 		out.WriteByte('\n')
-		out.Flush()
+		if err := out.Flush(); err != nil {
+			cancel(fmt.Errorf("write: %w", err))
+		}
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "tap: %v\n", err)
 		return 2
 	}
 	go noticeWaiting(ctx, c, "tap", cfg.ChannelSocket, stderr)
-	if err := sub.Wait(ctx); err != nil {
-		if ctx.Err() != nil {
-			return 0
-		}
+	if err := sub.Wait(ctx); err != nil && ctx.Err() == nil {
 		fmt.Fprintf(stderr, "tap: %v\n", err)
 		return 2
 	}
 	<-ctx.Done()
+	if cause := context.Cause(ctx); !errors.Is(cause, context.Canceled) {
+		fmt.Fprintf(stderr, "tap: %v\n", cause)
+		return 1
+	}
 	return 0
 }

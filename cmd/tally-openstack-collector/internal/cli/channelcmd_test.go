@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -165,5 +166,34 @@ func TestTapSaysWhatItMissed(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("tap did not stop on SIGINT")
+	}
+}
+
+// failingWriter refuses every write, as a full disk or a closed file would.
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("no space left on device") }
+
+// tap whose output cannot be written ends, exit 1, naming the error: it does
+// not go on taking events it cannot show.
+func TestTapEndsWhenItsOutputFails(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "channel.sock")
+	srv := channelDaemon(t, sock, channel.HubOptions{})
+	var stderr lockedBuffer
+	code := make(chan int, 1)
+	go func() {
+		code <- Run([]string{"tap", "--channel", sock, `^license\.`}, nil, nil, failingWriter{}, &stderr, Stamp{})
+	}()
+	testkit.WaitFor(t, 30*time.Second, "the tap's subscription", srv.Tap().Active)
+	srv.Tap().Offer([]channel.Record{{Origin: channel.OriginChannel, Exchange: "channel", RoutingKey: "license.checkout",
+		EventType: "license.checkout", Events: [][]byte{[]byte(`{"event_type":"license.checkout"}`)},
+		UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Perm: 0o444}})
+	select {
+	case c := <-code:
+		if c != 1 || !strings.Contains(stderr.String(), "tap: write: no space left on device") {
+			t.Fatalf("exit %d, stderr %q", c, stderr.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("tap did not end; stderr %q", stderr.String())
 	}
 }

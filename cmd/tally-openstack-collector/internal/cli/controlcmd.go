@@ -198,14 +198,14 @@ func runDeadletter(args, environ []string, stdout, stderr io.Writer) int {
 	case fs.Arg(0) == "list" && len(seqs) == 0:
 		out, err = cl.ListDeadLetters(ctx, *after, *limit)
 		if daemonDown(err) {
-			out, err = stoppedDeadLetters(ctx, fs, environ, cl, err, stderr, func(ob *outbox.Outbox) (any, error) {
+			out, err = stoppedDeadLetters(fs, environ, cl, err, stderr, func(ob *outbox.Outbox) (any, error) {
 				return catalog.ListDeadLetters(ctx, ob, *after, *limit)
 			})
 		}
 	case fs.Arg(0) == "show" && len(seqs) == 1:
 		out, err = cl.ShowDeadLetter(ctx, seqs[0])
 		if daemonDown(err) {
-			out, err = stoppedDeadLetters(ctx, fs, environ, cl, err, stderr, func(ob *outbox.Outbox) (any, error) {
+			out, err = stoppedDeadLetters(fs, environ, cl, err, stderr, func(ob *outbox.Outbox) (any, error) {
 				return catalog.ShowDeadLetter(ctx, ob, seqs[0])
 			})
 		}
@@ -237,13 +237,13 @@ func runDeadletter(args, environ []string, stdout, stderr io.Writer) int {
 
 // stoppedDeadLetters reads the dead letters of a stopped daemon's outbox
 // with read, after the daemon did not answer on cl.BaseURL (cause).
-func stoppedDeadLetters(ctx context.Context, fs *pflag.FlagSet, environ []string, cl *catalog.Client, cause error, stderr io.Writer,
+func stoppedDeadLetters(fs *pflag.FlagSet, environ []string, cl *catalog.Client, cause error, stderr io.Writer,
 	read func(*outbox.Outbox) (any, error)) (any, error) {
 	ob, cfg, err := stoppedOutbox(fs, environ, cl, cause, "")
 	if err != nil {
 		return nil, err
 	}
-	defer ob.Close()
+	defer func() { _ = ob.Close() }() // read only
 	noteStopped(stderr, cl, "read from the stopped daemon's outbox at "+cfg.BufferPath)
 	return read(ob)
 }

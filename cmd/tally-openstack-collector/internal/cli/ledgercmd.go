@@ -154,7 +154,7 @@ func stoppedLedger(ctx context.Context, fs *pflag.FlagSet, environ []string, cl 
 	if err != nil {
 		return nil, err
 	}
-	defer ob.Close()
+	defer func() { _ = ob.Close() }() // read only
 	noteStopped(stderr, cl, "read from the stopped daemon's outbox at "+cfg.BufferPath)
 	return ob.Ledger(ctx, from, to)
 }
@@ -169,7 +169,7 @@ func readOutboxLedger(ctx context.Context, dir string, from, to time.Time) (*led
 	if err != nil {
 		return nil, err
 	}
-	defer ob.Close()
+	defer func() { _ = ob.Close() }() // read only
 	return ob.Ledger(ctx, from, to)
 }
 

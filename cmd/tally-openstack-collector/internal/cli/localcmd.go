@@ -90,7 +90,7 @@ func stoppedStatus(ctx context.Context, fs *pflag.FlagSet, environ []string, cl 
 	if err != nil {
 		return catalog.Status{}, err
 	}
-	defer ob.Close()
+	defer func() { _ = ob.Close() }() // read only
 	level := zerolog.WarnLevel
 	if cfg.LogLevel > level {
 		level = cfg.LogLevel
@@ -99,7 +99,7 @@ func stoppedStatus(ctx context.Context, fs *pflag.FlagSet, environ []string, cl 
 	if err != nil {
 		return catalog.Status{}, fmt.Errorf("the stopped daemon's mappers (%sMAPPERS_DIR %q): %w", settings.EnvPrefix, cfg.MappersDir, err)
 	}
-	defer ms.Close(ctx)
+	defer func() { _ = ms.Close(ctx) }() // the modules hold nothing to keep
 	dir := "the built-in modules only (no MAPPERS_DIR)"
 	if cfg.MappersDir != "" {
 		dir = "the drop-in directory " + cfg.MappersDir

@@ -108,10 +108,10 @@ func runMap(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) i
 		fmt.Fprintf(stderr, "map: %v\n", err)
 		return 1
 	}
-	defer ms.Close(ctx)
+	defer func() { _ = ms.Close(ctx) }() // the modules hold nothing to keep
 
 	out := bufio.NewWriter(stdout)
-	defer out.Flush()
+	defer func() { _ = out.Flush() }() // the early returns; the result's own Flush below is checked
 	sum := newMapSummary(serviceOf(ms.Catalog.Status().Patterns))
 	process := func(doc []byte) {
 		msg, ok := inputMessage(doc)
@@ -127,7 +127,7 @@ func runMap(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) i
 		}
 	}
 	if err := readInputs(fs.Args(), stdin, process); err != nil {
-		out.Flush()
+		_ = out.Flush() // the read error is the one to report
 		fmt.Fprintf(stderr, "map: %v\n", err)
 		return 1
 	}
@@ -426,7 +426,7 @@ func runMapperTest(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mapper test: %v\n", err)
 		return 1
 	}
-	defer ms.Close(ctx)
+	defer func() { _ = ms.Close(ctx) }() // the modules hold nothing to keep
 	mapFn := func(in []byte) ([]byte, error) {
 		r := ms.Pipeline.Process(ctx, pipeline.Message{Body: in})
 		switch r.Outcome {

@@ -238,7 +238,7 @@ func runMapDiff(args, environ []string, stdin io.Reader, stdout, stderr io.Write
 		fmt.Fprintf(stderr, "map --diff: %v\n", err)
 		return 2
 	}
-	defer ms.Close(ctx)
+	defer func() { _ = ms.Close(ctx) }() // the modules hold nothing to keep
 	var mods [2]pipeline.Mapper
 	for i, arg := range fs.Args()[:2] {
 		if mods[i], err = diffModule(ctx, ms, arg); err != nil {

@@ -182,13 +182,6 @@ func (l *connLimit) connState(nc net.Conn, s http.ConnState) {
 	}
 }
 
-// openConns is the number of connections open.
-func (l *connLimit) openConns() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.conns.Len()
-}
-
 // isProbe tells a request of the probes' share.
 func isProbe(r *http.Request) bool {
 	return r.Method == http.MethodGet && (r.URL.Path == "/livez" || r.URL.Path == "/readyz")

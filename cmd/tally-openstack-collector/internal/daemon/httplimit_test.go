@@ -286,3 +286,10 @@ func TestHTTPBoundEveryConnectionServing(t *testing.T) {
 func isReset(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "reset")
 }
+
+// openConns is the number of connections open.
+func (l *connLimit) openConns() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.conns.Len()
+}

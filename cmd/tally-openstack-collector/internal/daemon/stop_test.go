@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 
@@ -35,22 +36,25 @@ func keepUnsent(t *testing.T, dir, replica string) {
 		t.Fatal(err)
 	}
 	defer ob.Close()
-	l := unsentLink(t, ob, replica)
+	l, reg := unsentLink(t, ob, replica)
 	d := broker.Decision{Action: "promote", Module: "nova", Candidate: "nova@9.9.9",
 		SHA256: strings.Repeat("ab", 32), By: replica, At: time.Now().UTC().Truncate(time.Second)}
 	if err := l.Publish(context.Background(), d); !errors.Is(err, broker.ErrNotShared) {
 		t.Fatalf("publish with the link down: %v, want ErrNotShared", err)
 	}
-	if n := l.Unsent(); n != 1 {
-		t.Fatalf("%d decisions kept, want 1", n)
+	if n := testkit.Metric(t, reg, "tally_collector_control_unsent_decisions"); n != 1 {
+		t.Fatalf("%v decisions kept, want 1", n)
 	}
 }
 
 // unsentLink is a control link of replica over ob that is never run (its
-// broker is out of reach): it loads what ob keeps unsent.
-func unsentLink(t *testing.T, ob *outbox.Outbox, replica string) *broker.Control {
+// broker is out of reach): it loads what ob keeps unsent, and its metrics
+// (the number of decisions unsent) are in the registry returned with it.
+func unsentLink(t *testing.T, ob *outbox.Outbox, replica string) (*broker.Control, *prometheus.Registry) {
 	t.Helper()
+	reg := prometheus.NewRegistry()
 	l, err := broker.NewControl(broker.ControlOptions{
+		Registerer:   reg,
 		TransportURL: "amqp://guest:guest@127.0.0.1:1/", Replica: replica, QueueType: broker.QueueClassic,
 		Apply:  func(context.Context, broker.Decision) error { return nil },
 		Store:  ob,
@@ -59,7 +63,7 @@ func unsentLink(t *testing.T, ob *outbox.Outbox, replica string) *broker.Control
 	if err != nil {
 		t.Fatal(err)
 	}
-	return l
+	return l, reg
 }
 
 // TestRunStopBoundedUnderMemoryAlarm: under a broker memory alarm, with a
@@ -140,8 +144,8 @@ func TestRunStopBoundedUnderMemoryAlarm(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ob.Close()
-	if n := unsentLink(t, ob, replica).Unsent(); n != 1 {
-		t.Errorf("%d unconfirmed decisions kept after the stop, want 1", n)
+	if _, reg := unsentLink(t, ob, replica); testkit.Metric(t, reg, "tally_collector_control_unsent_decisions") != 1 {
+		t.Errorf("%v unconfirmed decisions kept after the stop, want 1", testkit.Metric(t, reg, "tally_collector_control_unsent_decisions"))
 	}
 }
 

@@ -133,7 +133,7 @@ func startWatchdogProc(log zerolog.Logger, timeout time.Duration, logFormat stri
 		log.Error().Err(err).Msg("no watchdog process: pipe")
 		return nil
 	}
-	cmd := exec.Command(exe, WatchdogCommand,
+	cmd := exec.Command(exe, WatchdogCommand, //nolint:gosec // G204: the daemon's own executable, its arguments its own
 		"--parent", strconv.Itoa(os.Getpid()), "--timeout", timeout.String(), "--log-format", logFormat)
 	cmd.Args[0] = "tally-openstack-collector" // as ps shows it
 	cmd.Stdin = r
@@ -142,12 +142,12 @@ func startWatchdogProc(log zerolog.Logger, timeout time.Duration, logFormat stri
 	cmd.Env = []string{} // it needs none, and the daemon's may hold credentials
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		r.Close()
-		w.Close()
+		_ = r.Close() // the start failed: the pipe is only released
+		_ = w.Close()
 		log.Error().Err(err).Msg("no watchdog process: start")
 		return nil
 	}
-	r.Close()
+	_ = r.Close() // the child holds its end
 	log.Info().Int("pid", cmd.Process.Pid).Dur("timeout", timeout).Msg("watchdog process started")
 	return &watchdogProc{cmd: cmd, w: w}
 }
@@ -159,7 +159,7 @@ func (p *watchdogProc) beat() error {
 
 // stop closes the pipe, which ends the watchdog process, and reaps it.
 func (p *watchdogProc) stop() {
-	p.w.Close()
+	_ = p.w.Close() // the watchdog process sees the end of the pipe either way
 	done := make(chan struct{})
 	go func() {
 		_ = p.cmd.Wait()

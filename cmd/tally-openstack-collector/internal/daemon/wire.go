@@ -433,7 +433,7 @@ func newControl(cfg *settings.Config, base zerolog.Logger, reg prometheus.Regist
 func newConsumer(cfg *settings.Config, base zerolog.Logger, reg prometheus.Registerer, ob outboxHandle, ms *Mappers, ch *channel.Server) (inputPart, error) {
 	opts := brokerOptions(cfg, base, reg)
 	if ch != nil {
-		opts.Tap = busTap{hub: ch.Tap(), uid: uint32(os.Getuid()), gid: uint32(os.Getgid())}
+		opts.Tap = busTap{hub: ch.Tap(), uid: uint32(os.Getuid()), gid: uint32(os.Getgid())} //nolint:gosec // G115: Linux user and group ids are 32-bit
 	}
 	return broker.New(ms.Pipeline, ob, opts)
 }

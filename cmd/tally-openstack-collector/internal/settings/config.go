@@ -391,16 +391,6 @@ func (c *Config) KeyFiles() []NamedPath {
 	return out
 }
 
-// Effective returns every setting as KEY=value lines in table order, secrets
-// and broker passwords replaced, for the start-up log and --print-config.
-func (c *Config) Effective() []string {
-	out := make([]string, 0, len(table))
-	for _, s := range table {
-		out = append(out, s.env()+"="+c.shown(s))
-	}
-	return out
-}
-
 // EffectiveMap is Effective as a map, for a structured log line.
 func (c *Config) EffectiveMap() map[string]string {
 	out := make(map[string]string, len(table))

@@ -753,3 +753,14 @@ func TestMinimumsDocumented(t *testing.T) {
 		t.Errorf("only %d settings with a minimum: the table lost its bounds?", rows)
 	}
 }
+
+// Effective returns every setting as KEY=value lines in table order, secrets
+// and broker passwords replaced: what the tests compare --print-config and
+// the start-up log with.
+func (c *Config) Effective() []string {
+	out := make([]string, 0, len(table))
+	for _, s := range table {
+		out = append(out, s.env()+"="+c.shown(s))
+	}
+	return out
+}

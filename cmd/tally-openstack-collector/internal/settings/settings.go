@@ -145,7 +145,7 @@ const (
 // table is every key the collector reads. The first block is the contract
 // (CONTRACT §2); the rest tunes the packages.
 var table = []setting{
-	{key: "transport_url", def: "amqp://guest:guest@127.0.0.1:5672/", modes: amqpModes,
+	{key: "transport_url", def: "amqp://guest:guest@127.0.0.1:5672/", modes: amqpModes, //nolint:gosec // G101: RabbitMQ's documented local default, not a secret
 		usage: "broker URL: amqp://, amqps:// or rabbit://user:pass@h1:5672,user:pass@h2:5672/vhost (hosts tried in order); the password is never shown",
 		field: func(c *Config) any { return &c.TransportURL },
 		check: func(c *Config) error { return checkTransportURL(c.TransportURL) }},
@@ -319,7 +319,7 @@ var table = []setting{
 			if raw == "" {
 				h, err := os.Hostname()
 				if err != nil {
-					return fmt.Errorf("empty, and the host name is unknown (%v): set it", err)
+					return fmt.Errorf("empty, and the host name is unknown (%w): set it", err)
 				}
 				raw = h
 				if c.values != nil {

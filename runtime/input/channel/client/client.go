@@ -253,7 +253,7 @@ func New(opts Options) (*Client, error) {
 	}
 	c := &Client{
 		opts:       opts,
-		cred:       Cred{UID: uint32(os.Getuid()), GID: uint32(os.Getgid())},
+		cred:       Cred{UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}, //nolint:gosec // G115: Linux user and group ids are 32-bit
 		inflight:   make(map[uint64]*entry),
 		changed:    make(chan struct{}),
 		wake:       make(chan struct{}, 1),

@@ -3,6 +3,7 @@ package wire
 import (
 	"bufio"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 )
@@ -238,7 +239,7 @@ func begin(dst []byte, t FrameType) ([]byte, int) {
 }
 
 func end(dst []byte, at int) []byte {
-	binary.BigEndian.PutUint32(dst[at:], uint32(len(dst)-at-4))
+	binary.BigEndian.PutUint32(dst[at:], uint32(len(dst)-at-4)) //nolint:gosec // G115: a frame is bounded by the reader's maximum, below 4 GiB
 	return dst
 }
 
@@ -246,12 +247,12 @@ func appendStr8(dst []byte, s string) []byte {
 	if len(s) > 255 {
 		s = s[:255]
 	}
-	dst = append(dst, byte(len(s)))
+	dst = append(dst, byte(len(s))) //nolint:gosec // G115: cut to 255 above
 	return append(dst, s...)
 }
 
 func appendStr16(dst []byte, s []byte) []byte {
-	dst = binary.BigEndian.AppendUint16(dst, uint16(len(s)))
+	dst = binary.BigEndian.AppendUint16(dst, uint16(len(s))) //nolint:gosec // G115: the callers trim names and tags to MaxName and MaxTag, below 65536
 	return append(dst, s...)
 }
 
@@ -284,7 +285,7 @@ func AppendPublish(dst []byte, p *Publish) []byte {
 	dst = binary.BigEndian.AppendUint32(dst, p.Perm)
 	dst = append(dst, byte(p.Type))
 	dst = appendStr16(dst, p.Tag)
-	dst = binary.BigEndian.AppendUint32(dst, uint32(len(p.Data)))
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(p.Data))) //nolint:gosec // G115: Data is kept within MaxData by the caller (documented above)
 	dst = append(dst, p.Data...)
 	return end(dst, at)
 }
@@ -292,7 +293,7 @@ func AppendPublish(dst []byte, p *Publish) []byte {
 // AppendAck appends one Ack frame settling every entry.
 func AppendAck(dst []byte, entries []AckEntry) []byte {
 	dst, at := begin(dst, FrameAck)
-	dst = binary.BigEndian.AppendUint32(dst, uint32(len(entries)))
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(entries))) //nolint:gosec // G115: one Ack settles at most a window of entries, far below 4 G
 	for _, e := range entries {
 		dst = binary.BigEndian.AppendUint64(dst, e.Seq)
 		dst = append(dst, byte(e.Status))
@@ -366,11 +367,11 @@ func AppendDeliver(dst []byte, d *Deliver) []byte {
 	dst = binary.BigEndian.AppendUint32(dst, d.Perm)
 	dst = appendStr8(dst, d.Origin)
 	dst = appendStr16(dst, d.Tag)
-	dst = binary.BigEndian.AppendUint16(dst, uint16(len(d.Subs)))
+	dst = binary.BigEndian.AppendUint16(dst, uint16(len(d.Subs))) //nolint:gosec // G115: a subscriber's subscriptions are bounded by the protocol's uint16 count
 	for _, s := range d.Subs {
 		dst = binary.BigEndian.AppendUint32(dst, s)
 	}
-	dst = binary.BigEndian.AppendUint32(dst, uint32(len(d.Data)))
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(d.Data))) //nolint:gosec // G115: Data within MaxData, as for Publish
 	dst = append(dst, d.Data...)
 	dst = binary.BigEndian.AppendUint32(dst, d.PID)
 	return end(dst, at)
@@ -435,7 +436,7 @@ func (r *Reader) Next() (FrameType, []byte, error) {
 	}
 	b, err := r.fill(n)
 	if err != nil {
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
 		return 0, nil, err

@@ -113,7 +113,7 @@ func TestReaderBounds(t *testing.T) {
 	if _, _, err := NewReader(bytes.NewReader(big[:20]), 0).Next(); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("cut: %v", err)
 	}
-	if _, _, err := NewReader(bytes.NewReader(nil), 0).Next(); err != io.EOF {
+	if _, _, err := NewReader(bytes.NewReader(nil), 0).Next(); !errors.Is(err, io.EOF) {
 		t.Fatalf("empty: %v", err)
 	}
 	v2 := AppendHello(nil, Hello{})
