@@ -82,7 +82,7 @@ func checkCacheEntry(path string) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // opened to read: closing loses nothing
 	st, err := f.Stat()
 	if err != nil {
 		return err

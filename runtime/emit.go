@@ -117,7 +117,7 @@ func emitError(i int, code uint32, format string, args ...any) error {
 // were taken, -1 when they were refused (the call then fails with the
 // reason recorded, whatever the guest does next).
 func hostEmit(ctx context.Context, mod api.Module, stack []uint64) {
-	ptr, count := uint32(stack[0]), int32(uint32(stack[1]))
+	ptr, count := api.DecodeU32(stack[0]), api.DecodeI32(stack[1])
 	stack[0] = uint64(uint32(0xFFFFFFFF)) // -1
 	cc, ok := ctx.(*callCtx)
 	if !ok {
@@ -199,7 +199,7 @@ func (st *emitState) write(table, mem, input []byte, maxOut int) (Reason, error)
 				doc = append(doc, ',')
 			}
 			doc = append(doc, '{')
-			st.events = append(st.events, emitRange{lo: int32(len(st.top))})
+			st.events = append(st.events, emitRange{lo: int32(len(st.top))}) //nolint:gosec // G115: counts of operations, which the output limit bounds far below 2^31
 			depth = 1
 			st.first[1] = true
 			continue
@@ -350,7 +350,7 @@ func (st *emitState) note(depth int, c jsonindex.Child, openTop, openNested *int
 		st.sub = append(st.sub, emitRange{})
 		if c.Kind == jsonindex.Object {
 			*openTop = len(st.top) - 1
-			st.sub[*openTop].lo = int32(len(st.nested))
+			st.sub[*openTop].lo = int32(len(st.nested)) //nolint:gosec // G115: counts of operations, which the output limit bounds far below 2^31
 		}
 	case 2:
 		st.nested = append(st.nested, c)
@@ -364,10 +364,10 @@ func (st *emitState) note(depth int, c jsonindex.Child, openTop, openNested *int
 func (st *emitState) close(depth, end int, openTop, openNested *int) {
 	switch depth {
 	case 1: // an event
-		st.events[len(st.events)-1].hi = int32(len(st.top))
+		st.events[len(st.events)-1].hi = int32(len(st.top)) //nolint:gosec // G115: counts of operations, which the output limit bounds far below 2^31
 	case 2:
 		st.top[*openTop].End = end
-		st.sub[*openTop].hi = int32(len(st.nested))
+		st.sub[*openTop].hi = int32(len(st.nested)) //nolint:gosec // G115: counts of operations, which the output limit bounds far below 2^31
 	case 3:
 		st.nested[*openNested].End = end
 	}

@@ -346,7 +346,7 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, opts ...Mod
 		_ = cm.Close(ctx)
 		return nil, invalid("%v", err)
 	}
-	mf, err := inst.readManifest(ctx)
+	mf, err := inst.readManifest()
 	if err != nil {
 		inst.close()
 		_ = cm.Close(ctx)

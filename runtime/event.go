@@ -181,7 +181,7 @@ func keyOf(k *ledger.Keys, req int) *ledger.Span {
 // spanOf is the span of the content of the string that ends dst (its
 // closing quote last), from its opening quote at open, relative to begin.
 func spanOf(dst []byte, begin, open int) ledger.Span {
-	return ledger.Span{Start: uint32(open + 1 - begin), End: uint32(len(dst) - 1 - begin)}
+	return ledger.Span{Start: uint32(open + 1 - begin), End: uint32(len(dst) - 1 - begin)} //nolint:gosec // G115: offsets within one event, which the output limit bounds far below 4 GiB
 }
 
 // write appends the event at path of x (an object) to dst, checked against
@@ -305,7 +305,7 @@ func (w *eventWriter) writeMembers(dst, doc []byte, members []jsonindex.Child, a
 	if !wroteAttrs {
 		dst = append(dst, `"attributes":{},`...)
 	}
-	at := uint32(len(dst) - begin)
+	at := uint32(len(dst) - begin) //nolint:gosec // G115: an offset within one event, which the output limit bounds far below 4 GiB
 	keys.Exchange = ledger.Span{Start: at + src.exchange.Start, End: at + src.exchange.End}
 	dst = append(dst, src.b...)
 	return append(dst, '}'), nil
@@ -393,7 +393,7 @@ func (w *eventWriter) writeAttributes(dst, doc []byte, drops *Drops) []byte {
 
 // checkAttribute checks one attribute's value.
 func (w *eventWriter) checkAttribute(doc []byte, name []byte, a jsonindex.Child) contract.Violation {
-	n := unsafe.String(unsafe.SliceData(name), len(name)) // read only: no copy
+	n := unsafe.String(unsafe.SliceData(name), len(name)) //nolint:gosec // G103: read only, and only while name is: no copy
 	switch a.Kind {
 	case jsonindex.Null:
 		return contract.Null
@@ -524,7 +524,7 @@ func (c *CanonicalWriter) Write(x *jsonindex.Index, src Source, mapper string) (
 	ev, err = c.w.write(nil, x, nil, c.src, ids, 0, &dropped, &c.keys)
 	if err != nil {
 		c.keys = ledger.Keys{}
-		return nil, dropped, fmt.Errorf("%w: %v", ErrInvalidEvent, err)
+		return nil, dropped, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
 	}
 	return ev, dropped, nil
 }

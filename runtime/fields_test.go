@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -44,7 +45,7 @@ func TestFieldsImport(t *testing.T) {
 		// Input that is not an object: every path answers missing, so the
 		// module finds no event_type and answers its error.
 		_, err = m.Map(context.Background(), index(t, `"just a string"`), src)
-		if me, ok := err.(*runtime.MapError); !ok || me.Reason != runtime.ReasonGuestError {
+		if me := (*runtime.MapError)(nil); !errors.As(err, &me) || me.Reason != runtime.ReasonGuestError {
 			t.Fatalf("non-object input: %v, want the module's guest error", err)
 		}
 	}

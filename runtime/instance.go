@@ -151,7 +151,7 @@ func (m *Module) newInstance(ctx context.Context, guarded bool) (*instance, erro
 		if _, err := init.Call(ictx); err != nil {
 			_ = mod.Close(ctx)
 			if inst.oom.Load() {
-				return nil, fmt.Errorf("_initialize: %w: %v", errMemory, err)
+				return nil, fmt.Errorf("_initialize: %w: %w", errMemory, err)
 			}
 			return nil, fmt.Errorf("_initialize: %w", err)
 		}
@@ -161,7 +161,7 @@ func (m *Module) newInstance(ctx context.Context, guarded bool) (*instance, erro
 		if !m.e.cfg.OverrunEndsProcess {
 			inst.calls = make(chan api.Function)
 			inst.results = make(chan error, 1)
-			go inst.run()
+			go inst.run() //nolint:gosec // G118: the instance's own goroutine lives as long as the instance, past any one call
 		}
 	}
 	m.e.track(inst)
@@ -231,8 +231,7 @@ func (inst *instance) guestCall(fn api.Function) error {
 	inst.m.e.abandoned.Add(1)
 	// Wait for a host call in progress; any later one stops the guest.
 	inst.hostMu.Lock()
-	//lint:ignore SA2001 an empty critical section: a barrier for host calls in progress
-	inst.hostMu.Unlock()
+	inst.hostMu.Unlock() //nolint:staticcheck // SA2001: an empty critical section, a barrier for the host calls in progress
 	return errAbandoned
 }
 
@@ -286,7 +285,7 @@ func (inst *instance) close() {
 	}
 }
 
-func (inst *instance) readManifest(ctx context.Context) (Manifest, error) {
+func (inst *instance) readManifest() (Manifest, error) {
 	fn := inst.mod.ExportedFunction("tally_manifest")
 	inst.beginClock(int64(initTimeout), nil)
 	d := inst.m.e.clock() + int64(initTimeout)
@@ -297,9 +296,9 @@ func (inst *instance) readManifest(ctx context.Context) (Manifest, error) {
 		err = errors.New("deadline passed")
 	}
 	if err != nil {
-		return Manifest{}, fmt.Errorf("tally_manifest failed: %v", err)
+		return Manifest{}, fmt.Errorf("tally_manifest failed: %w", err)
 	}
-	ptr, n := uint32(inst.stack[0]>>32), uint32(inst.stack[0])
+	ptr, n := api.DecodeU32(inst.stack[0]>>32), api.DecodeU32(inst.stack[0])
 	b, ok := inst.mem.Read(ptr, n)
 	if !ok {
 		return Manifest{}, fmt.Errorf("tally_manifest answered bytes [%d,+%d) outside memory of %d bytes", ptr, n, inst.mem.Size())
@@ -395,7 +394,7 @@ func (inst *instance) invokeHere(input []byte) (ptr, n uint32, reason Reason, er
 		if err := inst.alloc.CallWithStack(&inst.cc, inst.stack[:]); err != nil {
 			return 0, 0, inst.classify(err), fmt.Errorf("tally_alloc: %w", err)
 		}
-		inPtr = uint32(inst.stack[0])
+		inPtr = api.DecodeU32(inst.stack[0])
 		if inPtr == 0 {
 			return 0, 0, ReasonMemory, fmt.Errorf("tally_alloc(%d) returned 0", len(input))
 		}
@@ -419,7 +418,7 @@ func (inst *instance) invokeHere(input []byte) (ptr, n uint32, reason Reason, er
 		return 0, 0, inst.classify(err), fmt.Errorf("tally_map: %w", err)
 	}
 	r := inst.stack[0]
-	return uint32(r >> 32), uint32(r), "", nil
+	return api.DecodeU32(r >> 32), api.DecodeU32(r), "", nil
 }
 
 // classify names the reason of an error returned by a call into the guest.
@@ -522,7 +521,7 @@ func (inst *instance) collect(in *jsonindex.Index, src Source, n int, emitted *e
 		if err != nil {
 			inst.buf, inst.ends, inst.keys = buf[:0], ends[:0], keys[:0]
 			if reason == ReasonInvalidEvent {
-				return Result{}, reason, fmt.Errorf("%w: event %d: %v", ErrInvalidEvent, i, err)
+				return Result{}, reason, fmt.Errorf("%w: event %d: %w", ErrInvalidEvent, i, err)
 			}
 			return Result{}, reason, err
 		}
@@ -653,15 +652,15 @@ func hostLog(ctx context.Context, mod api.Module, stack []uint64) {
 		return
 	}
 	cc.abortIfExpired()
-	b, ok := mod.Memory().Read(uint32(stack[1]), uint32(stack[2]))
+	b, ok := mod.Memory().Read(api.DecodeU32(stack[1]), api.DecodeU32(stack[2]))
 	if !ok {
 		return
 	}
-	cc.inst.m.glog.write(abiLevel(int32(uint32(stack[0]))), "log", b)
+	cc.inst.m.glog.write(abiLevel(api.DecodeI32(stack[0])), "log", b)
 }
 
 func hostField(ctx context.Context, mod api.Module, stack []uint64) {
-	ptr, n := uint32(stack[0]), uint32(stack[1])
+	ptr, n := api.DecodeU32(stack[0]), api.DecodeU32(stack[1])
 	stack[0] = 0 // missing
 	cc, ok := ctx.(*callCtx)
 	if !ok || cc.inst.in == nil {
@@ -696,7 +695,7 @@ const fieldsChunk = 256
 // are looked up together (jsonindex.LookupMany), a chunk at a time: every
 // pair and path of a chunk is read before any of its results is written.
 func hostFields(ctx context.Context, mod api.Module, stack []uint64) {
-	ptr, count, outPtr := uint32(stack[0]), int32(uint32(stack[1])), uint32(stack[2])
+	ptr, count, outPtr := api.DecodeU32(stack[0]), api.DecodeI32(stack[1]), api.DecodeU32(stack[2])
 	stack[0] = uint64(uint32(0xFFFFFFFF)) // -1
 	cc, ok := ctx.(*callCtx)
 	if !ok || count < 0 || count > maxFields {

@@ -283,7 +283,7 @@ func attributeName(key string) bool {
 
 // bytesOf returns s's bytes without copying, for the contract's checks,
 // which only read them.
-func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) } //nolint:gosec // G103: read only, while s lives
 
 // endOfString returns the index of the closing quote of a string whose
 // content starts at i, and whether the content has no escape.
@@ -363,7 +363,7 @@ func hasByte(b []byte, c byte) bool {
 }
 
 // str views b as a string without copying; valid while b is.
-func str(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+func str(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) } //nolint:gosec // G103: valid while b is, and b is not written meanwhile
 
 // mapText maps a STRING message of key=value pairs.
 func mapText(msg, tag, at sdk.Value, out *sdk.Output) {

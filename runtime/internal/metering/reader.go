@@ -58,7 +58,7 @@ func (r *reader) uleb(bits uint) (uint64, error) {
 
 func (r *reader) u32() (uint32, error) {
 	v, err := r.uleb(32)
-	return uint32(v), err
+	return uint32(v), err //nolint:gosec // G115: uleb(32) refuses a value of more than 32 bits
 }
 
 // sleb skips a signed LEB128 of at most bits bits (the pass never needs the
