@@ -31,6 +31,14 @@
 //	  br 1                  ;; to the loop the charge heads
 //	end
 //
+// A function whose prologue runs straight into a loop (only variable,
+// memory, constant and numeric instructions and block openers before it: no
+// branch, call or return) gets no charge at its entry: the loop's charge,
+// made on every entry before anything but the prologue runs, pays for the
+// entry's level too (its instructions are added to the loop's cost). That
+// is how Go's wasm port compiles every function, and it saves one charge a
+// call (version 4).
+//
 // At a function's entry, and at a loop whose block type is a type index
 // (whose parameters a branch would have to supply), the charge is wrapped
 // in a loop of its own for that branch (loop ... end). The if's body never
