@@ -171,7 +171,7 @@ func (x *Index) parseQuoted(src []byte, i int, d []byte) (end, j int, err error)
 			}
 			nodes = append(nodes, node{kind: k, keyEsc: keyEsc, key0: key0, key1: key1, start: off32(j)})
 			stack = append(stack, idx)
-			d[j] = byte(c) //nolint:gosec // c is '{' or '[' here
+			d[j] = byte(c)
 			i, j = i+w, j+1
 			if i+1 >= n || src[i] != '\\' || src[i+1] != '"' { // not a string: perhaps the closer
 				i, j = qSkipWS(src, i, d, j)
