@@ -66,7 +66,7 @@ func (m *Message) Raw() []byte { return m.raw }
 // needs escaping.
 func Text(s string) Value {
 	if jsonstr.Plain(s) {
-		return Value{kind: String, raw: unsafe.Slice(unsafe.StringData(s), len(s))}
+		return Value{kind: String, raw: unsafe.Slice(unsafe.StringData(s), len(s))} //nolint:gosec // zero-copy view of s's bytes: the package only reads raw, and Raw's callers must not change it
 	}
 	return Value{kind: String, raw: jsonstr.AppendEscaped(nil, s)}
 }
@@ -78,7 +78,9 @@ func (v Value) Kind() Kind { return v.kind }
 func (v Value) Exists() bool { return v.kind != Missing && v.kind != Null }
 
 // Raw returns the bytes of v in the input: for a string the characters
-// between the quotes, still JSON-escaped; otherwise the JSON text.
+// between the quotes, still JSON-escaped; otherwise the JSON text. The
+// bytes must not be changed: they are the input's, or those of the string
+// given to Text.
 func (v Value) Raw() []byte { return v.raw }
 
 // Equal reports whether v is a string whose text, as a JSON reader decodes
@@ -162,7 +164,7 @@ func (v Value) Int() (int64, bool) {
 	if n, ok := parseInt(b); ok {
 		return n, true
 	}
-	f, err := strconv.ParseFloat(unsafe.String(unsafe.SliceData(b), len(b)), 64)
+	f, err := strconv.ParseFloat(unsafe.String(unsafe.SliceData(b), len(b)), 64) //nolint:gosec // zero-copy view of v's bytes for the call only; ParseFloat keeps no reference (its error holds a copy)
 	if err != nil || f != math.Trunc(f) || f < -(1<<63) || f >= 1<<63 {
 		return 0, false
 	}
@@ -175,7 +177,7 @@ func (v Value) Float() (float64, bool) {
 	if !ok {
 		return 0, false
 	}
-	f, err := strconv.ParseFloat(unsafe.String(unsafe.SliceData(b), len(b)), 64)
+	f, err := strconv.ParseFloat(unsafe.String(unsafe.SliceData(b), len(b)), 64) //nolint:gosec // zero-copy view of v's bytes for the call only; ParseFloat keeps no reference (its error holds a copy)
 	if err != nil {
 		return 0, false
 	}

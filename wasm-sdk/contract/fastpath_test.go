@@ -8,33 +8,27 @@ import (
 	"unicode/utf8"
 )
 
-// checkTextBytewise is checkText without the eight-byte fast path: the
-// reference the fast path must agree with.
-func checkTextBytewise(s []byte, maxBytes int, breaks bool) Violation {
+// checkTextRunewise is checkText written one character at a time, without
+// the eight-byte fast path or a separate ASCII branch: the reference the fast
+// path must agree with.
+func checkTextRunewise(s []byte, maxBytes int, breaks bool) Violation {
 	if len(s) > maxBytes {
 		return TooLong
 	}
 	blank := true
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c < 0x20 && !(breaks && (c == '\t' || c == '\n' || c == '\r')) || c == 0x7f {
-				return NotPrintable
-			}
-			if c > ' ' {
-				blank = false
-			}
-			i++
-			continue
-		}
-		r, n := utf8.DecodeRune(s[i:])
-		if r == utf8.RuneError && n == 1 || r >= 0x80 && r < 0xa0 {
+	for len(s) > 0 {
+		r, n := utf8.DecodeRune(s)
+		s = s[n:]
+		switch {
+		case r == utf8.RuneError && n == 1: // not UTF-8
 			return NotPrintable
-		}
-		if !isSpace(r) {
+		case r < 0x20 && !(breaks && (r == '\t' || r == '\n' || r == '\r')):
+			return NotPrintable // C0, breaks unless allowed
+		case r >= 0x7f && r < 0xa0: // DEL, C1
+			return NotPrintable
+		case r > ' ' && !isSpace(r):
 			blank = false
 		}
-		i += n
 	}
 	if blank {
 		return Blank
@@ -42,7 +36,7 @@ func checkTextBytewise(s []byte, maxBytes int, breaks bool) Violation {
 	return OK
 }
 
-// TestCheckTextWordAtATime: the fast path agrees with the byte loop for
+// TestCheckTextWordAtATime: the fast path agrees with the reference for
 // every byte at every place of a printable text and of a text of spaces, and
 // for 200,000 random
 // texts drawn from the bytes that matter (the edges of the printable range,
@@ -60,7 +54,7 @@ func TestCheckTextWordAtATime(t *testing.T) {
 						}
 					}
 					s[at] = byte(c % 256)
-					if got, want := checkText(s, 255, breaks), checkTextBytewise(s, 255, breaks); got != want {
+					if got, want := checkText(s, 255, breaks), checkTextRunewise(s, 255, breaks); got != want {
 						t.Fatalf("%q (breaks %v): %v, want %v", s, breaks, got, want)
 					}
 				}
@@ -79,7 +73,7 @@ func TestCheckTextWordAtATime(t *testing.T) {
 			}
 		}
 		breaks := r.IntN(2) == 0
-		if got, want := checkText(s, 255, breaks), checkTextBytewise(s, 255, breaks); got != want {
+		if got, want := checkText(s, 255, breaks), checkTextRunewise(s, 255, breaks); got != want {
 			t.Fatalf("%q (breaks %v): %v, want %v", s, breaks, got, want)
 		}
 	}

@@ -41,6 +41,16 @@ const MaxDepth = 256
 // maxInput is the largest input Parse indexes (offsets are stored as int32).
 const maxInput = math.MaxInt32
 
+// off32 converts an offset into the bytes being indexed, or a count of
+// nodes, to the int32 a node stores it in. Parse and ParseQuoted refuse more
+// than maxInput bytes (math.MaxInt32); an offset is at most the length of
+// the bytes indexed (ParseQuoted's decoded bytes are never more than the
+// escaped ones), and each node starts at a byte of its own, so there are
+// never more nodes than bytes: every value converted fits.
+func off32(i int) int32 {
+	return int32(i) //nolint:gosec // at most maxInput, as above
+}
+
 // node is one value of the document. Spans are byte offsets into the input.
 type node struct {
 	kind   Kind
@@ -173,7 +183,7 @@ func (x *Index) parse(src []byte) error {
 		if i >= n {
 			return syntaxErr(i, "unexpected end of input")
 		}
-		idx := int32(len(nodes))
+		idx := off32(len(nodes))
 		switch c := src[i]; c {
 		case '{', '[':
 			if len(stack) >= MaxDepth {
@@ -184,12 +194,12 @@ func (x *Index) parse(src []byte) error {
 			if c == '[' {
 				k, closer = Array, ']'
 			}
-			nodes = append(nodes, node{kind: k, keyEsc: keyEsc, key0: key0, key1: key1, start: int32(i)})
+			nodes = append(nodes, node{kind: k, keyEsc: keyEsc, key0: key0, key1: key1, start: off32(i)})
 			stack = append(stack, idx)
 			i = skipWS(src, i+1)
 			if i < n && src[i] == closer {
-				nodes[idx].end = int32(i + 1)
-				nodes[idx].next = int32(len(nodes))
+				nodes[idx].end = off32(i + 1)
+				nodes[idx].next = off32(len(nodes))
 				stack = stack[:len(stack)-1]
 				i++
 				break // to after-value
@@ -214,32 +224,32 @@ func (x *Index) parse(src []byte) error {
 			} else if end, _, err = scanString(src, i+1); err != nil {
 				return err
 			}
-			nodes = append(nodes, node{kind: String, keyEsc: keyEsc, key0: key0, key1: key1, start: int32(i + 1), end: int32(end), next: idx + 1})
+			nodes = append(nodes, node{kind: String, keyEsc: keyEsc, key0: key0, key1: key1, start: off32(i + 1), end: off32(end), next: idx + 1})
 			i = end + 1
 		case 't':
 			if !hasLit(src, i, "true") {
 				return syntaxErr(i, "invalid literal")
 			}
-			nodes = append(nodes, node{kind: True, keyEsc: keyEsc, key0: key0, key1: key1, start: int32(i), end: int32(i + 4), next: idx + 1})
+			nodes = append(nodes, node{kind: True, keyEsc: keyEsc, key0: key0, key1: key1, start: off32(i), end: off32(i + 4), next: idx + 1})
 			i += 4
 		case 'f':
 			if !hasLit(src, i, "false") {
 				return syntaxErr(i, "invalid literal")
 			}
-			nodes = append(nodes, node{kind: False, keyEsc: keyEsc, key0: key0, key1: key1, start: int32(i), end: int32(i + 5), next: idx + 1})
+			nodes = append(nodes, node{kind: False, keyEsc: keyEsc, key0: key0, key1: key1, start: off32(i), end: off32(i + 5), next: idx + 1})
 			i += 5
 		case 'n':
 			if !hasLit(src, i, "null") {
 				return syntaxErr(i, "invalid literal")
 			}
-			nodes = append(nodes, node{kind: Null, keyEsc: keyEsc, key0: key0, key1: key1, start: int32(i), end: int32(i + 4), next: idx + 1})
+			nodes = append(nodes, node{kind: Null, keyEsc: keyEsc, key0: key0, key1: key1, start: off32(i), end: off32(i + 4), next: idx + 1})
 			i += 4
 		default:
 			end, ok := scanNumber(src, i)
 			if !ok {
 				return syntaxErr(i, "invalid value")
 			}
-			nodes = append(nodes, node{kind: Number, keyEsc: keyEsc, key0: key0, key1: key1, start: int32(i), end: int32(end), next: idx + 1})
+			nodes = append(nodes, node{kind: Number, keyEsc: keyEsc, key0: key0, key1: key1, start: off32(i), end: off32(end), next: idx + 1})
 			i = end
 		}
 
@@ -271,8 +281,8 @@ func (x *Index) parse(src []byte) error {
 				break
 			}
 			if (c == '}' && nodes[top].kind == Object) || (c == ']' && nodes[top].kind == Array) {
-				nodes[top].end = int32(i + 1)
-				nodes[top].next = int32(len(nodes))
+				nodes[top].end = off32(i + 1)
+				nodes[top].next = off32(len(nodes))
 				stack = stack[:len(stack)-1]
 				i++
 				continue
@@ -296,7 +306,7 @@ func parseKey(src []byte, i int) (next int, k0, k1 int32, esc bool, err error) {
 	if j >= len(src) || src[j] != ':' {
 		return 0, 0, 0, false, syntaxErr(j, "expected ':'")
 	}
-	return skipWS(src, j+1), int32(i + 1), int32(end), esc, nil
+	return skipWS(src, j+1), off32(i + 1), off32(end), esc, nil
 }
 
 // scanString validates string content starting at i (after the opening quote)

@@ -254,7 +254,7 @@ func hex4(raw []byte, i int) (rune, bool) {
 		if v < 0 {
 			return 0, false
 		}
-		r = r<<4 | rune(v)
+		r = r<<4 | rune(v) //nolint:gosec // v is a hex digit's value, 0 to 15 (v < 0 returned above)
 	}
 	return r, true
 }

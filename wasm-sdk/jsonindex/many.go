@@ -68,7 +68,7 @@ func (x *Index) LookupMany(paths [][]byte, out []Span) {
 			continue
 		}
 		items = append(items, manyItem{p: p, i: int32(i), next: head})
-		head = int32(len(items))
+		head = int32(len(items)) //nolint:gosec // at most len(paths); 2^31 slice headers (48 GiB) are beyond a wasm32 guest's 4 GiB memory
 	}
 	m.items = items
 	if head != 0 {
@@ -115,7 +115,7 @@ func (x *Index) resolveMany(cur int32, head int32, out []Span) {
 		if bytes.IndexByte(p[pos:q], '\\') >= 0 {
 			q, esc = segmentEnd(p, pos)
 		}
-		it.end = int32(q)
+		it.end = int32(q) //nolint:gosec // q <= len(p); LookupMany takes each path to be shorter than 2 GiB and does not check it
 		raw := p[pos:q]
 		name := raw
 		if esc {
@@ -269,7 +269,7 @@ func (x *Index) resolveEach(cur int32, slotHead []int32, rest int32, out []Span)
 // length and first and last bytes. A bucket holds distinct names only, at
 // most maxWanted of them.
 func nameBucket(name []byte) uint8 {
-	h := uint32(len(name))
+	h := uint32(len(name)) //nolint:gosec // a hash: the length modulo 2^32 is all it wants
 	if len(name) > 0 {
 		h |= uint32(name[0])<<8 | uint32(name[len(name)-1])<<16
 	}

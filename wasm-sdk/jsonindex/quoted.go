@@ -157,7 +157,7 @@ func (x *Index) parseQuoted(src []byte, i int, d []byte) (end, j int, err error)
 			i, j = qSkipWS(src, i, d, j)
 			c, w = qPeek(src, i)
 		}
-		idx := int32(len(nodes))
+		idx := off32(len(nodes))
 		switch c {
 		case '{', '[':
 			if len(stack) >= MaxDepth {
@@ -169,17 +169,17 @@ func (x *Index) parseQuoted(src []byte, i int, d []byte) (end, j int, err error)
 			if c == '[' {
 				k, closer = Array, ']'
 			}
-			nodes = append(nodes, node{kind: k, keyEsc: keyEsc, key0: key0, key1: key1, start: int32(j)})
+			nodes = append(nodes, node{kind: k, keyEsc: keyEsc, key0: key0, key1: key1, start: off32(j)})
 			stack = append(stack, idx)
 			d[j] = byte(c)
 			i, j = i+w, j+1
 			if i+1 >= n || src[i] != '\\' || src[i+1] != '"' { // not a string: perhaps the closer
 				i, j = qSkipWS(src, i, d, j)
 				if c, w := qPeek(src, i); c == closer {
-					d[j] = byte(c)
+					d[j] = byte(c) //nolint:gosec // c is closer, '}' or ']'
 					i, j = i+w, j+1
-					nodes[idx].end = int32(j)
-					nodes[idx].next = int32(len(nodes))
+					nodes[idx].end = off32(j)
+					nodes[idx].next = off32(len(nodes))
 					stack = stack[:len(stack)-1]
 					break // to after-value
 				}
@@ -200,7 +200,7 @@ func (x *Index) parseQuoted(src []byte, i int, d []byte) (end, j int, err error)
 				end, err = qFail(src, i, docErr(j, "invalid string"))
 				return end, j, err
 			}
-			nodes = append(nodes, node{kind: String, keyEsc: keyEsc, key0: key0, key1: key1, start: int32(start), end: int32(j - 1), next: idx + 1})
+			nodes = append(nodes, node{kind: String, keyEsc: keyEsc, key0: key0, key1: key1, start: off32(start), end: off32(j - 1), next: idx + 1})
 		case 't', 'f', 'n':
 			lit, k := "true", True
 			if c == 'f' {
@@ -213,14 +213,14 @@ func (x *Index) parseQuoted(src []byte, i int, d []byte) (end, j int, err error)
 				end, err = qFail(src, i, docErr(j, "invalid literal"))
 				return end, j, err
 			}
-			nodes = append(nodes, node{kind: k, keyEsc: keyEsc, key0: key0, key1: key1, start: int32(start), end: int32(j), next: idx + 1})
+			nodes = append(nodes, node{kind: k, keyEsc: keyEsc, key0: key0, key1: key1, start: off32(start), end: off32(j), next: idx + 1})
 		default:
 			start := j
 			if i, j, ok = qNumber(src, i, d, j); !ok {
 				end, err = qFail(src, i, docErr(j, "invalid value"))
 				return end, j, err
 			}
-			nodes = append(nodes, node{kind: Number, keyEsc: keyEsc, key0: key0, key1: key1, start: int32(start), end: int32(j), next: idx + 1})
+			nodes = append(nodes, node{kind: Number, keyEsc: keyEsc, key0: key0, key1: key1, start: off32(start), end: off32(j), next: idx + 1})
 		}
 
 		// After a value: close containers or move to the next element.
@@ -257,8 +257,8 @@ func (x *Index) parseQuoted(src []byte, i int, d []byte) (end, j int, err error)
 			if (c == '}' && nodes[top].kind == Object) || (c == ']' && nodes[top].kind == Array) {
 				d[j] = byte(c)
 				i, j = i+w, j+1
-				nodes[top].end = int32(j)
-				nodes[top].next = int32(len(nodes))
+				nodes[top].end = off32(j)
+				nodes[top].next = off32(len(nodes))
 				stack = stack[:len(stack)-1]
 				continue
 			}
@@ -311,10 +311,10 @@ func qKey(src []byte, i int, d []byte, j int) (ni, nj int, k0, k1 int32, esc, ok
 	if i, j, esc, ok = qString(src, i+w, d, start); !ok {
 		return i, j, 0, 0, false, false
 	}
-	k1 = int32(j - 1)
+	k1 = off32(j - 1)
 	if i+1 < n && src[i] == ':' && src[i+1] == ' ' { // json.dumps's separator
 		d[j], d[j+1] = ':', ' '
-		return i + 2, j + 2, int32(start), k1, esc, true
+		return i + 2, j + 2, off32(start), k1, esc, true
 	}
 	i, j = qSkipWS(src, i, d, j)
 	c, w := qPeek(src, i)
@@ -322,7 +322,7 @@ func qKey(src []byte, i int, d []byte, j int) (ni, nj int, k0, k1 int32, esc, ok
 		return i, j, 0, 0, false, false
 	}
 	d[j] = ':'
-	return i + w, j + 1, int32(start), k1, esc, true
+	return i + w, j + 1, off32(start), k1, esc, true
 }
 
 // qString reads a string of the document whose opening quote is read,
@@ -419,10 +419,10 @@ func qEscape(src []byte, i int, d []byte, j int) (ni, nj int, ok bool) {
 		i, j = i+w, j+1
 		for range 4 {
 			c, w := qPeek(src, i)
-			if c >= 0x80 || hexVal(byte(c)) < 0 {
+			if c >= 0x80 || hexVal(byte(c)) < 0 { //nolint:gosec // c < 0x80 when byte(c) is taken
 				return i, j, false
 			}
-			d[j] = byte(c)
+			d[j] = byte(c) //nolint:gosec // c < 0x80, checked above
 			i, j = i+w, j+1
 		}
 		return i, j, true
@@ -451,7 +451,7 @@ func qLit(src []byte, i int, d []byte, j int, lit string) (ni, nj int, ok bool) 
 func qNumber(src []byte, i int, d []byte, j int) (ni, nj int, ok bool) {
 	c, w := qPeek(src, i)
 	next := func() {
-		d[j] = byte(c)
+		d[j] = byte(c) //nolint:gosec // every caller has checked c is one of -+.eE0-9
 		i, j = i+w, j+1
 		c, w = qPeek(src, i)
 	}

@@ -57,7 +57,7 @@ func member[P string | []byte](x *Index, cur int32, seg P, esc bool) (int32, boo
 func scanMembers[P string | []byte](x *Index, cur int32, seg P, esc bool, limit int) (found int32, done bool) {
 	nodes, src := x.nodes, x.src
 	nd := &nodes[cur]
-	n := int32(len(seg))
+	n := int32(len(seg)) //nolint:gosec // a quick filter only: the string comparison after it decides a match, so a length cut modulo 2^32 finds none
 	found, count := -1, 0
 	for c := cur + 1; c < nd.next; c = nodes[c].next {
 		if count++; count == limit+1 && x.buildMembers(cur) {
@@ -95,7 +95,7 @@ func findMember[P string | []byte](x *Index, off int32, seg P, esc bool) (int32,
 	h := maphash.Bytes(x.seed, name)
 	tabs := x.tabs[off:]
 	mask, tag := uint32(tabs[0]), int32(uint32(h>>32))
-	for i := uint32(h) & mask; ; i = (i + 1) & mask {
+	for i := uint32(h) & mask; ; i = (i + 1) & mask { //nolint:gosec // the hash's low 32 bits, cut on purpose, pick the first slot
 		c := tabs[1+2*i]
 		if c == 0 {
 			return 0, false
@@ -128,12 +128,12 @@ func (x *Index) buildMembers(cur int32) bool {
 		x.seed, x.seeded = maphash.MakeSeed(), true
 	}
 	tabs := x.tabs[off:]
-	mask := uint32(size - 1)
+	mask := uint32(size - 1) //nolint:gosec // grow(1 + 2*size) succeeded, so size < 2^30
 	tabs[0] = int32(mask)
 	for c := cur + 1; c < nd.next; c = nodes[c].next {
 		h, name := x.memberHash(c)
 		tag := int32(uint32(h >> 32))
-		for i := uint32(h) & mask; ; i = (i + 1) & mask {
+		for i := uint32(h) & mask; ; i = (i + 1) & mask { //nolint:gosec // the hash's low 32 bits, cut on purpose, pick the first slot
 			s := 1 + 2*i
 			if tabs[s] == 0 {
 				tabs[s], tabs[s+1] = c+1, tag
@@ -214,7 +214,7 @@ func (x *Index) setTable(cur int32, off int) {
 		clear(x.tabOf)
 		x.tabsOn = true
 	}
-	x.tabOf[cur] = int32(off) + 1
+	x.tabOf[cur] = int32(off) + 1 //nolint:gosec // off comes from grow, which keeps off+1 <= math.MaxInt32
 }
 
 // grow appends n zeroed entries to the tables and answers the offset of the

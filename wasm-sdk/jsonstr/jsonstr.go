@@ -37,7 +37,7 @@ const (
 
 // load8 reads 8 bytes of s at i (i+8 <= len(s)): one i64.load in wasm.
 func load8(s string, i int) uint64 {
-	return *(*uint64)(unsafe.Add(unsafe.Pointer(unsafe.StringData(s)), i))
+	return *(*uint64)(unsafe.Add(unsafe.Pointer(unsafe.StringData(s)), i)) //nolint:gosec // word-at-a-time read inside s (i+8 <= len(s)); unaligned loads are allowed on wasm and amd64
 }
 
 // plain8 reports whether none of the 8 bytes in x needs attention in a JSON
@@ -135,7 +135,7 @@ func AppendEscaped(dst []byte, s string) []byte {
 
 // AppendEscapedBytes is AppendEscaped for a byte slice, without a copy.
 func AppendEscapedBytes(dst, b []byte) []byte {
-	return AppendEscaped(dst, unsafe.String(unsafe.SliceData(b), len(b)))
+	return AppendEscaped(dst, unsafe.String(unsafe.SliceData(b), len(b))) //nolint:gosec // zero-copy view of b for the call only; AppendEscaped copies what it keeps into dst
 }
 
 // AppendQuoted appends s as a JSON string with its quotes.
@@ -147,14 +147,14 @@ func AppendQuoted(dst []byte, s string) []byte {
 
 // AppendQuotedBytes is AppendQuoted for a byte slice, without a copy.
 func AppendQuotedBytes(dst, b []byte) []byte {
-	return AppendQuoted(dst, unsafe.String(unsafe.SliceData(b), len(b)))
+	return AppendQuoted(dst, unsafe.String(unsafe.SliceData(b), len(b))) //nolint:gosec // zero-copy view of b for the call only; AppendQuoted copies what it keeps into dst
 }
 
 // CleanRaw reports whether raw, the content of a string of a JSON document
 // already validated (its escapes well formed, no bare quote), can be copied
 // into another JSON string unchanged: no control bytes and valid UTF-8.
 func CleanRaw(raw []byte) bool {
-	s := unsafe.String(unsafe.SliceData(raw), len(raw))
+	s := unsafe.String(unsafe.SliceData(raw), len(raw)) //nolint:gosec // zero-copy view of raw, read only during this call and not kept
 	i := 0
 	for ; i+8 <= len(s); i += 8 {
 		// Raw spans of valid JSON hold no bare quote and only valid escapes,

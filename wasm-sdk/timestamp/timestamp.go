@@ -104,6 +104,10 @@ func General(dst, s []byte) ([]byte, bool) {
 			return dst, false
 		}
 	}
+	// Each byte is '0' plus a digit, 0 to 9: year is 0 to 9999 (four digits,
+	// or checked after the shift), month 1 to 12, day 1 to 31, hour 0 to 23,
+	// minute and sec 0 to 59, all checked above.
+	//nolint:gosec // every conversion is of '0' plus a digit, as above
 	dst = append(dst,
 		byte('0'+year/1000), byte('0'+year/100%10), byte('0'+year/10%10), byte('0'+year%10), '-',
 		byte('0'+month/10), byte('0'+month%10), '-',

@@ -66,5 +66,5 @@ func Log(level int32, msg string) {
 	b = append(b, ": "...)
 	b = append(b, msg...)
 	b = append(b, '\n')
-	os.Stderr.Write(b)
+	_, _ = os.Stderr.Write(b) // a log line that standard error refuses has nowhere else to go
 }
