@@ -7,8 +7,10 @@ import "unicode/utf8"
 // characters between the quotes, still escaped; for any other kind the JSON text
 // of the value. Of members with the same name the last one is answered. A path
 // that does not resolve, or any path when the Index is not Valid, yields
-// Missing and a zero span. A lookup may build the table of a large container
-// it passes through (see the package documentation, "Cost").
+// Missing and a zero span, and so does a path of more than maxInput bytes
+// (math.MaxInt32, the most an indexed document holds). A lookup may build
+// the table of a large container it passes through (see the package
+// documentation, "Cost").
 //
 //	var x jsonindex.Index
 //	_ = x.Parse([]byte(`{"payload":{"instance_id":"abc"}}`))
@@ -38,6 +40,9 @@ func resolve[P string | []byte](x *Index, path P) (int32, bool) {
 	}
 	if len(path) == 0 {
 		return 0, true
+	}
+	if len(path) > maxInput {
+		return 0, false
 	}
 	return resolveFrom(x, 0, path, 0)
 }

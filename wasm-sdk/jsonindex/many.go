@@ -67,6 +67,10 @@ func (x *Index) LookupMany(paths [][]byte, out []Span) {
 			out[i] = x.span(0) // the whole document
 			continue
 		}
+		if len(p) > maxInput { // as Lookup: missing (its offsets would not fit an int32)
+			out[i] = Span{}
+			continue
+		}
 		items = append(items, manyItem{p: p, i: int32(i), next: head})
 		head = int32(len(items)) //nolint:gosec // at most len(paths); 2^31 slice headers (48 GiB) are beyond a wasm32 guest's 4 GiB memory
 	}
@@ -115,7 +119,7 @@ func (x *Index) resolveMany(cur int32, head int32, out []Span) {
 		if bytes.IndexByte(p[pos:q], '\\') >= 0 {
 			q, esc = segmentEnd(p, pos)
 		}
-		it.end = int32(q) //nolint:gosec // q <= len(p); LookupMany takes each path to be shorter than 2 GiB and does not check it
+		it.end = int32(q) //nolint:gosec // q <= len(p) <= maxInput: LookupMany answers a longer path missing
 		raw := p[pos:q]
 		name := raw
 		if esc {

@@ -499,3 +499,24 @@ func BenchmarkLookupManyNova(b *testing.B) {
 		})
 	}
 }
+
+// A path longer than an indexed document may be (math.MaxInt32 bytes) answers
+// missing, by LookupMany as by Lookup, and is not read: its offsets would not
+// fit the int32 the walk keeps them in. The path's pages are never touched,
+// so the test costs no memory.
+func TestLookupManyRefusesAPathLongerThanADocument(t *testing.T) {
+	var x Index
+	if err := x.Parse([]byte(`{"a":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	long := make([]byte, maxInput+1)
+	long[0] = 'a' // one page touched
+	out := make([]Span, 2)
+	x.LookupMany([][]byte{long, []byte("a")}, out)
+	if out[0] != (Span{}) || out[1].Kind != Number {
+		t.Fatalf("LookupMany: %+v", out)
+	}
+	if k, _, _ := x.LookupBytes(long); k != Missing {
+		t.Fatalf("LookupBytes: %v", k)
+	}
+}
