@@ -56,7 +56,7 @@ type Config struct {
 	// Budget is the instructions a metered call may run (Wasm
 	// instructions, counted as the pass counts them); default
 	// DefaultBudget. Starting an instance (its start function and
-	// _initialize) may run InitBudgetFactor times as many.
+	// _initialize) may run initBudgetFactor times as many.
 	Budget int64
 }
 
@@ -70,8 +70,8 @@ const (
 	// charged over the fixture corpus, rounded up (docs/performance.md,
 	// "Metering"; TestBuiltinBudget keeps it so).
 	DefaultBudget = 650_000_000
-	// InitBudgetFactor times Budget is the budget of starting an instance.
-	InitBudgetFactor = 100
+	// initBudgetFactor times Budget is the budget of starting an instance.
+	initBudgetFactor = 100
 	// BudgetSlice is the most a metered guest spends before it leaves its
 	// compiled code for Go and comes back (runtime/internal/metering,
 	// "Slices"): a garbage collection that must stop every goroutine waits

@@ -48,7 +48,7 @@ func TestConsumeCommitThenAck(t *testing.T) {
 	// Bindings: <topic>.<priority> for every present exchange, one each, never #.
 	var want []string
 	for _, e := range []string{"nova", "neutron", "openstack"} {
-		for _, p := range Priorities {
+		for _, p := range priorities {
 			want = append(want, e+" notifications."+p)
 		}
 	}
@@ -97,7 +97,7 @@ func TestConsumeCommitThenAck(t *testing.T) {
 	// probe has bound the exchange, the next one is collected.
 	lost := v.osloNotify(t, "glance", 1, "image.upload__ceilometer__1.json")
 	testkit.WaitFor(t, 10*time.Second, "glance bound", func() bool { return testutil.ToFloat64(c.m.missingExchanges) == 0 })
-	for _, p := range Priorities {
+	for _, p := range priorities {
 		id := "glance-" + p
 		v.Publish(t, "glance", "notifications."+p, note(t, id, "image.upload"))
 		wantIDs[id] = true
@@ -312,7 +312,7 @@ func TestRefusedBinding(t *testing.T) {
 	}
 	// The other six bindings stay and carry their notifications.
 	v.Publish(t, "nova", "notifications.error", note(t, "err-1", "compute.instance.exists"))
-	for _, p := range Priorities {
+	for _, p := range priorities {
 		if p != "error" {
 			v.Publish(t, "nova", "notifications."+p, note(t, "ok-"+p, "compute.instance.exists"))
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/tally-billing/tally-openstack-collector/internal/redact"
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
@@ -86,7 +87,7 @@ func TestDumpAgainstBroker(t *testing.T) {
 	for _, l := range lines {
 		byKey[l["exchange"].(string)+" "+l["routing_key"].(string)] = l
 	}
-	if l := byKey["openstack notifications.info"]; l == nil || l["_context_auth_token"] != Redacted || l["event_type"] != "volume.attach.end" {
+	if l := byKey["openstack notifications.info"]; l == nil || l["_context_auth_token"] != redact.Marker || l["event_type"] != "volume.attach.end" {
 		t.Errorf("secrets line: %v", l)
 	}
 	if l := byKey["nova notifications.error"]; l == nil || l["not_json"] != true {

@@ -18,9 +18,9 @@ const (
 	QueueClassic = "classic"
 )
 
-// Priorities are the oslo notification priorities, in the order bindings are
+// priorities are the oslo notification priorities, in the order bindings are
 // made. Each topic is bound once per priority as "<topic>.<priority>".
-var Priorities = []string{"audit", "debug", "info", "warn", "error", "critical", "sample"}
+var priorities = []string{"audit", "debug", "info", "warn", "error", "critical", "sample"}
 
 // Defaults applied by New and Dump to zero fields of Options.
 const (
@@ -226,9 +226,9 @@ func (o *Options) validate() ([]endpoint, error) {
 
 // bindingKeys lists the routing keys bound on every exchange, in order.
 func (o *Options) bindingKeys() []string {
-	keys := make([]string, 0, len(o.Topics)*len(Priorities))
+	keys := make([]string, 0, len(o.Topics)*len(priorities))
 	for _, t := range o.Topics {
-		for _, p := range Priorities {
+		for _, p := range priorities {
 			keys = append(keys, t+"."+p)
 		}
 	}
