@@ -121,7 +121,7 @@ const (
 	// discarded. This is the default: it is the only setting under which an
 	// endless loop can never keep a core.
 	GuardAlways Guard = iota
-	// GuardUntrusted runs the module guarded until it has completed TrustAfter
+	// GuardUntrusted runs the module guarded until it has completed trustAfter
 	// calls, none of which overran a quarter of the deadline, and unguarded
 	// afterwards. An overrun by an unguarded call is detected and logged, and the
 	// module goes back to guarded instances, but that call itself cannot be
@@ -147,9 +147,9 @@ const (
 	GuardWatched
 )
 
-// TrustAfter is the number of well-behaved calls after which a GuardUntrusted
+// trustAfter is the number of well-behaved calls after which a GuardUntrusted
 // module runs unguarded.
-const TrustAfter = 1000
+const trustAfter = 1000
 
 func (g Guard) String() string {
 	switch g {
@@ -188,8 +188,8 @@ func GuardedCall(ctx context.Context) context.Context {
 	return context.WithValue(ctx, guardedCallKey{}, true)
 }
 
-// IsGuardedCall reports whether ctx was made by GuardedCall.
-func IsGuardedCall(ctx context.Context) bool {
+// isGuardedCall reports whether ctx was made by GuardedCall.
+func isGuardedCall(ctx context.Context) bool {
 	v, _ := ctx.Value(guardedCallKey{}).(bool)
 	return v
 }
