@@ -62,7 +62,7 @@ type Config struct {
 
 // Defaults.
 const (
-	DefaultMemoryLimit    = 64 << 20
+	defaultMemoryLimit    = 64 << 20
 	DefaultCallTimeout    = 250 * time.Millisecond
 	DefaultMaxEventBytes  = 64 << 10
 	DefaultMaxOutputBytes = 1 << 20
@@ -86,7 +86,7 @@ const wasmPage = 65536
 
 func (c Config) withDefaults() Config {
 	if c.MemoryLimit == 0 {
-		c.MemoryLimit = DefaultMemoryLimit
+		c.MemoryLimit = defaultMemoryLimit
 	}
 	if c.MemoryLimit < wasmPage {
 		c.MemoryLimit = wasmPage

@@ -28,10 +28,10 @@ func TestDumpAgainstBroker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ch.QueueDeclare(DefaultQueue, true, false, false, false, nil); err != nil {
+	if _, err := ch.QueueDeclare(defaultQueue, true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := ch.QueueBind(DefaultQueue, "notifications.info", "nova", false, nil); err != nil {
+	if err := ch.QueueBind(defaultQueue, "notifications.info", "nova", false, nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -108,7 +108,7 @@ func TestDumpAgainstBroker(t *testing.T) {
 		_, exists := v.QueueState(t, m[1])
 		return !exists
 	})
-	if n, _ := v.QueueState(t, DefaultQueue); n != 1 {
+	if n, _ := v.QueueState(t, defaultQueue); n != 1 {
 		t.Errorf("durable queue holds %d, want its 1 copy", n)
 	}
 }

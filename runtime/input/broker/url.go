@@ -16,8 +16,8 @@ import (
 
 // Default ports of a broker host without one.
 const (
-	DefaultPort    = 5672
-	DefaultTLSPort = 5671
+	defaultPort    = 5672
+	defaultTLSPort = 5671
 )
 
 // TransportURL is a parsed TRANSPORT_URL: the broker hosts in failover order,
@@ -233,9 +233,9 @@ func splitHostPort(e string, useTLS bool) (string, int, error) {
 	if strings.ContainsAny(host, " \t\r\n") {
 		return "", 0, errors.New("a space in the host name")
 	}
-	port := DefaultPort
+	port := defaultPort
 	if useTLS {
-		port = DefaultTLSPort
+		port = defaultTLSPort
 	}
 	if portText != "" {
 		n, err := strconv.Atoi(portText)

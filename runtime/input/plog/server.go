@@ -114,7 +114,7 @@ func New(opts Options) (*Server, error) {
 		opts.Version = "unknown"
 	}
 	if opts.DrainTimeout <= 0 {
-		opts.DrainTimeout = DefaultDrainTimeout
+		opts.DrainTimeout = defaultDrainTimeout
 	}
 	if opts.Environ == nil {
 		opts.Environ = os.Environ
