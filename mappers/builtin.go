@@ -28,10 +28,10 @@ func Builtin() (map[string][]byte, error) {
 	return load(dist, "dist")
 }
 
-// ManifestSuffix ends the file, beside each built-in module in the binary,
+// manifestSuffix ends the file, beside each built-in module in the binary,
 // where the build recorded the module's manifest: nova.wasm's is
 // nova.manifest.json.
-const ManifestSuffix = ".manifest.json"
+const manifestSuffix = ".manifest.json"
 
 // Manifests returns the manifest the build recorded beside each built-in
 // module, keyed as Builtin keys the modules ("nova.wasm", ...): the JSON
@@ -54,14 +54,14 @@ func loadManifests(fsys fs.FS, dir string) (map[string][]byte, error) {
 		if strings.HasSuffix(e.Name(), ".wasm") {
 			wasm++
 		}
-		if e.IsDir() || !strings.HasSuffix(e.Name(), ManifestSuffix) {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), manifestSuffix) {
 			continue
 		}
 		b, err := fs.ReadFile(fsys, path.Join(dir, e.Name()))
 		if err != nil {
 			return nil, fmt.Errorf("read built-in mapper manifest %s: %w", e.Name(), err)
 		}
-		mfs[strings.TrimSuffix(e.Name(), ManifestSuffix)+".wasm"] = b
+		mfs[strings.TrimSuffix(e.Name(), manifestSuffix)+".wasm"] = b
 	}
 	if wasm == 0 {
 		return nil, ErrMissing

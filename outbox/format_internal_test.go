@@ -53,7 +53,7 @@ func TestNewerFormatRefused(t *testing.T) {
 			t.Fatalf("open: %v; want ErrFormatTooNew naming %q", err, want)
 		}
 	}
-	db, err := badger.Open(badgerOptions(Options{Dir: dir, MemTableBytes: DefaultMemTableBytes}).WithLogger(nil))
+	db, err := badger.Open(badgerOptions(Options{Dir: dir, MemTableBytes: defaultMemTableBytes}).WithLogger(nil))
 	if err != nil {
 		t.Fatal(err)
 	}

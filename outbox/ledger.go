@@ -45,8 +45,8 @@ const (
 	ledgerHour   = 'h'
 	ledgerRecent = 'r'
 
-	// DefaultLedgerRetention is how long hours are kept in the ledger.
-	DefaultLedgerRetention = 90 * 24 * time.Hour
+	// defaultLedgerRetention is how long hours are kept in the ledger.
+	defaultLedgerRetention = 90 * 24 * time.Hour
 
 	// foldEveryDeltas deltas trigger a fold; foldChunk deltas are folded per
 	// transaction.

@@ -24,17 +24,17 @@ import (
 
 // Defaults applied by Open to zero-valued Options fields.
 const (
-	DefaultMaxEvents         = 1_000_000
-	DefaultMemTableBytes     = 8 << 20
-	DefaultBlockCacheBytes   = 8 << 20
-	DefaultIndexCacheBytes   = 4 << 20
-	DefaultReclaimAfterBytes = 4 << 20
+	defaultMaxEvents         = 1_000_000
+	defaultMemTableBytes     = 8 << 20
+	defaultBlockCacheBytes   = 8 << 20
+	defaultIndexCacheBytes   = 4 << 20
+	defaultReclaimAfterBytes = 4 << 20
 
-	DefaultMaxDeadLetters     = 100_000
-	DefaultMaxDeadLetterBytes = 256 << 20
+	defaultMaxDeadLetters     = 100_000
+	defaultMaxDeadLetterBytes = 256 << 20
 
-	DefaultMaxUndeliverable      = 1_000
-	DefaultMaxUndeliverableBytes = 16 << 20
+	defaultMaxUndeliverable      = 1_000
+	defaultMaxUndeliverableBytes = 16 << 20
 )
 
 // Options configures Open. Only Dir is required.
@@ -298,37 +298,37 @@ func Open(opts Options) (*Outbox, error) {
 		return nil, errors.New("outbox: no directory given")
 	}
 	if opts.MaxEvents <= 0 {
-		opts.MaxEvents = DefaultMaxEvents
+		opts.MaxEvents = defaultMaxEvents
 	}
 	if opts.MemTableBytes <= 0 {
-		opts.MemTableBytes = DefaultMemTableBytes
+		opts.MemTableBytes = defaultMemTableBytes
 	}
 	if opts.BlockCacheBytes <= 0 {
-		opts.BlockCacheBytes = DefaultBlockCacheBytes
+		opts.BlockCacheBytes = defaultBlockCacheBytes
 	}
 	if opts.IndexCacheBytes <= 0 {
-		opts.IndexCacheBytes = DefaultIndexCacheBytes
+		opts.IndexCacheBytes = defaultIndexCacheBytes
 	}
 	if opts.ReclaimAfterBytes <= 0 {
-		opts.ReclaimAfterBytes = DefaultReclaimAfterBytes
+		opts.ReclaimAfterBytes = defaultReclaimAfterBytes
 	}
 	if opts.MaxDeadLetters <= 0 {
-		opts.MaxDeadLetters = DefaultMaxDeadLetters
+		opts.MaxDeadLetters = defaultMaxDeadLetters
 	}
 	if opts.MaxDeadLetterBytes <= 0 {
-		opts.MaxDeadLetterBytes = DefaultMaxDeadLetterBytes
+		opts.MaxDeadLetterBytes = defaultMaxDeadLetterBytes
 	}
 	if opts.MaxUndeliverable <= 0 {
-		opts.MaxUndeliverable = DefaultMaxUndeliverable
+		opts.MaxUndeliverable = defaultMaxUndeliverable
 	}
 	if opts.MaxUndeliverableBytes <= 0 {
-		opts.MaxUndeliverableBytes = DefaultMaxUndeliverableBytes
+		opts.MaxUndeliverableBytes = defaultMaxUndeliverableBytes
 	}
 	if opts.MinFreeBytes == 0 {
 		opts.MinFreeBytes = 16 * opts.MemTableBytes
 	}
 	if opts.LedgerRetention <= 0 {
-		opts.LedgerRetention = DefaultLedgerRetention
+		opts.LedgerRetention = defaultLedgerRetention
 	}
 	if opts.ReadOnly {
 		return openReadOnly(opts)

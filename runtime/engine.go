@@ -371,10 +371,10 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, opts ...Mod
 // initBudget is the budget of starting a metered instance: its start
 // function and _initialize.
 func (e *Engine) initBudget() int64 {
-	if e.cfg.Budget > math.MaxInt64/InitBudgetFactor {
+	if e.cfg.Budget > math.MaxInt64/initBudgetFactor {
 		return math.MaxInt64
 	}
-	return e.cfg.Budget * InitBudgetFactor
+	return e.cfg.Budget * initBudgetFactor
 }
 
 // compile compiles wasm (or takes it from the compilation cache), one

@@ -23,8 +23,8 @@ import (
 //   - The required members (event_id, timestamp, event_type, service,
 //     resource_type, resource_id, project_id, action) are present, strings,
 //     not blank, printable and at most contract.MaxIDBytes long; the
-//     timestamp is in the contract's form and within [EarliestTimestamp,
-//     now+MaxFutureSkew]. An event that fails one fails the whole call with
+//     timestamp is in the contract's form and within [earliestTimestamp,
+//     now+maxFutureSkew]. An event that fails one fails the whole call with
 //     ReasonInvalidEvent, naming the member: the notification becomes a dead
 //     letter, and a replay after a fix delivers it.
 //   - Everything else that breaks the contract is left out and counted
@@ -39,10 +39,10 @@ import (
 
 // Bounds of the timestamp window.
 var (
-	// EarliestTimestamp is the earliest timestamp an event may carry.
-	EarliestTimestamp = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
-	// MaxFutureSkew is how far past the collector's clock a timestamp may be.
-	MaxFutureSkew = 24 * time.Hour
+	// earliestTimestamp is the earliest timestamp an event may carry.
+	earliestTimestamp = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	// maxFutureSkew is how far past the collector's clock a timestamp may be.
+	maxFutureSkew = 24 * time.Hour
 )
 
 // Drops counts the members left out of the events of one call, by the
@@ -125,7 +125,7 @@ type eventWriter struct {
 func (w *eventWriter) begin(now time.Time) {
 	if s := now.Unix(); s != w.untilSec {
 		w.untilSec = s
-		now.Add(MaxFutureSkew).UTC().AppendFormat(w.until[:0], "2006-01-02T15:04:05")
+		now.Add(maxFutureSkew).UTC().AppendFormat(w.until[:0], "2006-01-02T15:04:05")
 	}
 }
 
@@ -325,7 +325,7 @@ func describe(v contract.Violation, doc []byte, mb jsonindex.Child) string {
 			val = val[:40]
 		}
 		return fmt.Sprintf("%q is not a time in [%s, now+%v] in RFC 3339 UTC", val,
-			EarliestTimestamp.Format(time.RFC3339), MaxFutureSkew)
+			earliestTimestamp.Format(time.RFC3339), maxFutureSkew)
 	}
 	return "is " + v.String()
 }

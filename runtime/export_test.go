@@ -40,3 +40,9 @@ func MemorySize(m *Module) uint32 {
 // MostCharged returns the most instructions a metered call of m was charged
 // (tests).
 func MostCharged(m *Module) int64 { return m.charged.Load() }
+
+// TrustAfter is trustAfter, for the test that counts the calls to trust.
+const TrustAfter = trustAfter
+
+// IsGuardedCall is isGuardedCall, for the test of GuardedCall's context.
+var IsGuardedCall = isGuardedCall

@@ -144,7 +144,7 @@ func (m *Module) Map(ctx context.Context, in *jsonindex.Index, src Source) (Resu
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	inst, err := m.acquire(ctx, IsGuardedCall(ctx))
+	inst, err := m.acquire(ctx, isGuardedCall(ctx))
 	if err != nil {
 		return Result{}, err
 	}
@@ -258,7 +258,7 @@ func (m *Module) stale(inst *instance, def bool) bool {
 func (m *Module) release(inst *instance, keep bool) {
 	if keep && inst.guarded && m.opts.guard == GuardUntrusted && !m.trusted.Load() {
 		if inst.lastDur < m.e.cfg.CallTimeout/4 {
-			if m.good.Add(1) == TrustAfter {
+			if m.good.Add(1) == trustAfter {
 				m.earnTrust()
 			}
 		} else {
@@ -338,7 +338,7 @@ func (m *Module) earnTrust() {
 			m.trusted.Store(false)
 			return
 		}
-		m.log.Info().Int("calls", TrustAfter).Msg("mapper earned trust; new instances run without termination checks")
+		m.log.Info().Int("calls", trustAfter).Msg("mapper earned trust; new instances run without termination checks")
 	}()
 }
 

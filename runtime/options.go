@@ -56,13 +56,13 @@ type Config struct {
 	// Budget is the instructions a metered call may run (Wasm
 	// instructions, counted as the pass counts them); default
 	// DefaultBudget. Starting an instance (its start function and
-	// _initialize) may run InitBudgetFactor times as many.
+	// _initialize) may run initBudgetFactor times as many.
 	Budget int64
 }
 
 // Defaults.
 const (
-	DefaultMemoryLimit    = 64 << 20
+	defaultMemoryLimit    = 64 << 20
 	DefaultCallTimeout    = 250 * time.Millisecond
 	DefaultMaxEventBytes  = 64 << 10
 	DefaultMaxOutputBytes = 1 << 20
@@ -70,8 +70,8 @@ const (
 	// charged over the fixture corpus, rounded up (docs/performance.md,
 	// "Metering"; TestBuiltinBudget keeps it so).
 	DefaultBudget = 650_000_000
-	// InitBudgetFactor times Budget is the budget of starting an instance.
-	InitBudgetFactor = 100
+	// initBudgetFactor times Budget is the budget of starting an instance.
+	initBudgetFactor = 100
 	// BudgetSlice is the most a metered guest spends before it leaves its
 	// compiled code for Go and comes back (runtime/internal/metering,
 	// "Slices"): a garbage collection that must stop every goroutine waits
@@ -86,7 +86,7 @@ const wasmPage = 65536
 
 func (c Config) withDefaults() Config {
 	if c.MemoryLimit == 0 {
-		c.MemoryLimit = DefaultMemoryLimit
+		c.MemoryLimit = defaultMemoryLimit
 	}
 	if c.MemoryLimit < wasmPage {
 		c.MemoryLimit = wasmPage
@@ -121,7 +121,7 @@ const (
 	// discarded. This is the default: it is the only setting under which an
 	// endless loop can never keep a core.
 	GuardAlways Guard = iota
-	// GuardUntrusted runs the module guarded until it has completed TrustAfter
+	// GuardUntrusted runs the module guarded until it has completed trustAfter
 	// calls, none of which overran a quarter of the deadline, and unguarded
 	// afterwards. An overrun by an unguarded call is detected and logged, and the
 	// module goes back to guarded instances, but that call itself cannot be
@@ -147,9 +147,9 @@ const (
 	GuardWatched
 )
 
-// TrustAfter is the number of well-behaved calls after which a GuardUntrusted
+// trustAfter is the number of well-behaved calls after which a GuardUntrusted
 // module runs unguarded.
-const TrustAfter = 1000
+const trustAfter = 1000
 
 func (g Guard) String() string {
 	switch g {
@@ -188,8 +188,8 @@ func GuardedCall(ctx context.Context) context.Context {
 	return context.WithValue(ctx, guardedCallKey{}, true)
 }
 
-// IsGuardedCall reports whether ctx was made by GuardedCall.
-func IsGuardedCall(ctx context.Context) bool {
+// isGuardedCall reports whether ctx was made by GuardedCall.
+func isGuardedCall(ctx context.Context) bool {
 	v, _ := ctx.Value(guardedCallKey{}).(bool)
 	return v
 }

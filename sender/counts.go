@@ -43,7 +43,7 @@ func Counts(ctx context.Context, opts Options, from, to time.Time) ([]Count, err
 	if err := CheckTLS(opts.URL, opts.TLS); err != nil {
 		return nil, err
 	}
-	setDefault(&opts.RequestTimeout, DefaultRequestTimeout)
+	setDefault(&opts.RequestTimeout, defaultRequestTimeout)
 	var client http.Client
 	var attempt *tlsfiles.Attempt
 	if opts.HTTPClient != nil {

@@ -47,16 +47,16 @@ const EventsRoute = "/api/v1/events"
 
 // Defaults applied by New to zero-valued Options fields.
 const (
-	DefaultBatchMax          = 500
-	DefaultMaxEventBytes     = 64 << 10
-	DefaultRequestTimeout    = 30 * time.Second
-	DefaultIdleInterval      = 200 * time.Millisecond
-	DefaultBackoffBase       = 500 * time.Millisecond
-	DefaultBackoffMax        = 60 * time.Second
-	DefaultAuthRetryInterval = 30 * time.Second
-	DefaultMaxRetryAfter     = 10 * time.Minute
-	DefaultYieldFor          = 30 * time.Second
-	DefaultYieldInterval     = 1 * time.Second
+	defaultBatchMax          = 500
+	defaultMaxEventBytes     = 64 << 10
+	defaultRequestTimeout    = 30 * time.Second
+	defaultIdleInterval      = 200 * time.Millisecond
+	defaultBackoffBase       = 500 * time.Millisecond
+	defaultBackoffMax        = 60 * time.Second
+	defaultAuthRetryInterval = 30 * time.Second
+	defaultMaxRetryAfter     = 10 * time.Minute
+	defaultYieldFor          = 30 * time.Second
+	defaultYieldInterval     = 1 * time.Second
 
 	// regrowAfter is how many full batches must succeed before the batch
 	// limit grows by a quarter after a 413.
@@ -163,16 +163,16 @@ func New(store Store, opts Options) (*Sender, error) {
 	if opts.HTTPClient != nil && !opts.TLS.IsZero() {
 		return nil, fmt.Errorf("%w: TLS files and an HTTP client are both given", ErrInvalidURL)
 	}
-	setDefault(&opts.BatchMax, DefaultBatchMax)
-	setDefault(&opts.MaxEventBytes, DefaultMaxEventBytes)
-	setDefault(&opts.RequestTimeout, DefaultRequestTimeout)
-	setDefault(&opts.IdleInterval, DefaultIdleInterval)
-	setDefault(&opts.BackoffBase, DefaultBackoffBase)
-	setDefault(&opts.BackoffMax, DefaultBackoffMax)
-	setDefault(&opts.AuthRetryInterval, DefaultAuthRetryInterval)
-	setDefault(&opts.MaxRetryAfter, DefaultMaxRetryAfter)
-	setDefault(&opts.YieldFor, DefaultYieldFor)
-	setDefault(&opts.YieldInterval, DefaultYieldInterval)
+	setDefault(&opts.BatchMax, defaultBatchMax)
+	setDefault(&opts.MaxEventBytes, defaultMaxEventBytes)
+	setDefault(&opts.RequestTimeout, defaultRequestTimeout)
+	setDefault(&opts.IdleInterval, defaultIdleInterval)
+	setDefault(&opts.BackoffBase, defaultBackoffBase)
+	setDefault(&opts.BackoffMax, defaultBackoffMax)
+	setDefault(&opts.AuthRetryInterval, defaultAuthRetryInterval)
+	setDefault(&opts.MaxRetryAfter, defaultMaxRetryAfter)
+	setDefault(&opts.YieldFor, defaultYieldFor)
+	setDefault(&opts.YieldInterval, defaultYieldInterval)
 
 	var client *http.Client
 	var tc *tlsClient

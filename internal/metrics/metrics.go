@@ -40,15 +40,15 @@ func Register(reg prometheus.Registerer, cs ...prometheus.Collector) error {
 		}
 		var are prometheus.AlreadyRegisteredError
 		if errors.As(err, &are) {
-			return fmt.Errorf("register %s: %w: %w", Names(c), ErrDuplicate, err)
+			return fmt.Errorf("register %s: %w: %w", describedNames(c), ErrDuplicate, err)
 		}
-		return fmt.Errorf("register %s: %w", Names(c), err)
+		return fmt.Errorf("register %s: %w", describedNames(c), err)
 	}
 	return nil
 }
 
-// Names lists the metric names a collector describes, comma-separated.
-func Names(c prometheus.Collector) string {
+// describedNames lists the metric names a collector describes, comma-separated.
+func describedNames(c prometheus.Collector) string {
 	ch := make(chan *prometheus.Desc, 16)
 	go func() {
 		c.Describe(ch)

@@ -58,7 +58,7 @@ func TestRegisterNamesAConflictingCollector(t *testing.T) {
 
 func TestNames(t *testing.T) {
 	v := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tally_collector_v_total", Help: "h"}, []string{"l"})
-	if got := Names(v); got != "tally_collector_v_total" {
-		t.Fatalf("Names = %q", got)
+	if got := describedNames(v); got != "tally_collector_v_total" {
+		t.Fatalf("describedNames = %q", got)
 	}
 }

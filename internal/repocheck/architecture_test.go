@@ -299,3 +299,90 @@ func TestImportRules(t *testing.T) {
 		t.Error("no mapper package found under mappers/")
 	}
 }
+
+// supportedAPI is the set docs/architecture.md's "supported API" column
+// marks: the packages another module may import and hold the project to.
+var supportedAPI = []string{
+	"runtime/conformance",
+	"runtime/fixture",
+	"runtime/input/channel/client",
+	"runtime/input/channel/wire",
+	"wasm-sdk",
+	"wasm-sdk/contract",
+	"wasm-sdk/jsonindex",
+	"wasm-sdk/jsonstr",
+	"wasm-sdk/openstack",
+	"wasm-sdk/secret",
+	"wasm-sdk/timestamp",
+}
+
+// exampleImports are the unmarked packages a program under examples/ may
+// import, each for the reason docs/architecture.md gives beside the table.
+var exampleImports = map[string]string{
+	"examples/publisher": "runtime/input/broker", // broker.ParseTransportURL, the one transport URL parser
+}
+
+// TestSupportedAPI: the "supported API" column of docs/architecture.md's
+// package table marks exactly supportedAPI, and the programs under
+// examples/, which show another module how to use the collector, import no
+// package of this repository that the column leaves unmarked (their own
+// packages and exampleImports aside). What other modules import cannot be
+// checked from here; what the examples teach them to import can.
+func TestSupportedAPI(t *testing.T) {
+	doc := readDoc(t, "architecture.md")
+	if !strings.Contains(doc, "| path | package | supported API | owns |") {
+		t.Fatal(`docs/architecture.md's package table has no "supported API" column`)
+	}
+	row := regexp.MustCompile("(?m)^\\| `([^`]+)/` \\|[^|]*\\| *([^| ]*) *\\|")
+	var marked []string
+	rows := 0
+	for _, m := range row.FindAllStringSubmatch(doc, -1) {
+		rows++
+		switch m[2] {
+		case "yes":
+			marked = append(marked, m[1])
+		case "":
+		default:
+			t.Errorf("docs/architecture.md marks %s/ with %q; the column holds yes or nothing", m[1], m[2])
+		}
+	}
+	if rows < 10 {
+		t.Fatalf("found %d rows in the package table", rows)
+	}
+	slices.Sort(marked)
+	if !slices.Equal(marked, supportedAPI) {
+		t.Errorf("docs/architecture.md marks %v as supported API, want %v", marked, supportedAPI)
+	}
+
+	cmd := exec.Command("go", "list", "-e", "-json=ImportPath,Imports", "./examples/...")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	programs := 0
+	for {
+		var p struct {
+			ImportPath string
+			Imports    []string
+		}
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		programs++
+		from := strings.TrimPrefix(p.ImportPath, module+"/")
+		for _, imp := range p.Imports {
+			dep, ok := strings.CutPrefix(imp, module+"/")
+			if !ok || under("examples")(imp) || slices.Contains(supportedAPI, dep) || exampleImports[from] == dep {
+				continue
+			}
+			t.Errorf("%s imports %s, which is not a supported API (docs/architecture.md, \"Packages\")", from, dep)
+		}
+	}
+	if programs < 3 {
+		t.Fatalf("go list found %d packages under examples/", programs)
+	}
+}

@@ -36,8 +36,8 @@ import (
 	"sync/atomic"
 )
 
-// MaxFileSize is the largest CA, certificate or key file read.
-const MaxFileSize = 1 << 20
+// maxFileSize is the largest CA, certificate or key file read.
+const maxFileSize = 1 << 20
 
 // Files names the TLS files of one link. The zero value is the system's
 // trust store and no client certificate.
@@ -151,7 +151,7 @@ func readPair(certPath, keyPath string) (*tls.Certificate, error) {
 	return &pair, nil
 }
 
-// readFile reads at most MaxFileSize bytes; the error names the path only.
+// readFile reads at most maxFileSize bytes; the error names the path only.
 func readFile(path string) ([]byte, error) {
 	fh, err := os.Open(path)
 	if err != nil {
@@ -162,12 +162,12 @@ func readFile(path string) ([]byte, error) {
 		return nil, err
 	}
 	defer func() { _ = fh.Close() }() // read only
-	b, err := io.ReadAll(io.LimitReader(fh, MaxFileSize+1))
+	b, err := io.ReadAll(io.LimitReader(fh, maxFileSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("%s: read failed", path)
 	}
-	if len(b) > MaxFileSize {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, MaxFileSize)
+	if len(b) > maxFileSize {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxFileSize)
 	}
 	return b, nil
 }

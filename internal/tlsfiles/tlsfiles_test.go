@@ -54,7 +54,7 @@ func certOf(t *testing.T, path string) *x509.Certificate {
 	return cert
 }
 
-// TestFileLimit: a file larger than MaxFileSize is refused, naming it.
+// TestFileLimit: a file larger than maxFileSize is refused, naming it.
 func TestFileLimit(t *testing.T) {
 	dir := t.TempDir()
 	ca := testkit.NewCA(t, dir, "limit")
@@ -63,12 +63,12 @@ func TestFileLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	atLimit := filepath.Join(dir, "at-limit.pem")
-	padded := append(append([]byte{}, pem...), []byte(strings.Repeat("#", MaxFileSize-len(pem)))...)
+	padded := append(append([]byte{}, pem...), []byte(strings.Repeat("#", maxFileSize-len(pem)))...)
 	if err := os.WriteFile(atLimit, padded, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := (Files{CAFile: atLimit}).Check(); err != nil {
-		t.Fatalf("a file of exactly %d bytes: %v", MaxFileSize, err)
+		t.Fatalf("a file of exactly %d bytes: %v", maxFileSize, err)
 	}
 	over := filepath.Join(dir, "over.pem")
 	if err := os.WriteFile(over, append(padded, '#'), 0o600); err != nil {
@@ -76,7 +76,7 @@ func TestFileLimit(t *testing.T) {
 	}
 	err = (Files{CAFile: over}).Check()
 	if !errors.Is(err, ErrFiles) || !strings.Contains(err.Error(), over+" is larger than") {
-		t.Fatalf("a file of %d bytes: %v", MaxFileSize+1, err)
+		t.Fatalf("a file of %d bytes: %v", maxFileSize+1, err)
 	}
 }
 

@@ -56,8 +56,8 @@ func ParsePromoteMode(s string) (PromoteMode, error) {
 
 // Defaults of Options.
 const (
-	DefaultRefreshInterval = 30 * time.Second
-	DefaultDebounce        = 500 * time.Millisecond
+	defaultRefreshInterval = 30 * time.Second
+	defaultDebounce        = 500 * time.Millisecond
 	// DefaultMaxFileSize is the default of Options.MaxFileSize: twice the
 	// largest built-in module. Compiling a module takes from about 10 to
 	// about 360 times its size in memory, by the shape of its code
@@ -226,13 +226,13 @@ func New(ctx context.Context, opts Options) (*Catalog, error) {
 
 func newCatalog(opts Options) *Catalog {
 	if opts.RefreshInterval <= 0 {
-		opts.RefreshInterval = DefaultRefreshInterval
+		opts.RefreshInterval = defaultRefreshInterval
 	}
 	if opts.Debounce <= 0 {
-		opts.Debounce = DefaultDebounce
+		opts.Debounce = defaultDebounce
 	}
 	if opts.SampleSize <= 0 {
-		opts.SampleSize = DefaultSampleSize
+		opts.SampleSize = defaultSampleSize
 	}
 	if opts.MaxFileSize <= 0 {
 		opts.MaxFileSize = DefaultMaxFileSize

@@ -15,8 +15,8 @@ import (
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
 
-// DefaultReplayBatch is the number of dead letters replayed per outbox commit.
-const DefaultReplayBatch = 100
+// defaultReplayBatch is the number of dead letters replayed per outbox commit.
+const defaultReplayBatch = 100
 
 // maxReplayFailures bounds the failures a ReplayReport lists.
 const maxReplayFailures = 50
@@ -151,7 +151,7 @@ type ReplayReport struct {
 // did so far with the error.
 func Replay(ctx context.Context, ob *outbox.Outbox, p *pipeline.Pipeline, opts ReplayOptions) (ReplayReport, error) {
 	if opts.BatchSize <= 0 {
-		opts.BatchSize = DefaultReplayBatch
+		opts.BatchSize = defaultReplayBatch
 	}
 	var rep ReplayReport
 	if len(opts.Seqs) > 0 {

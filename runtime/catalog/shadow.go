@@ -15,7 +15,7 @@ import (
 
 // Defaults of the shadow comparison.
 const (
-	DefaultSampleSize = 20
+	defaultSampleSize = 20
 	// maxShadowTypes bounds the per-event-type counters of one migration;
 	// further types are counted under otherTypes.
 	maxShadowTypes = 1024
@@ -50,7 +50,7 @@ type typeCounters struct {
 
 func newMigration(cand *loaded, size int, onCompare func(bool)) *migration {
 	if size <= 0 {
-		size = DefaultSampleSize
+		size = defaultSampleSize
 	}
 	return &migration{cand: cand, since: time.Now().UTC(), size: size, onCompare: onCompare}
 }

@@ -38,11 +38,11 @@ const (
 // before any buffer is sized. A header asking for more is refused with
 // ErrDecoderLimit. docs/broker.md, section 4, states them for operators.
 const (
-	// MaxLZMADict is the largest dictionary an .xz LZMA2 filter or an .lzma
+	// maxLZMADict is the largest dictionary an .xz LZMA2 filter or an .lzma
 	// header may announce: xz's preset 9 (Python's lzma.compress writes
 	// preset 6, 8 MiB). The dictionary actually allocated is at most the
 	// body limit plus one byte (see lzmaDictFor).
-	MaxLZMADict = 64 << 20
+	maxLZMADict = 64 << 20
 	// maxZstdWindow is the largest zstd window a frame may announce, its
 	// content size included for a single-segment frame (the 8 MiB the zstd
 	// format recommends decoders to support).
@@ -86,7 +86,7 @@ var zstdDecoders = sync.Pool{New: func() any {
 // further returns ErrDecompressedTooLarge without reading the rest, so a
 // compression bomb costs at most limit bytes of memory and the codec's own
 // bounded state. A body whose header asks the decoder for more memory than
-// its cap (MaxLZMADict, maxZstdWindow, maxBrotliWindowBits) returns
+// its cap (maxLZMADict, maxZstdWindow, maxBrotliWindowBits) returns
 // ErrDecoderLimit before any buffer is sized. Errors never quote the body.
 func Decompress(dst []byte, header string, body []byte, limit int) ([]byte, error) {
 	codec, ok := codecOf(header)

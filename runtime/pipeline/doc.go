@@ -10,7 +10,7 @@
 //     output: past that it is Unparseable "decompressed_too_large" (a bomb costs
 //     no more memory than the limit); a header that asks its decoder for more
 //     memory than the codec's cap (an .xz or .lzma dictionary over
-//     MaxLZMADict, a zstd window over maxZstdWindow, a brotli large window,
+//     maxLZMADict, a zstd window over maxZstdWindow, a brotli large window,
 //     more than one .xz block) is Unparseable "decoder_limit", refused before
 //     any buffer is sized (docs/broker.md, section 4, states each codec's bound); an
 //     unknown codec or a body that does not inflate is Unparseable

@@ -35,3 +35,6 @@ func DecoderMemory(codec string, limit int) int64 {
 	}
 	return state + 4*(int64(limit)+1)
 }
+
+// MaxLZMADict is maxLZMADict, for the test that builds a bomb just past it.
+const MaxLZMADict = maxLZMADict

@@ -18,7 +18,7 @@ import (
 // Defaults for Options.
 const (
 	DefaultMaxBodyBytes  = 1 << 20
-	DefaultMaxEventBytes = 64 << 10
+	defaultMaxEventBytes = 64 << 10
 )
 
 // Skip and unparseable reasons. The set is closed: it is a metric label.
@@ -153,7 +153,7 @@ var _ Mapper = (*runtime.Module)(nil)
 type Options struct {
 	Router        Router
 	MaxBodyBytes  int // default DefaultMaxBodyBytes
-	MaxEventBytes int // default DefaultMaxEventBytes; enforced by the module's runtime too
+	MaxEventBytes int // default defaultMaxEventBytes; enforced by the module's runtime too
 	Logger        zerolog.Logger
 	Registerer    prometheus.Registerer
 }
@@ -181,7 +181,7 @@ func New(opts Options) (*Pipeline, error) {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	if opts.MaxEventBytes <= 0 {
-		opts.MaxEventBytes = DefaultMaxEventBytes
+		opts.MaxEventBytes = defaultMaxEventBytes
 	}
 	m, err := newMetrics(opts.Registerer)
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 // dictionary from the LZMA2 filter's properties whatever its ReaderConfig
 // says (ReaderConfig.DictCap is only a floor there): a 144-byte stream
 // announcing 4 GiB is given 4 GiB. This reader checks the announced
-// dictionary against MaxLZMADict first, and then gives the LZMA2 decoder no
+// dictionary against maxLZMADict first, and then gives the LZMA2 decoder no
 // more than the output that will be read: every match distance of a stream
 // that inflates to at most limit bytes lies within those bytes, so a smaller
 // dictionary decodes it identically.
@@ -50,7 +50,7 @@ type xzReader struct {
 }
 
 // newXZReader reads the stream header and the block header, checks the
-// announced dictionary against MaxLZMADict and returns a reader of the
+// announced dictionary against maxLZMADict and returns a reader of the
 // block's data with a dictionary of at most limit+1 bytes.
 func newXZReader(body []byte, limit int) (io.Reader, error) {
 	if len(body) < xzStreamHeaderLen || !bytes.HasPrefix(body, xzMagic) {
@@ -90,9 +90,9 @@ func newXZReader(body []byte, limit int) (io.Reader, error) {
 	if err != nil {
 		return nil, err
 	}
-	if dict > MaxLZMADict {
+	if dict > maxLZMADict {
 		return nil, fmt.Errorf("%w: xz: the LZMA2 filter asks for a %s dictionary, over the %s cap",
-			ErrDecoderLimit, sizeText(dict), sizeText(MaxLZMADict))
+			ErrDecoderLimit, sizeText(dict), sizeText(maxLZMADict))
 	}
 	if err := scanLZMA2(rest[hlen:], limit); err != nil {
 		return nil, err
@@ -310,7 +310,7 @@ func lzmaDictFor(dict int64, limit int) int {
 }
 
 // newLZMAAloneReader reads the .lzma ("alone") header, checks the
-// announced dictionary against MaxLZMADict, and hands the decoder a copy of
+// announced dictionary against maxLZMADict, and hands the decoder a copy of
 // the header whose dictionary is cut to the output that will be read.
 func newLZMAAloneReader(body []byte, limit int) (io.Reader, error) {
 	if len(body) < lzma.HeaderLen {
@@ -326,15 +326,15 @@ func newLZMAAloneReader(body []byte, limit int) (io.Reader, error) {
 		return nil, err
 	}
 	dict := int64(binary.LittleEndian.Uint32(body[1:5]))
-	if dict > MaxLZMADict {
+	if dict > maxLZMADict {
 		return nil, fmt.Errorf("%w: lzma: the header asks for a %s dictionary, over the %s cap",
-			ErrDecoderLimit, sizeText(dict), sizeText(MaxLZMADict))
+			ErrDecoderLimit, sizeText(dict), sizeText(maxLZMADict))
 	}
 	hdr := make([]byte, lzma.HeaderLen)
 	copy(hdr, body)
-	binary.LittleEndian.PutUint32(hdr[1:5], uint32(lzmaDictFor(dict, limit))) //nolint:gosec // G115: at most the limit + 1, itself below MaxLZMADict (a uint32)
+	binary.LittleEndian.PutUint32(hdr[1:5], uint32(lzmaDictFor(dict, limit))) //nolint:gosec // G115: at most the limit + 1, itself below maxLZMADict (a uint32)
 	src := io.MultiReader(bytes.NewReader(hdr), bytes.NewReader(body[lzma.HeaderLen:]))
-	r, err := lzma.ReaderConfig{DictCap: MaxLZMADict}.NewReader(src)
+	r, err := lzma.ReaderConfig{DictCap: maxLZMADict}.NewReader(src)
 	if err != nil {
 		return nil, fmt.Errorf("lzma: %w", err)
 	}

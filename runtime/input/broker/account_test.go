@@ -51,7 +51,7 @@ func TestNarrowAccount(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = ch.QueueBind(DefaultQueue, key, "nova", false, nil)
+		err = ch.QueueBind(defaultQueue, key, "nova", false, nil)
 		var ae *amqp.Error
 		if !errors.As(err, &ae) || ae.Code != amqp.AccessRefused {
 			t.Errorf("binding %q: %v, want ACCESS_REFUSED", key, err)

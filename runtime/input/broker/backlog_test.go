@@ -57,7 +57,7 @@ func TestBackloggedWhileDraining(t *testing.T) {
 	if c.Backlogged() {
 		t.Fatal("still backlogged after the queue was drained")
 	}
-	if ready, _ := v.QueueState(t, DefaultQueue); ready != 0 {
+	if ready, _ := v.QueueState(t, defaultQueue); ready != 0 {
 		t.Fatalf("%d messages left in the queue", ready)
 	}
 }

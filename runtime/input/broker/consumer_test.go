@@ -48,11 +48,11 @@ func TestConsumeCommitThenAck(t *testing.T) {
 	// Bindings: <topic>.<priority> for every present exchange, one each, never #.
 	var want []string
 	for _, e := range []string{"nova", "neutron", "openstack"} {
-		for _, p := range Priorities {
+		for _, p := range priorities {
 			want = append(want, e+" notifications."+p)
 		}
 	}
-	got := v.Bindings(t, DefaultQueue)
+	got := v.Bindings(t, defaultQueue)
 	slices.Sort(got)
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
@@ -97,7 +97,7 @@ func TestConsumeCommitThenAck(t *testing.T) {
 	// probe has bound the exchange, the next one is collected.
 	lost := v.osloNotify(t, "glance", 1, "image.upload__ceilometer__1.json")
 	testkit.WaitFor(t, 10*time.Second, "glance bound", func() bool { return testutil.ToFloat64(c.m.missingExchanges) == 0 })
-	for _, p := range Priorities {
+	for _, p := range priorities {
 		id := "glance-" + p
 		v.Publish(t, "glance", "notifications."+p, note(t, id, "image.upload"))
 		wantIDs[id] = true
@@ -160,7 +160,7 @@ func TestConsumeCommitThenAck(t *testing.T) {
 		t.Error("a body reached the log")
 	}
 	r.stop()
-	if n, ok := v.QueueState(t, DefaultQueue); !ok || n != 0 {
+	if n, ok := v.QueueState(t, defaultQueue); !ok || n != 0 {
 		t.Errorf("queue after stop: %d messages (exists %v)", n, ok)
 	}
 }
@@ -208,7 +208,7 @@ func TestRequireExchanges(t *testing.T) {
 	}
 	// Nothing is bound: a notification on nova reaches no queue of ours.
 	v.Publish(t, "nova", "notifications.info", note(t, "early-1", "compute.instance.exists"))
-	if n, _ := v.QueueState(t, DefaultQueue); n != 0 {
+	if n, _ := v.QueueState(t, defaultQueue); n != 0 {
 		t.Fatalf("bound while an exchange is missing (%d queued)", n)
 	}
 	if got := testutil.ToFloat64(c.m.consumed); got != 0 {
@@ -247,7 +247,7 @@ func TestQuorumRefusedOnOldBroker(t *testing.T) {
 	if !strings.Contains(r.Ready().Error(), "QUEUE_TYPE=classic") || !strings.Contains(logs.String(), "QUEUE_TYPE=classic") {
 		t.Errorf("the operator is not told the setting: %v", r.Ready())
 	}
-	if _, exists := v.QueueState(t, DefaultQueue); exists {
+	if _, exists := v.QueueState(t, defaultQueue); exists {
 		t.Fatal("a queue was declared on a broker that cannot hold it safely")
 	}
 }
@@ -261,10 +261,10 @@ func TestQueueTypeMismatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ch.QueueDeclare(DefaultQueue, true, false, false, false, map[string]any{"x-queue-type": "quorum"}); err != nil {
+	if _, err := ch.QueueDeclare(defaultQueue, true, false, false, false, map[string]any{"x-queue-type": "quorum"}); err != nil {
 		t.Fatal(err)
 	}
-	v.Publish(t, "", DefaultQueue, note(t, "backlog-1", "compute.instance.exists"))
+	v.Publish(t, "", defaultQueue, note(t, "backlog-1", "compute.instance.exists"))
 	logs := &testkit.SyncBuffer{}
 	c, err := New(newTestProcessor(t), openOutbox(t, t.TempDir(), 100), testOptions(v, logs, "nova"))
 	if err != nil {
@@ -279,14 +279,14 @@ func TestQueueTypeMismatch(t *testing.T) {
 	}
 	r.stop()
 	// Still there, still quorum (a quorum declare is accepted), backlog kept.
-	if n, ok := v.QueueState(t, DefaultQueue); !ok || n != 1 {
+	if n, ok := v.QueueState(t, defaultQueue); !ok || n != 1 {
 		t.Fatalf("queue or its backlog changed: exists %v, %d messages", ok, n)
 	}
 	ch2, err := v.Conn(t).Channel()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ch2.QueueDeclare(DefaultQueue, true, false, false, false, map[string]any{"x-queue-type": "quorum"}); err != nil {
+	if _, err := ch2.QueueDeclare(defaultQueue, true, false, false, false, map[string]any{"x-queue-type": "quorum"}); err != nil {
 		t.Fatalf("queue type changed: %v", err)
 	}
 }
@@ -312,7 +312,7 @@ func TestRefusedBinding(t *testing.T) {
 	}
 	// The other six bindings stay and carry their notifications.
 	v.Publish(t, "nova", "notifications.error", note(t, "err-1", "compute.instance.exists"))
-	for _, p := range Priorities {
+	for _, p := range priorities {
 		if p != "error" {
 			v.Publish(t, "nova", "notifications."+p, note(t, "ok-"+p, "compute.instance.exists"))
 		}

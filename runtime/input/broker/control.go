@@ -26,8 +26,8 @@ import (
 // Defaults of ControlOptions.
 const (
 	DefaultControlExchange = "tally-collector-control"
-	DefaultConfirmTimeout  = 5 * time.Second
-	DefaultApplyRetry      = time.Second
+	defaultConfirmTimeout  = 5 * time.Second
+	defaultApplyRetry      = time.Second
 	// maxUnsent bounds the decisions kept until the broker confirms them;
 	// past it the oldest is dropped (and logged).
 	maxUnsent = 100
@@ -149,10 +149,10 @@ func NewControl(opts ControlOptions) (*Control, error) {
 	}
 	opts.QueueType = strings.ToLower(opts.QueueType)
 	if opts.ConfirmTimeout <= 0 {
-		opts.ConfirmTimeout = DefaultConfirmTimeout
+		opts.ConfirmTimeout = defaultConfirmTimeout
 	}
 	if opts.ApplyRetry <= 0 {
-		opts.ApplyRetry = DefaultApplyRetry
+		opts.ApplyRetry = defaultApplyRetry
 	}
 	d := Options{TransportURL: opts.TransportURL, TLS: opts.TLS, ReconnectMin: opts.ReconnectMin,
 		ReconnectMax: opts.ReconnectMax, Heartbeat: opts.Heartbeat, DialTimeout: opts.DialTimeout,

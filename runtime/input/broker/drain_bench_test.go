@@ -107,7 +107,7 @@ func benchDrain(b *testing.B, proc input.Processor) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := ch.QueueDeclare(DefaultQueue, true, false, false, false, queueArgs(QueueClassic)); err != nil {
+	if _, err := ch.QueueDeclare(defaultQueue, true, false, false, false, queueArgs(QueueClassic)); err != nil {
 		b.Fatal(err)
 	}
 	body := readTestdata(b, "wire/v2_nova_001.body")
@@ -217,7 +217,7 @@ func fill(b testing.TB, v *vhost, body []byte, n int) {
 	}
 	var last *amqp.DeferredConfirmation
 	for i := 0; i < n; i++ {
-		last, err = ch.PublishWithDeferredConfirm("", DefaultQueue, false, false,
+		last, err = ch.PublishWithDeferredConfirm("", defaultQueue, false, false,
 			amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: body})
 		if err != nil {
 			b.Fatal(err)
@@ -227,7 +227,7 @@ func fill(b testing.TB, v *vhost, body []byte, n int) {
 		b.Fatalf("publish not confirmed: %v", err)
 	}
 	testkit.WaitFor(b, time.Minute, "queue filled", func() bool {
-		ready, _ := v.QueueState(b, DefaultQueue)
+		ready, _ := v.QueueState(b, defaultQueue)
 		return ready >= n
 	})
 }
@@ -246,7 +246,7 @@ func bareDrainRate(b *testing.B, v *vhost, n, prefetch int) (rate, allocs float6
 		b.Fatal(err)
 	}
 	start, m0 := time.Now(), mallocs()
-	ds, err := ch.Consume(DefaultQueue, "bench-bare", false, false, false, false, nil)
+	ds, err := ch.Consume(defaultQueue, "bench-bare", false, false, false, false, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/tally-billing/tally-openstack-collector/internal/redact"
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
@@ -27,10 +28,10 @@ func TestDumpAgainstBroker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ch.QueueDeclare(DefaultQueue, true, false, false, false, nil); err != nil {
+	if _, err := ch.QueueDeclare(defaultQueue, true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := ch.QueueBind(DefaultQueue, "notifications.info", "nova", false, nil); err != nil {
+	if err := ch.QueueBind(defaultQueue, "notifications.info", "nova", false, nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -86,7 +87,7 @@ func TestDumpAgainstBroker(t *testing.T) {
 	for _, l := range lines {
 		byKey[l["exchange"].(string)+" "+l["routing_key"].(string)] = l
 	}
-	if l := byKey["openstack notifications.info"]; l == nil || l["_context_auth_token"] != Redacted || l["event_type"] != "volume.attach.end" {
+	if l := byKey["openstack notifications.info"]; l == nil || l["_context_auth_token"] != redact.Marker || l["event_type"] != "volume.attach.end" {
 		t.Errorf("secrets line: %v", l)
 	}
 	if l := byKey["nova notifications.error"]; l == nil || l["not_json"] != true {
@@ -107,7 +108,7 @@ func TestDumpAgainstBroker(t *testing.T) {
 		_, exists := v.QueueState(t, m[1])
 		return !exists
 	})
-	if n, _ := v.QueueState(t, DefaultQueue); n != 1 {
+	if n, _ := v.QueueState(t, defaultQueue); n != 1 {
 		t.Errorf("durable queue holds %d, want its 1 copy", n)
 	}
 }

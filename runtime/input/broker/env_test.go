@@ -256,7 +256,7 @@ func classicQueueVhost(t testing.TB) (*vhost, *amqp.Channel) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ch.QueueDeclare(DefaultQueue, true, false, false, false, queueArgs(QueueClassic)); err != nil {
+	if _, err := ch.QueueDeclare(defaultQueue, true, false, false, false, queueArgs(QueueClassic)); err != nil {
 		t.Fatal(err)
 	}
 	return v, ch

@@ -172,7 +172,7 @@ func TestAckNeverPrecedesCommit(t *testing.T) {
 			wantOrder = append(wantOrder, id)
 		}
 	}
-	v.Publish(t, "", DefaultQueue, bodies...)
+	v.Publish(t, "", defaultQueue, bodies...)
 
 	rec := &recordingOutbox{Outbox: openOutbox(t, t.TempDir(), 1<<20), delay: 3 * time.Millisecond, committed: map[string]bool{}}
 	var overlap atomic.Int64
@@ -246,7 +246,7 @@ func TestGracefulStopUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := qch.QueueDeclare(DefaultQueue, true, false, false, false, queueArgs(QueueClassic)); err != nil {
+	if _, err := qch.QueueDeclare(defaultQueue, true, false, false, false, queueArgs(QueueClassic)); err != nil {
 		t.Fatal(err)
 	}
 	const n = 400
@@ -254,7 +254,7 @@ func TestGracefulStopUnderLoad(t *testing.T) {
 	for i := 0; i < n; i++ {
 		bodies = append(bodies, note(t, fmt.Sprintf("stop-%03d", i), "compute.instance.exists"))
 	}
-	v.Publish(t, "", DefaultQueue, bodies...)
+	v.Publish(t, "", defaultQueue, bodies...)
 
 	ob := openOutbox(t, t.TempDir(), 1<<20)
 	opts := testOptions(v, &testkit.SyncBuffer{}, "nova")
@@ -272,7 +272,7 @@ func TestGracefulStopUnderLoad(t *testing.T) {
 			return
 		}
 		if acksAfterStop++; acksAfterStop == 1 {
-			q, err := qch.QueueDeclarePassive(DefaultQueue, true, false, false, false, nil)
+			q, err := qch.QueueDeclarePassive(defaultQueue, true, false, false, false, nil)
 			consumersAtFirst, hookErr = q.Consumers, err
 		}
 	}
@@ -289,11 +289,11 @@ func TestGracefulStopUnderLoad(t *testing.T) {
 	if consumersAtFirst != 0 {
 		t.Errorf("%d consumers on the queue at the first acknowledgement after the stop: basic.cancel did not come first", consumersAtFirst)
 	}
-	counts, ok := v.QueueCounts(t, DefaultQueue)
+	counts, ok := v.QueueCounts(t, defaultQueue)
 	if !ok || counts.Unacked != 0 {
 		t.Errorf("%d deliveries left unacknowledged", counts.Unacked)
 	}
-	queued := v.queuedIDs(t, DefaultQueue)
+	queued := v.queuedIDs(t, defaultQueue)
 	got := outboxIDs(t, ob)
 	for i := 0; i < n; i++ {
 		id := fmt.Sprintf("stop-%03d", i)

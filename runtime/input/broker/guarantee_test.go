@@ -76,10 +76,10 @@ type killed struct {
 func afterKill(t *testing.T, v *vhost, dir string, ids []string) killed {
 	t.Helper()
 	testkit.WaitFor(t, 30*time.Second, "the dead collector's deliveries back in the queue", func() bool {
-		counts, ok := v.QueueCounts(t, DefaultQueue)
+		counts, ok := v.QueueCounts(t, defaultQueue)
 		return ok && counts.Unacked == 0 && counts.Consumers == 0
 	})
-	k := killed{queued: v.queuedIDs(t, DefaultQueue), ob: openOutbox(t, dir, 1000)}
+	k := killed{queued: v.queuedIDs(t, defaultQueue), ob: openOutbox(t, dir, 1000)}
 	k.inOutbox = outboxIDs(t, k.ob)
 	for _, id := range ids {
 		switch {
@@ -110,7 +110,7 @@ func TestKillBetweenCommitAndAck(t *testing.T) {
 		ids = append(ids, id)
 		bodies = append(bodies, note(t, id, "compute.instance.exists"))
 	}
-	v.Publish(t, "", DefaultQueue, bodies...)
+	v.Publish(t, "", defaultQueue, bodies...)
 
 	dir := t.TempDir()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -153,7 +153,7 @@ func TestKillBetweenCommitAndAck(t *testing.T) {
 			t.Errorf("%s in the outbox %d times, want %d", id, after[id], want)
 		}
 	}
-	if n, _ := v.QueueState(t, DefaultQueue); n != 0 {
+	if n, _ := v.QueueState(t, defaultQueue); n != 0 {
 		t.Errorf("%d messages left", n)
 	}
 
@@ -228,7 +228,7 @@ func TestBackPressureAtBound(t *testing.T) {
 	}
 	// Paused: nothing is held unacknowledged, the rest waits on the bus.
 	testkit.WaitFor(t, 15*time.Second, "held deliveries requeued", func() bool {
-		ready, _ := v.QueueState(t, DefaultQueue)
+		ready, _ := v.QueueState(t, defaultQueue)
 		return int64(ready) == n-ob.Depth()
 	})
 	if r.Ready() != nil {
@@ -252,7 +252,7 @@ func TestBackPressureAtBound(t *testing.T) {
 		return len(seen) == n
 	})
 	testkit.WaitFor(t, 15*time.Second, "all acknowledged", func() bool { return testutil.ToFloat64(c.m.acked) == n })
-	if ready, _ := v.QueueState(t, DefaultQueue); ready != 0 {
+	if ready, _ := v.QueueState(t, defaultQueue); ready != 0 {
 		t.Errorf("%d left in the queue", ready)
 	}
 }

@@ -33,7 +33,7 @@ func TestHandoffsPerDelivery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ch.QueueDeclare(DefaultQueue, true, false, false, false, queueArgs(QueueClassic)); err != nil {
+	if _, err := ch.QueueDeclare(defaultQueue, true, false, false, false, queueArgs(QueueClassic)); err != nil {
 		t.Fatal(err)
 	}
 	fill(t, v, readTestdata(t, "wire/v2_nova_001.body"), n)

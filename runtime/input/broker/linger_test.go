@@ -34,7 +34,7 @@ func TestCommitLingerGroupsATrickle(t *testing.T) {
 			testkit.WaitFor(t, 20*time.Second, "consuming", func() bool { return c.Ready() == nil })
 			const n = 40
 			for i := range n {
-				err := ch.Publish("", DefaultQueue, false, false, amqp.Publishing{
+				err := ch.Publish("", defaultQueue, false, false, amqp.Publishing{
 					ContentType: "application/json", DeliveryMode: amqp.Persistent,
 					Body: note(t, fmt.Sprintf("trickle-%02d", i), "compute.instance.exists"),
 				})
@@ -75,7 +75,7 @@ func TestCommitLingerLoneDelivery(t *testing.T) {
 	}
 	startConsumer(t, c)
 	testkit.WaitFor(t, 20*time.Second, "consuming", func() bool { return c.Ready() == nil })
-	v.Publish(t, "", DefaultQueue, note(t, "lone-1", "compute.instance.exists"))
+	v.Publish(t, "", defaultQueue, note(t, "lone-1", "compute.instance.exists"))
 	start := time.Now()
 	testkit.WaitFor(t, 20*time.Second, "acknowledged", func() bool { return testutil.ToFloat64(c.m.acked) == 1 })
 	// Held at least the linger (the delivery arrived alone, within it), and
@@ -104,7 +104,7 @@ func TestStopCommitsALingeringDelivery(t *testing.T) {
 	}
 	r := startConsumer(t, c)
 	testkit.WaitFor(t, 20*time.Second, "consuming", func() bool { return c.Ready() == nil })
-	v.Publish(t, "", DefaultQueue, note(t, "lingering-1", "compute.instance.exists"))
+	v.Publish(t, "", defaultQueue, note(t, "lingering-1", "compute.instance.exists"))
 	testkit.WaitFor(t, 20*time.Second, "taken", func() bool { return testutil.ToFloat64(c.m.consumed) == 1 })
 	start := time.Now()
 	r.stop()

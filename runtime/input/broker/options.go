@@ -18,32 +18,32 @@ const (
 	QueueClassic = "classic"
 )
 
-// Priorities are the oslo notification priorities, in the order bindings are
+// priorities are the oslo notification priorities, in the order bindings are
 // made. Each topic is bound once per priority as "<topic>.<priority>".
-var Priorities = []string{"audit", "debug", "info", "warn", "error", "critical", "sample"}
+var priorities = []string{"audit", "debug", "info", "warn", "error", "critical", "sample"}
 
 // Defaults applied by New and Dump to zero fields of Options.
 const (
-	DefaultQueue         = "tally-notifications"
-	DefaultPrefetch      = 100
-	DefaultCommitTimeout = 2 * time.Minute
-	DefaultCommitLinger  = 2 * time.Millisecond
+	defaultQueue         = "tally-notifications"
+	defaultPrefetch      = 100
+	defaultCommitTimeout = 2 * time.Minute
+	defaultCommitLinger  = 2 * time.Millisecond
 	// DefaultCommitPipeline: the next batch is handed to the outbox while
 	// the previous one syncs.
 	DefaultCommitPipeline = 2
-	DefaultReconnectMin   = 1 * time.Second
-	DefaultReconnectMax   = 30 * time.Second
-	DefaultProbeMin       = 1 * time.Second
-	DefaultProbeMax       = 60 * time.Second
-	DefaultRefusedRetry   = 1 * time.Second
-	DefaultPauseMin       = 1 * time.Second
-	DefaultPauseMax       = 10 * time.Second
-	DefaultHeartbeat      = 10 * time.Second
-	DefaultDialTimeout    = 10 * time.Second
-	// DefaultStopBudget and DefaultCloseTimeout: the graceful stop of a
+	defaultReconnectMin   = 1 * time.Second
+	defaultReconnectMax   = 30 * time.Second
+	defaultProbeMin       = 1 * time.Second
+	defaultProbeMax       = 60 * time.Second
+	defaultRefusedRetry   = 1 * time.Second
+	defaultPauseMin       = 1 * time.Second
+	defaultPauseMax       = 10 * time.Second
+	defaultHeartbeat      = 10 * time.Second
+	defaultDialTimeout    = 10 * time.Second
+	// defaultStopBudget and DefaultCloseTimeout: the graceful stop of a
 	// session finishes what it holds within 10s, then its connection's
 	// close waits at most 5s for the broker's answer.
-	DefaultStopBudget   = 10 * time.Second
+	defaultStopBudget   = 10 * time.Second
 	DefaultCloseTimeout = 5 * time.Second
 )
 
@@ -138,7 +138,7 @@ type Options struct {
 
 func (o *Options) setDefaults() {
 	if o.Queue == "" {
-		o.Queue = DefaultQueue
+		o.Queue = defaultQueue
 	}
 	if o.QueueType == "" {
 		o.QueueType = QueueQuorum
@@ -148,7 +148,7 @@ func (o *Options) setDefaults() {
 		o.Topics = []string{"notifications"}
 	}
 	if o.Prefetch == 0 {
-		o.Prefetch = DefaultPrefetch
+		o.Prefetch = defaultPrefetch
 	}
 	if o.Workers <= 0 {
 		o.Workers = runtime.GOMAXPROCS(0)
@@ -167,20 +167,20 @@ func (o *Options) setDefaults() {
 	if o.CommitPipeline <= 0 {
 		o.CommitPipeline = DefaultCommitPipeline
 	}
-	def(&o.CommitTimeout, DefaultCommitTimeout)
+	def(&o.CommitTimeout, defaultCommitTimeout)
 	if o.CommitLinger == 0 {
-		o.CommitLinger = DefaultCommitLinger
+		o.CommitLinger = defaultCommitLinger
 	}
-	def(&o.ReconnectMin, DefaultReconnectMin)
-	def(&o.ReconnectMax, DefaultReconnectMax)
-	def(&o.ProbeMin, DefaultProbeMin)
-	def(&o.ProbeMax, DefaultProbeMax)
-	def(&o.RefusedRetry, DefaultRefusedRetry)
-	def(&o.PauseMin, DefaultPauseMin)
-	def(&o.PauseMax, DefaultPauseMax)
-	def(&o.Heartbeat, DefaultHeartbeat)
-	def(&o.DialTimeout, DefaultDialTimeout)
-	def(&o.StopBudget, DefaultStopBudget)
+	def(&o.ReconnectMin, defaultReconnectMin)
+	def(&o.ReconnectMax, defaultReconnectMax)
+	def(&o.ProbeMin, defaultProbeMin)
+	def(&o.ProbeMax, defaultProbeMax)
+	def(&o.RefusedRetry, defaultRefusedRetry)
+	def(&o.PauseMin, defaultPauseMin)
+	def(&o.PauseMax, defaultPauseMax)
+	def(&o.Heartbeat, defaultHeartbeat)
+	def(&o.DialTimeout, defaultDialTimeout)
+	def(&o.StopBudget, defaultStopBudget)
 	def(&o.CloseTimeout, DefaultCloseTimeout)
 }
 
@@ -226,9 +226,9 @@ func (o *Options) validate() ([]endpoint, error) {
 
 // bindingKeys lists the routing keys bound on every exchange, in order.
 func (o *Options) bindingKeys() []string {
-	keys := make([]string, 0, len(o.Topics)*len(Priorities))
+	keys := make([]string, 0, len(o.Topics)*len(priorities))
 	for _, t := range o.Topics {
-		for _, p := range Priorities {
+		for _, p := range priorities {
 			keys = append(keys, t+"."+p)
 		}
 	}

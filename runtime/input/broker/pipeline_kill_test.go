@@ -152,7 +152,7 @@ func TestKillBetweenPipelinedStages(t *testing.T) {
 				ids = append(ids, id)
 				bodies = append(bodies, note(t, id, "compute.instance.exists"))
 			}
-			v.Publish(t, "", DefaultQueue, bodies...)
+			v.Publish(t, "", defaultQueue, bodies...)
 
 			dir := t.TempDir()
 			cmd := exec.Command(os.Args[0], "-test.run=^$")

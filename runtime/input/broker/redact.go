@@ -1,14 +1,6 @@
 package broker
 
-import (
-	"unicode/utf8"
-
-	"github.com/tally-billing/tally-openstack-collector/internal/redact"
-)
-
-// Redacted replaces the value of every credential-named member in the dump's
-// output: the collector's one marker (internal/redact).
-const Redacted = redact.Marker
+import "unicode/utf8"
 
 // cutUTF8 cuts b to at most n bytes without splitting a UTF-8 sequence.
 func cutUTF8(b []byte, n int) []byte {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/redact"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
 
@@ -65,21 +66,21 @@ func TestDumpLineRedactsAtDepthAnyCase(t *testing.T) {
 				t.Errorf("members lost: %s", line)
 			}
 			p := m["payload"].(map[string]any)
-			if p["connection_info"] != Redacted || p["ClientSecret"] != Redacted {
+			if p["connection_info"] != redact.Marker || p["ClientSecret"] != redact.Marker {
 				t.Errorf("payload members not redacted: %v", p)
 			}
 			if p["note"] != "keep me" || p["size"] != float64(10) {
 				t.Errorf("other members changed: %v", p)
 			}
 			att := p["attachments"].([]any)[0].(map[string]any)
-			if att["Auth_Password"] != Redacted || att["instance_uuid"] != "i-1" {
+			if att["Auth_Password"] != redact.Marker || att["instance_uuid"] != "i-1" {
 				t.Errorf("array member: %v", att)
 			}
 			deep := att["nested"].(map[string]any)["deeper"].([]any)[0].(map[string]any)
-			if deep["X-Subject-TOKEN"] != Redacted {
+			if deep["X-Subject-TOKEN"] != redact.Marker {
 				t.Errorf("deep member: %v", deep)
 			}
-			if m["_context_auth_token"] != Redacted || m["_context_project_id"] != "proj-1" {
+			if m["_context_auth_token"] != redact.Marker || m["_context_project_id"] != "proj-1" {
 				t.Errorf("context members: %v %v", m["_context_auth_token"], m["_context_project_id"])
 			}
 			// Leading members in the documented order.
@@ -111,7 +112,7 @@ func TestDumpLineRealCaptures(t *testing.T) {
 	if bytes.Contains(line, []byte(tok)) {
 		t.Fatalf("token leaked: %s", line)
 	}
-	if m := decodeLine(t, line); m["_context_auth_token"] != Redacted || m["event_type"] != "volume.attach.end" {
+	if m := decodeLine(t, line); m["_context_auth_token"] != redact.Marker || m["event_type"] != "volume.attach.end" {
 		t.Fatalf("line: %s", line)
 	}
 
@@ -178,7 +179,7 @@ func TestDumpLineUnparseable(t *testing.T) {
 	early := []byte(`{"Password": {"nested": "PW-EARLY", "x": [1,2]}, "b": 1, "c": `)
 	line = DumpLine(nil, "nova", "k", early)
 	m := decodeLine(t, line)
-	if u := m["unparseable"].(string); strings.Contains(u, "PW-EARLY") || !strings.Contains(u, Redacted) || !strings.Contains(u, `"b": 1`) {
+	if u := m["unparseable"].(string); strings.Contains(u, "PW-EARLY") || !strings.Contains(u, redact.Marker) || !strings.Contains(u, `"b": 1`) {
 		t.Fatalf("early: %q", u)
 	}
 }

@@ -77,7 +77,7 @@ func TestRedeliveredIsNoFirstDelivery(t *testing.T) {
 			var d amqp.Delivery
 			testkit.WaitFor(t, 10*time.Second, "the first delivery", func() bool {
 				var ok bool
-				d, ok, err = ch.Get(DefaultQueue, false)
+				d, ok, err = ch.Get(defaultQueue, false)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -59,7 +59,7 @@ func TestTapSeesWhatIsCommitted(t *testing.T) {
 	testkit.WaitFor(t, 20*time.Second, "consuming", func() bool { return c.Ready() == nil })
 
 	for i := range 10 {
-		v.Publish(t, "", DefaultQueue, note(t, fmt.Sprintf("idle-%d", i), "compute.instance.exists"))
+		v.Publish(t, "", defaultQueue, note(t, fmt.Sprintf("idle-%d", i), "compute.instance.exists"))
 	}
 	testkit.WaitFor(t, 20*time.Second, "acknowledged", func() bool { return testutil.ToFloat64(c.m.acked) == 10 })
 	if tap.asked.Load() == 0 {
@@ -73,16 +73,16 @@ func TestTapSeesWhatIsCommitted(t *testing.T) {
 
 	tap.active.Store(true)
 	for i := range 10 {
-		v.Publish(t, "", DefaultQueue, note(t, fmt.Sprintf("tap-%d", i), "compute.instance.exists"))
+		v.Publish(t, "", defaultQueue, note(t, fmt.Sprintf("tap-%d", i), "compute.instance.exists"))
 	}
-	v.Publish(t, "", DefaultQueue, note(t, "tap-skip", "nobody.claims.this"))
+	v.Publish(t, "", defaultQueue, note(t, "tap-skip", "nobody.claims.this"))
 	testkit.WaitFor(t, 20*time.Second, "acknowledged", func() bool { return testutil.ToFloat64(c.m.acked) == 21 })
 	testkit.WaitFor(t, 5*time.Second, "shown", func() bool { tap.mu.Lock(); defer tap.mu.Unlock(); return len(tap.items) == 11 })
 	tap.mu.Lock()
 	defer tap.mu.Unlock()
 	for i, it := range tap.items[:10] {
 		if it.EventType != "compute.instance.exists" || len(it.Events) != 1 || messageID(t, it.Body) != fmt.Sprintf("tap-%d", i) ||
-			it.RoutingKey != DefaultQueue {
+			it.RoutingKey != defaultQueue {
 			t.Fatalf("item %d: %+v", i, it)
 		}
 	}

@@ -16,8 +16,8 @@ import (
 
 // Default ports of a broker host without one.
 const (
-	DefaultPort    = 5672
-	DefaultTLSPort = 5671
+	defaultPort    = 5672
+	defaultTLSPort = 5671
 )
 
 // TransportURL is a parsed TRANSPORT_URL: the broker hosts in failover order,
@@ -50,11 +50,13 @@ func (h TransportHost) String() string {
 	return url.User(h.User).String() + ":" + redact.Marker + "@" + h.Addr()
 }
 
-// GoString is String: a %#v never shows the password either.
+// GoString is String: a %#v never shows the password either. fmt is its
+// caller, which a dead-code pass does not see (TestParseTransportURL prints %#v).
 func (h TransportHost) GoString() string { return h.String() }
 
 // String is the URL with every password replaced by the redaction marker,
-// default ports filled in: safe for a log or an error.
+// default ports filled in: safe for a log or an error. fmt calls it (a %v of a
+// TransportURL), which a dead-code pass does not see.
 func (u TransportURL) String() string {
 	var b strings.Builder
 	b.WriteString(u.Scheme + "://")
@@ -71,7 +73,7 @@ func (u TransportURL) String() string {
 	return b.String()
 }
 
-// GoString is String.
+// GoString is String, for fmt's %#v (a caller a dead-code pass does not see).
 func (u TransportURL) GoString() string { return u.String() }
 
 // vhostPath is the path naming a virtual host: "/" + the escaped name, so the
@@ -231,9 +233,9 @@ func splitHostPort(e string, useTLS bool) (string, int, error) {
 	if strings.ContainsAny(host, " \t\r\n") {
 		return "", 0, errors.New("a space in the host name")
 	}
-	port := DefaultPort
+	port := defaultPort
 	if useTLS {
-		port = DefaultTLSPort
+		port = defaultTLSPort
 	}
 	if portText != "" {
 		n, err := strconv.Atoi(portText)

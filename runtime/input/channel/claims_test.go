@@ -90,10 +90,10 @@ func TestSocketServedByAnotherDaemonIsRefused(t *testing.T) {
 func TestConnectionTotalIsBounded(t *testing.T) {
 	h := newHarness(t, Options{MaxConnectionsPerUID: 1000}) // one uid may take every place here
 	h.start()
-	for range DefaultMaxConnections {
+	for range defaultMaxConnections {
 		dialRaw(t, h.sock, wire.ModeSubscribe)
 	}
-	if v := h.counter("connections"); v != DefaultMaxConnections {
+	if v := h.counter("connections"); v != defaultMaxConnections {
 		t.Fatalf("connections %v", v)
 	}
 	nc := dialHello(t, h.sock, wire.ModeSubscribe)

@@ -172,7 +172,7 @@ func TestPermissionsAcrossUsers(t *testing.T) {
 func TestSlowSubscriberIsBounded(t *testing.T) {
 	// The bound is the default: room for a burst of a whole commit (512 KiB
 	// of events at most) for a subscriber that reads.
-	const bound = DefaultSubscriberQueueBytes
+	const bound = defaultSubscriberQueueBytes
 	h := newHarness(t, Options{})
 	h.start()
 

@@ -53,9 +53,9 @@ type Redactor func(dst []byte, exchange, routingKey string, body []byte) []byte
 
 // Defaults of HubOptions.
 const (
-	DefaultSubscriberQueueBytes = 1 << 20
-	DefaultHubPendingBytes      = 16 << 20
-	DefaultMaxSubscriptions     = 64
+	defaultSubscriberQueueBytes = 1 << 20
+	defaultHubPendingBytes      = 16 << 20
+	defaultMaxSubscriptions     = 64
 	hubSlots                    = 4096
 )
 
@@ -119,13 +119,13 @@ func (s *subscription) matches(et string) bool {
 // newHub returns a Hub; Run fans out.
 func newHub(opts HubOptions) *Hub {
 	if opts.SubscriberQueueBytes <= 0 {
-		opts.SubscriberQueueBytes = DefaultSubscriberQueueBytes
+		opts.SubscriberQueueBytes = defaultSubscriberQueueBytes
 	}
 	if opts.PendingBytes <= 0 {
-		opts.PendingBytes = DefaultHubPendingBytes
+		opts.PendingBytes = defaultHubPendingBytes
 	}
 	if opts.MaxSubscriptions <= 0 {
-		opts.MaxSubscriptions = DefaultMaxSubscriptions
+		opts.MaxSubscriptions = defaultMaxSubscriptions
 	}
 	h := &Hub{
 		opts: opts,

@@ -19,18 +19,18 @@ const Exchange = "channel"
 
 // Defaults of Options.
 const (
-	DefaultSocketMode     = 0o660
-	DefaultQueueBytes     = 32 << 20
-	DefaultBatchMax       = 1000
-	DefaultBatchLinger    = 2 * time.Millisecond
-	DefaultDrainTimeout   = 5 * time.Second
-	DefaultMaxConnections = 256
-	// DefaultMaxConnectionsPerUID bounds one user's share of the slots.
-	DefaultMaxConnectionsPerUID = 16
-	DefaultIdleTimeout          = 60 * time.Second
-	DefaultHelloTimeout         = 10 * time.Second
-	DefaultRetryMin             = 100 * time.Millisecond
-	DefaultRetryMax             = 5 * time.Second
+	defaultSocketMode     = 0o660
+	defaultQueueBytes     = 32 << 20
+	defaultBatchMax       = 1000
+	defaultBatchLinger    = 2 * time.Millisecond
+	defaultDrainTimeout   = 5 * time.Second
+	defaultMaxConnections = 256
+	// defaultMaxConnectionsPerUID bounds one user's share of the slots.
+	defaultMaxConnectionsPerUID = 16
+	defaultIdleTimeout          = 60 * time.Second
+	defaultHelloTimeout         = 10 * time.Second
+	defaultRetryMin             = 100 * time.Millisecond
+	defaultRetryMax             = 5 * time.Second
 )
 
 // Options configure a Server. The package reads no configuration itself.
@@ -90,40 +90,40 @@ type Options struct {
 
 func (o *Options) setDefaults() {
 	if o.SocketMode == 0 {
-		o.SocketMode = DefaultSocketMode
+		o.SocketMode = defaultSocketMode
 	}
 	if o.Workers <= 0 {
 		o.Workers = runtime.GOMAXPROCS(0)
 	}
 	if o.QueueBytes <= 0 {
-		o.QueueBytes = DefaultQueueBytes
+		o.QueueBytes = defaultQueueBytes
 	}
 	if o.BatchMax <= 0 {
-		o.BatchMax = DefaultBatchMax
+		o.BatchMax = defaultBatchMax
 	}
 	if o.BatchLinger == 0 {
-		o.BatchLinger = DefaultBatchLinger
+		o.BatchLinger = defaultBatchLinger
 	}
 	if o.RetryMin <= 0 {
-		o.RetryMin = DefaultRetryMin
+		o.RetryMin = defaultRetryMin
 	}
 	if o.RetryMax <= 0 {
-		o.RetryMax = DefaultRetryMax
+		o.RetryMax = defaultRetryMax
 	}
 	if o.DrainTimeout <= 0 {
-		o.DrainTimeout = DefaultDrainTimeout
+		o.DrainTimeout = defaultDrainTimeout
 	}
 	if o.MaxConnections <= 0 {
-		o.MaxConnections = DefaultMaxConnections
+		o.MaxConnections = defaultMaxConnections
 	}
 	if o.MaxConnectionsPerUID <= 0 {
-		o.MaxConnectionsPerUID = DefaultMaxConnectionsPerUID
+		o.MaxConnectionsPerUID = defaultMaxConnectionsPerUID
 	}
 	if o.IdleTimeout <= 0 {
-		o.IdleTimeout = DefaultIdleTimeout
+		o.IdleTimeout = defaultIdleTimeout
 	}
 	if o.HelloTimeout <= 0 {
-		o.HelloTimeout = DefaultHelloTimeout
+		o.HelloTimeout = defaultHelloTimeout
 	}
 	o.Hub.Logger = o.Logger
 }

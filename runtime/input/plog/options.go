@@ -22,23 +22,23 @@ const (
 	TCP = "tcp"
 )
 
-// DefaultHost is the host a listener address without one binds to.
-const DefaultHost = "127.0.0.1"
+// defaultHost is the host a listener address without one binds to.
+const defaultHost = "127.0.0.1"
 
 // Defaults for Settings.
 const (
-	DefaultDefragMaxBytes  = 1 << 20
-	DefaultDefragMaxAge    = 10 * time.Second
-	DefaultReadBufferBytes = 8 << 20
-	DefaultMaxLineBytes    = 1 << 20
-	DefaultIdleTimeout     = 60 * time.Second
-	DefaultMaxConnections  = 256
-	DefaultMaxPerSource    = 16
-	DefaultLineBudgetBytes = 32 << 20
-	DefaultBatchMax        = 1000
-	DefaultBatchLinger     = 5 * time.Millisecond
-	DefaultQueueBytes      = 32 << 20
-	DefaultDrainTimeout    = 5 * time.Second
+	defaultDefragMaxBytes  = 1 << 20
+	defaultDefragMaxAge    = 10 * time.Second
+	defaultReadBufferBytes = 8 << 20
+	defaultMaxLineBytes    = 1 << 20
+	defaultIdleTimeout     = 60 * time.Second
+	defaultMaxConnections  = 256
+	defaultMaxPerSource    = 16
+	defaultLineBudgetBytes = 32 << 20
+	defaultBatchMax        = 1000
+	defaultBatchLinger     = 5 * time.Millisecond
+	defaultQueueBytes      = 32 << 20
+	defaultDrainTimeout    = 5 * time.Second
 )
 
 // Settings tune one listener. A zero field (nil for the switches) inherits the
@@ -106,22 +106,22 @@ func Merge(s, defaults Settings) Settings {
 		return &def
 	}
 	return Settings{
-		ReadBufferBytes: pick(s.ReadBufferBytes, pick(defaults.ReadBufferBytes, DefaultReadBufferBytes)),
-		DefragMaxBytes:  pick64(s.DefragMaxBytes, pick64(defaults.DefragMaxBytes, DefaultDefragMaxBytes)),
-		DefragMaxAge:    pickDur(s.DefragMaxAge, pickDur(defaults.DefragMaxAge, DefaultDefragMaxAge)),
+		ReadBufferBytes: pick(s.ReadBufferBytes, pick(defaults.ReadBufferBytes, defaultReadBufferBytes)),
+		DefragMaxBytes:  pick64(s.DefragMaxBytes, pick64(defaults.DefragMaxBytes, defaultDefragMaxBytes)),
+		DefragMaxAge:    pickDur(s.DefragMaxAge, pickDur(defaults.DefragMaxAge, defaultDefragMaxAge)),
 		HoleDetection:   pickBool(s.HoleDetection, defaults.HoleDetection, true),
 		AllowENVI:       pickBool(s.AllowENVI, defaults.AllowENVI, false),
 		AllowKILL:       pickBool(s.AllowKILL, defaults.AllowKILL, false),
-		MaxLineBytes:    pick(s.MaxLineBytes, pick(defaults.MaxLineBytes, DefaultMaxLineBytes)),
-		IdleTimeout:     pickDur(s.IdleTimeout, pickDur(defaults.IdleTimeout, DefaultIdleTimeout)),
-		MaxConnections:  pick(s.MaxConnections, pick(defaults.MaxConnections, DefaultMaxConnections)),
+		MaxLineBytes:    pick(s.MaxLineBytes, pick(defaults.MaxLineBytes, defaultMaxLineBytes)),
+		IdleTimeout:     pickDur(s.IdleTimeout, pickDur(defaults.IdleTimeout, defaultIdleTimeout)),
+		MaxConnections:  pick(s.MaxConnections, pick(defaults.MaxConnections, defaultMaxConnections)),
 		MaxConnectionsPerSource: pick(s.MaxConnectionsPerSource,
-			pick(defaults.MaxConnectionsPerSource, DefaultMaxPerSource)),
-		LineBudgetBytes: pick64(s.LineBudgetBytes, pick64(defaults.LineBudgetBytes, DefaultLineBudgetBytes)),
+			pick(defaults.MaxConnectionsPerSource, defaultMaxPerSource)),
+		LineBudgetBytes: pick64(s.LineBudgetBytes, pick64(defaults.LineBudgetBytes, defaultLineBudgetBytes)),
 		Workers:         pick(s.Workers, pick(defaults.Workers, 2)),
-		QueueBytes:      pick64(s.QueueBytes, pick64(defaults.QueueBytes, DefaultQueueBytes)),
-		BatchMax:        pick(s.BatchMax, pick(defaults.BatchMax, DefaultBatchMax)),
-		BatchLinger:     pickDur(s.BatchLinger, pickDur(defaults.BatchLinger, DefaultBatchLinger)),
+		QueueBytes:      pick64(s.QueueBytes, pick64(defaults.QueueBytes, defaultQueueBytes)),
+		BatchMax:        pick(s.BatchMax, pick(defaults.BatchMax, defaultBatchMax)),
+		BatchLinger:     pickDur(s.BatchLinger, pickDur(defaults.BatchLinger, defaultBatchLinger)),
 	}
 }
 
@@ -170,7 +170,7 @@ func (s Settings) validate() []string {
 // Listener is one socket.
 type Listener struct {
 	Network string // UDP or TCP
-	// Address is host:port or :port (bound to DefaultHost). Port 0 picks a free
+	// Address is host:port or :port (bound to defaultHost). Port 0 picks a free
 	// port; Server.Addrs tells which.
 	Address string
 	// Settings override Options.Defaults field by field.
@@ -209,14 +209,14 @@ type Options struct {
 	Registerer prometheus.Registerer
 }
 
-// normalizeAddress applies DefaultHost to an address without a host.
+// normalizeAddress applies defaultHost to an address without a host.
 func normalizeAddress(addr string) (string, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return "", err
 	}
 	if host == "" {
-		host = DefaultHost
+		host = defaultHost
 	}
 	return net.JoinHostPort(host, port), nil
 }

@@ -301,8 +301,8 @@ func TestUDPHonestMessagesSurviveAStormOfLargeClaims(t *testing.T) {
 		t.Fatalf("%d distinct honest messages of %d", len(seen), honest)
 	}
 	peak := h.srv.listeners[0].st.defragBytes.peak.Load()
-	if peak > DefaultDefragMaxBytes {
-		t.Fatalf("the defragmenter held %d bytes, bound %d", peak, DefaultDefragMaxBytes)
+	if peak > defaultDefragMaxBytes {
+		t.Fatalf("the defragmenter held %d bytes, bound %d", peak, defaultDefragMaxBytes)
 	}
 	if s.V0InvalidMultipartHeader != 0 || s.SocketDrops != 0 {
 		t.Fatalf("invalid headers %d, socket drops %d", s.V0InvalidMultipartHeader, s.SocketDrops)

@@ -32,8 +32,8 @@ const Exchange = "plog"
 
 // Tag prefixes a fragmented message may carry.
 const (
-	TagModule     = "kt:" // kt:<module name> selects the mapper; kt:null drops the message
-	TagRoutingKey = "rk:" // rk:<routing key> replaces the listener's routing key
+	tagModule     = "kt:" // kt:<module name> selects the mapper; kt:null drops the message
+	tagRoutingKey = "rk:" // rk:<routing key> replaces the listener's routing key
 )
 
 // Server runs the plog listeners of one daemon.
@@ -114,7 +114,7 @@ func New(opts Options) (*Server, error) {
 		opts.Version = "unknown"
 	}
 	if opts.DrainTimeout <= 0 {
-		opts.DrainTimeout = DefaultDrainTimeout
+		opts.DrainTimeout = defaultDrainTimeout
 	}
 	if opts.Environ == nil {
 		opts.Environ = os.Environ
@@ -356,7 +356,7 @@ func (l *listener) process(ctx context.Context, it item) {
 	modules, rk := l.chain, l.name
 	var picked []pipeline.Mapper
 	for _, t := range it.tags {
-		if name, ok := strings.CutPrefix(t, TagModule); ok {
+		if name, ok := strings.CutPrefix(t, tagModule); ok {
 			if name == "null" {
 				l.st.nullRoute.Add(1)
 				return
@@ -368,7 +368,7 @@ func (l *listener) process(ctx context.Context, it item) {
 				return
 			}
 			picked = append(picked, m)
-		} else if key, ok := strings.CutPrefix(t, TagRoutingKey); ok && key != "" {
+		} else if key, ok := strings.CutPrefix(t, tagRoutingKey); ok && key != "" {
 			rk = key
 		}
 	}

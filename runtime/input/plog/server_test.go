@@ -661,8 +661,8 @@ func TestMerge(t *testing.T) {
 	if got.Workers != 4 || *got.AllowENVI || !*got.HoleDetection {
 		t.Fatalf("defaults lost: %+v", got)
 	}
-	if got.DefragMaxBytes != DefaultDefragMaxBytes || got.MaxLineBytes != 10 || got.IdleTimeout != DefaultIdleTimeout ||
-		got.MaxConnections != DefaultMaxConnections || got.BatchMax != DefaultBatchMax || got.LineBudgetBytes != DefaultLineBudgetBytes {
+	if got.DefragMaxBytes != defaultDefragMaxBytes || got.MaxLineBytes != 10 || got.IdleTimeout != defaultIdleTimeout ||
+		got.MaxConnections != defaultMaxConnections || got.BatchMax != defaultBatchMax || got.LineBudgetBytes != defaultLineBudgetBytes {
 		t.Fatalf("package defaults lost: %+v", got)
 	}
 	inherit := Merge(Settings{}, defaults)
