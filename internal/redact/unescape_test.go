@@ -20,7 +20,7 @@ func TestUnescapersPinned(t *testing.T) {
 		raw       string // content of a string, without its quotes
 		unescaped string // jsonstr.AppendUnescaped
 		unquoted  string // jsonindex.AppendUnquote
-		err       string // its error, "" for none
+		err       string // its error, "" for none (the offset of the malformed escape in raw)
 		lenient   string // UnquoteLenient of `"` + raw
 	}{
 		{"", "", "", "", ""},
@@ -38,7 +38,7 @@ func TestUnescapersPinned(t *testing.T) {
 		{"\\ud83c\\ud83c", "��", "��", "", "��"},
 		{"\\ud83c\\u0041", "�A", "�A", "", "�A"},
 		{"\\ud83c\\n", "�\n", "�\n", "", "�\n"},
-		{"\\ud83c\\udf8", "�\\udf8", "�", "jsonindex: syntax error: invalid escape in string at byte 0", "�udf8"},
+		{"\\ud83c\\udf8", "�\\udf8", "�", "jsonindex: syntax error: invalid escape in string at byte 6", "�udf8"},
 		{"\\udf89\\ud83c\\udf89", "�🎉", "�🎉", "", "�🎉"},
 		{"\\u12", "\\u12", "", "jsonindex: syntax error: invalid escape in string at byte 0", "u12"},
 		{"\\u12x4", "\\u12x4", "", "jsonindex: syntax error: invalid escape in string at byte 0", "u12x4"},
@@ -47,10 +47,10 @@ func TestUnescapersPinned(t *testing.T) {
 		{"\\u+123", "\\u+123", "", "jsonindex: syntax error: invalid escape in string at byte 0", "u+123"},
 		{"\\x", "\\x", "", "jsonindex: syntax error: invalid escape in string at byte 0", "x"},
 		{"a\\qb", "a\\qb", "a", "jsonindex: syntax error: invalid escape in string at byte 1", "aqb"},
-		{"\\n\\q", "\n\\q", "\n", "jsonindex: syntax error: invalid escape in string at byte 0", "\nq"},
+		{"\\n\\q", "\n\\q", "\n", "jsonindex: syntax error: invalid escape in string at byte 2", "\nq"},
 		{"\\é", "\\é", "", "jsonindex: syntax error: invalid escape in string at byte 0", "é"},
 		{"tail\\", "tail\\", "tail", "jsonindex: syntax error: invalid escape in string at byte 4", "tail\\"},
-		{"\\\\\\", "\\\\", "\\", "jsonindex: syntax error: invalid escape in string at byte 0", "\\\\"},
+		{"\\\\\\", "\\\\", "\\", "jsonindex: syntax error: invalid escape in string at byte 2", "\\\\"},
 		{"\\", "\\", "", "jsonindex: syntax error: invalid escape in string at byte 0", "\\"},
 		{"raw é", "raw é", "raw é", "", "raw é"},
 		{"raw\x00\x1f\x7f", "raw\x00\x1f\x7f", "raw\x00\x1f\x7f", "", "raw\x00\x1f\x7f"},

@@ -236,10 +236,11 @@ var importRules = []importRule{
 	{doc: "outbox and sender know nothing of WebAssembly or of where a message came from",
 		from: anyOf(under("outbox"), under("sender")),
 		to:   anyOf(under("runtime"), under("wasm-sdk"), func(p string) bool { return strings.HasPrefix(p, "github.com/tetratelabs/") }),
-		// the credential-name rule (through internal/redact) and the JSON
-		// indexer (the ledger reads an event's keys with it), both
+		// the credential-name rule (through internal/redact), the JSON
+		// indexer (the ledger reads an event's keys with it) and the one JSON
+		// unescaper (jsonindex's and internal/redact's), all
 		// dependency-free packages of the SDK's module
-		allow: is("wasm-sdk/secret", "wasm-sdk/jsonindex")},
+		allow: is("wasm-sdk/secret", "wasm-sdk/jsonindex", "wasm-sdk/jsonstr")},
 	{doc: "only cmd/ reads settings (koanf) and wires the packages",
 		from: not(under("cmd")),
 		to:   anyOf(under("cmd"), func(p string) bool { return strings.HasPrefix(p, "github.com/knadh/koanf") })},
