@@ -202,3 +202,28 @@ func FuzzUnescapeModes(f *testing.F) {
 		}
 	})
 }
+
+// TestUnescapeWordBoundaries puts an escape, a malformed escape and a
+// trailing backslash at every position of a 24-byte string, so the
+// word-at-a-time search for a backslash is checked against the byte loop it
+// replaced, in every mode.
+func TestUnescapeWordBoundaries(t *testing.T) {
+	for _, esc := range []string{`\n`, `\u00e9`, `\ud83c\udf89`, `\q`, `\u12`, `\`} {
+		for pos := 0; pos < 24; pos++ {
+			raw := []byte(strings.Repeat("a", pos) + esc + strings.Repeat("b", 24-pos))
+			if esc == `\` {
+				raw = []byte(strings.Repeat("a", pos) + esc)
+			}
+			if got, want := jsonstr.AppendUnescaped(nil, raw), refKeepEscape(nil, raw); !bytes.Equal(got, want) {
+				t.Errorf("KeepEscape(%q) = %q, want %q", raw, got, want)
+			}
+			got, bad := jsonstr.Unescape(nil, raw, jsonstr.Stop)
+			if want, wbad := refStop(nil, raw); !bytes.Equal(got, want) || bad != wbad {
+				t.Errorf("Stop(%q) = %q %d, want %q %d", raw, got, bad, want, wbad)
+			}
+			if got, _ := jsonstr.Unescape(nil, raw, jsonstr.KeepChar); string(got) != refKeepChar(raw) {
+				t.Errorf("KeepChar(%q) = %q, want %q", raw, got, refKeepChar(raw))
+			}
+		}
+	}
+}
