@@ -1,8 +1,9 @@
 // Package jsonstr writes and reads the content of JSON strings: escaping text
 // into a string, and decoding a string's escapes back into text. It is the
 // one copy of both for the guest SDK, the mappers built on it and the host
-// (the runtime, the channel input), so that what a guest writes and what the
-// host writes are escaped the same way.
+// (the runtime, the channel input, the indexer jsonindex, internal/redact), so
+// that what a guest writes and what the host writes are escaped the same way,
+// and every string is read back by the same decoder.
 //
 // It imports only unicode/utf8 and unsafe, so it builds for GOOS=wasip1 and
 // stays small in a guest. The fast paths read 8 bytes at a time; a plain
@@ -28,8 +29,8 @@
 //     the reading of a string in a body that was cut (internal/redact's
 //     UnquoteLenient, which also ends the string at its closing quote).
 //
-// Raw bytes, control bytes and invalid UTF-8 included, are copied by every
-// mode as they are.
+// Every byte outside an escape, control bytes and invalid UTF-8 included, is
+// copied as it is, in every mode.
 package jsonstr
 
 import (
@@ -293,9 +294,9 @@ const (
 // Unescape appends the decoded text of raw, the content of a JSON string
 // without its quotes, treating a malformed escape as m says. bad is the offset
 // in raw of the malformed escape decoding stopped at (m == Stop only), -1
-// when it decoded all of raw. Raw bytes, control bytes and invalid UTF-8
-// included, are copied as they are; runs without a backslash are found a word
-// at a time and copied at once.
+// when it decoded all of raw. Bytes outside escapes, control bytes and
+// invalid UTF-8 included, are copied as they are; runs without a backslash
+// are found a word at a time and copied at once.
 func Unescape(dst, raw []byte, m Malformed) (out []byte, bad int) {
 	start := 0
 	for i := indexBackslash(raw, 0); i < len(raw); i = indexBackslash(raw, i) {
