@@ -1,6 +1,9 @@
 package sdk
 
-import "github.com/tally-billing/tally-openstack-collector/wasm-sdk/internal/abi"
+import (
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/internal/abi"
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/internal/abi/kind"
+)
 
 // This file fixes the public API of the guest SDK. Bodies are filled in by the
 // implementation files; mapper code is written against these signatures.
@@ -8,15 +11,16 @@ import "github.com/tally-billing/tally-openstack-collector/wasm-sdk/internal/abi
 // Kind is the JSON kind of a looked-up value (the numbering is the ABI's).
 type Kind uint8
 
+// Kinds, numbered as in the ABI (the one table is package kind's).
 const (
-	Missing Kind = iota
-	Null
-	String
-	Number
-	True
-	False
-	Object
-	Array
+	Missing Kind = kind.Missing
+	Null    Kind = kind.Null
+	String  Kind = kind.String
+	Number  Kind = kind.Number
+	True    Kind = kind.True
+	False   Kind = kind.False
+	Object  Kind = kind.Object
+	Array   Kind = kind.Array
 )
 
 // Manifest describes a mapper module; the SDK serialises it for tally_manifest.

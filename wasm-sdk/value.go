@@ -50,7 +50,7 @@ func (m *Message) GetMany(paths []string, out []Value) {
 // the input: a span outside it reads as missing.
 func (m *Message) value(p uint64) Value {
 	kind, start, n := abi.Unpack(p)
-	if kind == abi.KindMissing || kind > abi.KindArray || start+n > len(m.raw) {
+	if k := Kind(kind); k == Missing || k > Array || start+n > len(m.raw) {
 		return Value{}
 	}
 	return Value{kind: Kind(kind), raw: m.raw[start : start+n : start+n]}

@@ -15,6 +15,14 @@
 // import only the SDK, apply the same rule to what they copy into an event
 // (the channel module), so there is one list, not two.
 //
+// # Cut bodies
+//
+// The JSON redactor reads bodies that may have been cut, so it reads a string
+// leniently (UnquoteLenient): a missing closing quote ends it at the end of the
+// body, and a malformed escape keeps its character. The decoding itself is
+// wasm-sdk/jsonstr's, in its KeepChar mode; this package adds only where the
+// string ends.
+//
 // # The marker
 //
 // Marker, "[redacted]", replaces a hidden value everywhere.

@@ -3,10 +3,8 @@ package redact
 import (
 	"bytes"
 	"encoding/json"
-	"strconv"
-	"strings"
-	"unicode/utf16"
-	"unicode/utf8"
+
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonstr"
 )
 
 // JSON copies src to dst, replacing the value of every member whose name is
@@ -72,57 +70,24 @@ func appendValueString(dst, tok []byte, depth int) []byte {
 
 // UnquoteLenient decodes a JSON string token (with its opening quote), which
 // may lack its closing quote or hold a malformed escape (the raw character is
-// kept then): the content of a string in a body that was cut.
+// kept then, without its backslash): the content of a string in a body that
+// was cut. The decoding is jsonstr's (Unescape with KeepChar).
 func UnquoteLenient(tok []byte) string {
 	if len(tok) > 0 && tok[0] == '"' {
 		tok = tok[1:]
 	}
-	var b strings.Builder
-	for i := 0; i < len(tok); i++ {
-		c := tok[i]
-		if c == '"' {
+	// The content ends at the first quote no backslash escapes, as
+	// skipString reads it.
+	for j := 0; j < len(tok); j++ {
+		if tok[j] == '\\' {
+			j++
+		} else if tok[j] == '"' {
+			tok = tok[:j]
 			break
 		}
-		if c != '\\' || i+1 >= len(tok) {
-			b.WriteByte(c)
-			continue
-		}
-		i++
-		switch tok[i] {
-		case 'n':
-			b.WriteByte('\n')
-		case 't':
-			b.WriteByte('\t')
-		case 'r':
-			b.WriteByte('\r')
-		case 'b':
-			b.WriteByte('\b')
-		case 'f':
-			b.WriteByte('\f')
-		case 'u':
-			if i+4 < len(tok) {
-				if r, err := strconv.ParseUint(string(tok[i+1:i+5]), 16, 32); err == nil {
-					i += 4
-					r1 := rune(r) //nolint:gosec // G115: r is four hex digits, at most 0xFFFF
-					if utf16.IsSurrogate(r1) && i+6 < len(tok) && tok[i+1] == '\\' && tok[i+2] == 'u' {
-						if r2, err := strconv.ParseUint(string(tok[i+3:i+7]), 16, 32); err == nil {
-							if d := utf16.DecodeRune(r1, rune(r2)); d != utf8.RuneError { //nolint:gosec // G115: r2 is four hex digits, at most 0xFFFF
-								b.WriteRune(d)
-								i += 6
-								continue
-							}
-						}
-					}
-					b.WriteRune(r1)
-					continue
-				}
-			}
-			b.WriteByte('u')
-		default:
-			b.WriteByte(tok[i])
-		}
 	}
-	return b.String()
+	out, _ := jsonstr.Unescape(make([]byte, 0, len(tok)), tok, jsonstr.KeepChar)
+	return string(out)
 }
 
 // EnvelopeText finds the member "oslo.message" in a body that does not parse

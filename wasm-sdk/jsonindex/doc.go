@@ -52,7 +52,10 @@
 //
 // AppendChildren lists the members or elements of a container (the host uses it
 // to rewrite each event a mapper returns), duplicate member names included, in
-// document order; AppendUnquote decodes an escaped string span.
+// document order; AppendUnquote decodes an escaped string span. Escapes are
+// decoded by wasm-sdk/jsonstr's DecodeEscape everywhere in this package (in
+// AppendUnquote, in member names compared with a path, in ParseQuoted), the
+// one decoder the SDK and the host share.
 //
 // # A document inside a string
 //

@@ -7,22 +7,24 @@ import (
 	"math"
 	"math/bits"
 	"unicode/utf8"
+
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/internal/abi/kind"
 )
 
 // Kind is the JSON kind of a value. The numbering is the one of the mapper ABI
 // (docs/abi.md), so a Kind can be handed to a guest unchanged.
 type Kind uint8
 
-// Kinds, numbered as in the ABI.
+// Kinds, numbered as in the ABI (the one table is wasm-sdk/internal/abi/kind's).
 const (
-	Missing Kind = iota
-	Null
-	String
-	Number
-	True
-	False
-	Object
-	Array
+	Missing Kind = kind.Missing
+	Null    Kind = kind.Null
+	String  Kind = kind.String
+	Number  Kind = kind.Number
+	True    Kind = kind.True
+	False   Kind = kind.False
+	Object  Kind = kind.Object
+	Array   Kind = kind.Array
 )
 
 var kindNames = [...]string{"missing", "null", "string", "number", "true", "false", "object", "array"}

@@ -1,6 +1,10 @@
 package jsonindex
 
-import "unicode/utf8"
+import (
+	"unicode/utf8"
+
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonstr"
+)
 
 // Lookup finds the value at path (ABI path syntax, see the package
 // documentation) and returns its kind and its span in Bytes(): for a string the
@@ -178,7 +182,7 @@ func keyEqual[P string | []byte](key []byte, seg P) bool {
 			chunk = buf[:1]
 			i++
 		} else {
-			r, size := decodeEscape(key, i)
+			r, size := jsonstr.DecodeEscape(key, i)
 			if size == 0 {
 				return false
 			}
@@ -201,65 +205,4 @@ func keyEqual[P string | []byte](key []byte, seg P) bool {
 		}
 	}
 	return j == len(seg)
-}
-
-// decodeEscape decodes the escape sequence at raw[i] (a backslash) and returns
-// the rune and the number of bytes consumed, 0 when malformed. A lone
-// surrogate decodes to U+FFFD.
-func decodeEscape(raw []byte, i int) (rune, int) {
-	if i+1 >= len(raw) {
-		return 0, 0
-	}
-	switch raw[i+1] {
-	case '"':
-		return '"', 2
-	case '\\':
-		return '\\', 2
-	case '/':
-		return '/', 2
-	case 'b':
-		return '\b', 2
-	case 'f':
-		return '\f', 2
-	case 'n':
-		return '\n', 2
-	case 'r':
-		return '\r', 2
-	case 't':
-		return '\t', 2
-	case 'u':
-		r, ok := hex4(raw, i+2)
-		if !ok {
-			return 0, 0
-		}
-		if r >= 0xD800 && r < 0xDC00 {
-			// High surrogate: combine with a following low one.
-			if i+12 <= len(raw) && raw[i+6] == '\\' && raw[i+7] == 'u' {
-				if r2, ok := hex4(raw, i+8); ok && r2 >= 0xDC00 && r2 < 0xE000 {
-					return (r-0xD800)<<10 + (r2 - 0xDC00) + 0x10000, 12
-				}
-			}
-			return utf8.RuneError, 6
-		}
-		if r >= 0xDC00 && r < 0xE000 {
-			return utf8.RuneError, 6
-		}
-		return r, 6
-	}
-	return 0, 0
-}
-
-func hex4(raw []byte, i int) (rune, bool) {
-	if i+4 > len(raw) {
-		return 0, false
-	}
-	var r rune
-	for _, c := range raw[i : i+4] {
-		v := hexVal(c)
-		if v < 0 {
-			return 0, false
-		}
-		r = r<<4 | rune(v) //nolint:gosec // v is a hex digit's value, 0 to 15 (v < 0 returned above)
-	}
-	return r, true
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/bits"
 	"unicode/utf8"
+
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonstr"
 )
 
 // ParseQuoted indexes the JSON document that a JSON string holds, reading the
@@ -96,7 +98,7 @@ func qPeekSlow(src []byte, i int) (c, w int) {
 		if i+1 < len(src) && src[i+1] == '"' {
 			return '"', 2 // the quote of a string of the document: the common escape
 		}
-		r, size := decodeEscape(src, i)
+		r, size := jsonstr.DecodeEscape(src, i)
 		switch {
 		case size == 0:
 			return qBad, 0
@@ -373,7 +375,7 @@ func qString(src []byte, i int, d []byte, j int) (ni, nj int, esc, ok bool) {
 				d[j] = '/'
 				i, j = i+2, j+1
 			case 'u':
-				r, size := decodeEscape(src, i)
+				r, size := jsonstr.DecodeEscape(src, i)
 				switch {
 				case size == 0 || r < 0x20: // invalid, or a control character in the document's string
 					return i, j, esc, false

@@ -3,13 +3,15 @@ package jsonindex
 import (
 	"bytes"
 	"fmt"
-	"unicode/utf8"
+
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonstr"
 )
 
 // AppendUnquote decodes raw, the escaped content of a JSON string without its
 // quotes (as Lookup returns it), and appends the result to dst. Lone surrogates
 // decode to U+FFFD. It fails with an error wrapping ErrSyntax on a malformed
-// escape.
+// escape, naming its offset in raw; dst then holds what came before it. The
+// decoding is jsonstr's (Unescape with Stop).
 //
 //	k, s, e := x.Lookup("payload.display_name")
 //	if k == jsonindex.String {
@@ -17,17 +19,13 @@ import (
 //		...
 //	}
 func AppendUnquote(dst, raw []byte) ([]byte, error) {
-	for {
-		i := bytes.IndexByte(raw, '\\')
-		if i < 0 {
-			return append(dst, raw...), nil
-		}
-		dst = append(dst, raw[:i]...)
-		r, size := decodeEscape(raw, i)
-		if size == 0 {
-			return dst, fmt.Errorf("%w: invalid escape in string at byte %d", ErrSyntax, i)
-		}
-		dst = utf8.AppendRune(dst, r)
-		raw = raw[i+size:]
+	i := bytes.IndexByte(raw, '\\')
+	if i < 0 {
+		return append(dst, raw...), nil // the usual string: no escape
 	}
+	dst, bad := jsonstr.Unescape(append(dst, raw[:i]...), raw[i:], jsonstr.Stop)
+	if bad >= 0 {
+		return dst, fmt.Errorf("%w: invalid escape in string at byte %d", ErrSyntax, i+bad)
+	}
+	return dst, nil
 }

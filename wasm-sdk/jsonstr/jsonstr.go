@@ -1,8 +1,9 @@
 // Package jsonstr writes and reads the content of JSON strings: escaping text
 // into a string, and decoding a string's escapes back into text. It is the
 // one copy of both for the guest SDK, the mappers built on it and the host
-// (the runtime, the channel input), so that what a guest writes and what the
-// host writes are escaped the same way.
+// (the runtime, the channel input, the indexer jsonindex, internal/redact), so
+// that what a guest writes and what the host writes are escaped the same way,
+// and every string is read back by the same decoder.
 //
 // It imports only unicode/utf8 and unsafe, so it builds for GOOS=wasip1 and
 // stays small in a guest. The fast paths read 8 bytes at a time; a plain
@@ -11,8 +12,25 @@
 // Escaping writes quotes, backslashes and control characters as escapes
 // (\n, \r, \t, \b, \f, else \u00XX) and replaces invalid UTF-8 with
 // U+FFFD; everything else, non-ASCII text included, is copied as it is.
-// Decoding (AppendUnescaped) is lenient: it never fails, and keeps a
-// malformed escape as it stands.
+//
+// Decoding has one decoder of escapes, DecodeEscape (a surrogate pair joined,
+// a lone surrogate read as U+FFFD), and one loop over a string, Unescape,
+// whose Malformed mode says what becomes of an escape DecodeEscape cannot
+// read. Every reader of JSON strings in the project is one of its modes:
+//
+//   - KeepEscape (AppendUnescaped): the escape is kept as it stands; it
+//     never fails. The SDK's values, the runtime's event writer, the channel
+//     module.
+//   - Stop: decoding ends there and the offset is returned, which
+//     jsonindex.AppendUnquote reports as ErrSyntax. The host's indexer, which
+//     also decodes escapes one at a time with DecodeEscape while it matches
+//     member names and parses a document held in a string.
+//   - KeepChar: the backslash is dropped and the character after it kept,
+//     the reading of a string in a body that was cut (internal/redact's
+//     UnquoteLenient, which also ends the string at its closing quote).
+//
+// Every byte outside an escape, control bytes and invalid UTF-8 included, is
+// copied as it is, in every mode.
 package jsonstr
 
 import (
@@ -188,64 +206,63 @@ func hasControl(b []byte) bool {
 	return false
 }
 
-// AppendUnescaped appends the decoded text of raw, the content of a JSON
-// string without its quotes. Malformed escapes and a trailing backslash are
-// kept literally; lone surrogates become U+FFFD.
-func AppendUnescaped(dst, raw []byte) []byte {
-	for i := 0; i < len(raw); {
-		c := raw[i]
-		if c != '\\' || i+1 >= len(raw) {
-			dst = append(dst, c)
-			i++
-			continue
+// DecodeEscape decodes the escape at raw[i], which is a backslash, and
+// returns its rune and the number of bytes it takes: 2 for \" \\ \/ \b \f
+// \n \r \t, 6 for \uXXXX, 12 for a surrogate pair. A lone surrogate
+// decodes to U+FFFD and takes 6 bytes. size is 0 when the escape is
+// malformed (an unknown letter, \u without four hex digits, a backslash at
+// the end). It is the one decoder of escapes: every way of unescaping below,
+// and the host's indexer (jsonindex), read escapes with it.
+func DecodeEscape(raw []byte, i int) (r rune, size int) {
+	if i+1 >= len(raw) {
+		return 0, 0
+	}
+	switch raw[i+1] {
+	case '"':
+		return '"', 2
+	case '\\':
+		return '\\', 2
+	case '/':
+		return '/', 2
+	case 'b':
+		return '\b', 2
+	case 'f':
+		return '\f', 2
+	case 'n':
+		return '\n', 2
+	case 'r':
+		return '\r', 2
+	case 't':
+		return '\t', 2
+	case 'u':
+		r, ok := hex4(raw, i+2)
+		if !ok {
+			return 0, 0
 		}
-		switch e := raw[i+1]; e {
-		case '"', '\\', '/':
-			dst = append(dst, e)
-		case 'b':
-			dst = append(dst, '\b')
-		case 'f':
-			dst = append(dst, '\f')
-		case 'n':
-			dst = append(dst, '\n')
-		case 'r':
-			dst = append(dst, '\r')
-		case 't':
-			dst = append(dst, '\t')
-		case 'u':
-			r, ok := hex4(raw[i+2:])
-			if !ok {
-				dst = append(dst, c)
-				i++
-				continue
-			}
-			i += 6
-			if r >= 0xD800 && r < 0xDC00 {
-				if len(raw) >= i+6 && raw[i] == '\\' && raw[i+1] == 'u' {
-					if lo, ok := hex4(raw[i+2:]); ok && lo >= 0xDC00 && lo < 0xE000 {
-						r = (r-0xD800)<<10 + (lo - 0xDC00) + 0x10000
-						i += 6
-					}
+		if r >= 0xD800 && r < 0xDC00 {
+			// High surrogate: combine with a following low one.
+			if i+12 <= len(raw) && raw[i+6] == '\\' && raw[i+7] == 'u' {
+				if lo, ok := hex4(raw, i+8); ok && lo >= 0xDC00 && lo < 0xE000 {
+					return (r-0xD800)<<10 + (lo - 0xDC00) + 0x10000, 12
 				}
 			}
-			dst = utf8.AppendRune(dst, r) // surrogates left over become U+FFFD
-			continue
-		default:
-			dst = append(dst, c)
-			i++
-			continue
+			return utf8.RuneError, 6
 		}
-		i += 2
+		if r >= 0xDC00 && r < 0xE000 {
+			return utf8.RuneError, 6
+		}
+		return r, 6
 	}
-	return dst
+	return 0, 0
 }
 
-func hex4(b []byte) (rune, bool) {
-	if len(b) < 4 {
+// hex4 reads the four hex digits at raw[i:i+4].
+func hex4(raw []byte, i int) (rune, bool) {
+	if i+4 > len(raw) {
 		return 0, false
 	}
 	var r rune
-	for _, c := range b[:4] {
+	for _, c := range raw[i : i+4] {
 		switch {
 		case c >= '0' && c <= '9':
 			r = r<<4 | rune(c-'0')
@@ -258,4 +275,82 @@ func hex4(b []byte) (rune, bool) {
 		}
 	}
 	return r, true
+}
+
+// Malformed says what unescaping does with an escape DecodeEscape cannot read.
+type Malformed uint8
+
+const (
+	// KeepEscape copies a malformed escape as it stands, backslash and all.
+	KeepEscape Malformed = iota
+	// KeepChar drops the backslash of a malformed escape and keeps the
+	// character after it (a backslash at the very end is kept): the reading
+	// of a string in a body that was cut.
+	KeepChar
+	// Stop ends the decoding before a malformed escape.
+	Stop
+)
+
+// Unescape appends the decoded text of raw, the content of a JSON string
+// without its quotes, treating a malformed escape as m says. bad is the offset
+// in raw of the malformed escape decoding stopped at (m == Stop only), -1
+// when it decoded all of raw. Bytes outside escapes, control bytes and
+// invalid UTF-8 included, are copied as they are; runs without a backslash
+// are found a word at a time and copied at once.
+func Unescape(dst, raw []byte, m Malformed) (out []byte, bad int) {
+	start := 0
+	for i := indexBackslash(raw, 0); i < len(raw); i = indexBackslash(raw, i) {
+		dst = append(dst, raw[start:i]...)
+		r, size := DecodeEscape(raw, i)
+		switch {
+		case size > 0:
+			dst = utf8.AppendRune(dst, r)
+			i += size
+		case m == Stop:
+			return dst, i
+		case i+1 >= len(raw):
+			dst = append(dst, '\\')
+			i++
+		default:
+			if m == KeepEscape {
+				dst = append(dst, '\\')
+			}
+			dst = append(dst, raw[i+1])
+			i += 2
+		}
+		start = i
+	}
+	return append(dst, raw[start:]...), -1
+}
+
+// indexBackslash returns the offset of the first backslash in raw at or after
+// i, len(raw) when there is none: whole words first, then bytes.
+func indexBackslash(raw []byte, i int) int {
+	if i+8 <= len(raw) {
+		s := unsafe.String(unsafe.SliceData(raw), len(raw)) //nolint:gosec // zero-copy view of raw, read only during this call and not kept
+		for ; i+8 <= len(s); i += 8 {
+			if b := load8(s, i) ^ ('\\' * lsb); (b-lsb)&^b&msb != 0 {
+				break
+			}
+		}
+	}
+	for ; i < len(raw); i++ {
+		if raw[i] == '\\' {
+			return i
+		}
+	}
+	return i
+}
+
+// AppendUnescaped appends the decoded text of raw, the content of a JSON
+// string without its quotes. Malformed escapes and a trailing backslash are
+// kept literally; lone surrogates become U+FFFD. It is Unescape with
+// KeepEscape.
+func AppendUnescaped(dst, raw []byte) []byte {
+	i := indexBackslash(raw, 0)
+	if i == len(raw) {
+		return append(dst, raw...) // the usual string: no escape
+	}
+	dst, _ = Unescape(append(dst, raw[:i]...), raw[i:], KeepEscape)
+	return dst
 }

@@ -4,17 +4,7 @@
 // calls from a jsonindex.Index so mapper code runs under plain go test.
 package abi
 
-// Kind numbers of the field import (bits 63..56 of its result).
-const (
-	KindMissing = 0
-	KindNull    = 1
-	KindString  = 2
-	KindNumber  = 3
-	KindTrue    = 4
-	KindFalse   = 5
-	KindObject  = 6
-	KindArray   = 7
-)
+import "github.com/tally-billing/tally-openstack-collector/wasm-sdk/internal/abi/kind"
 
 const (
 	offsetBits = 28
@@ -25,11 +15,11 @@ const (
 
 // Pack builds a field result: kind in bits 63..56, start in 55..28, length in
 // 27..0. Spans that do not fit (inputs over 256 MiB) pack as missing.
-func Pack(kind uint8, start, length int) uint64 {
-	if kind == KindMissing || start < 0 || length < 0 || start > offsetMask || length > lengthMask {
+func Pack(k uint8, start, length int) uint64 {
+	if k == kind.Missing || start < 0 || length < 0 || start > offsetMask || length > lengthMask {
 		return 0
 	}
-	return uint64(kind)<<56 | uint64(start)<<lengthBits | uint64(length)
+	return uint64(k)<<56 | uint64(start)<<lengthBits | uint64(length)
 }
 
 // Unpack splits a field result into its kind, start offset and length.
