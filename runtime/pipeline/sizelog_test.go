@@ -1,12 +1,10 @@
 package pipeline_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"math"
-	"sync"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,37 +14,6 @@ import (
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
-
-// logBuffer is a goroutine-safe log destination.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// lines are the log lines with message msg.
-func (b *logBuffer) lines(t *testing.T, msg string) []map[string]any {
-	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(b.buf.Bytes()))
-	for sc.Scan() {
-		var m map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			t.Fatalf("log line %q: %v", sc.Bytes(), err)
-		}
-		if m["message"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
 
 // sampledBound is how many lines a burst sampler of 20 a second may let
 // through in elapsed: 20 for each second begun, plus the one the calls started
@@ -62,7 +29,7 @@ func sampledBound(elapsed time.Duration) int {
 func TestOversizedBodiesAndEventsAreLoggedSampled(t *testing.T) {
 	e := engine(t)
 	nova := module(t, e, "mappers/dist/nova.wasm")
-	var logs logBuffer
+	var logs testkit.SyncBuffer
 	reg := prometheus.NewRegistry()
 	p, err := pipeline.New(pipeline.Options{Router: pipeline.Chain{nova}, Registerer: reg,
 		Logger: zerolog.New(&logs), MaxEventBytes: 200})
@@ -86,7 +53,7 @@ func TestOversizedBodiesAndEventsAreLoggedSampled(t *testing.T) {
 	if got := testkit.Metric(t, reg, "tally_collector_unparseable_total", pipeline.ReasonBodyTooLarge); got != n {
 		t.Fatalf("unparseable_total{body_too_large} = %v, want %d", got, n)
 	}
-	lines := logs.lines(t, "unparseable message, skipped")
+	lines := logs.JSONLines(t, "unparseable message, skipped")
 	if len(lines) == 0 || len(lines) > sampledBound(elapsed) {
 		t.Fatalf("%d lines for %d bodies in %v, want 1 to %d", len(lines), n, elapsed, sampledBound(elapsed))
 	}
@@ -95,7 +62,7 @@ func TestOversizedBodiesAndEventsAreLoggedSampled(t *testing.T) {
 		l["reason"] != pipeline.ReasonBodyTooLarge || l["level"] != "warn" {
 		t.Fatalf("log line %v", l)
 	}
-	if bytes.Contains(logs.buf.Bytes(), []byte("xxxxxxxx")) {
+	if strings.Contains(logs.String(), "xxxxxxxx") {
 		t.Fatal("the body's content was logged")
 	}
 
@@ -115,7 +82,7 @@ func TestOversizedBodiesAndEventsAreLoggedSampled(t *testing.T) {
 		mapOne()
 	}
 	testkit.WaitUntil(t, 5*time.Second, "the sampler to let an event's line through", func() (bool, string) {
-		if len(logs.lines(t, "mapped event over the size bound, skipped")) > 0 {
+		if len(logs.JSONLines(t, "mapped event over the size bound, skipped")) > 0 {
 			return true, ""
 		}
 		mapOne()
@@ -125,8 +92,8 @@ func TestOversizedBodiesAndEventsAreLoggedSampled(t *testing.T) {
 	if got := testkit.Metric(t, reg, "tally_collector_skipped_total", pipeline.ReasonEventTooLarge); got != float64(sent) {
 		t.Fatalf("skipped_total{event_too_large} = %v, want %d", got, sent)
 	}
-	lines = logs.lines(t, "mapped event over the size bound, skipped")
-	all := len(lines) + len(logs.lines(t, "unparseable message, skipped"))
+	lines = logs.JSONLines(t, "mapped event over the size bound, skipped")
+	all := len(lines) + len(logs.JSONLines(t, "unparseable message, skipped"))
 	if all > sampledBound(elapsed) {
 		t.Fatalf("%d lines for %d bodies and %d events in %v, want at most %d", all, n, sent, elapsed, sampledBound(elapsed))
 	}
@@ -146,9 +113,9 @@ func TestOversizedBodiesAndEventsAreLoggedSampled(t *testing.T) {
 		if r.Outcome != pipeline.Skipped || r.Reason != pipeline.ReasonEventTooLarge {
 			t.Fatalf("canonical: got %v %q: %v", r.Outcome, r.Reason, r.Err)
 		}
-		return len(logs.lines(t, "mapped event over the size bound, skipped")) > before, ""
+		return len(logs.JSONLines(t, "mapped event over the size bound, skipped")) > before, ""
 	})
-	lines = logs.lines(t, "mapped event over the size bound, skipped")
+	lines = logs.JSONLines(t, "mapped event over the size bound, skipped")
 	if l := lines[len(lines)-1]; l["exchange"] != "plog" || l["routing_key"] != "udp://x" || l["size"] != float64(len(canon)) ||
 		l["module"] != "canonical" || l["event_bytes"].(float64) <= 200 {
 		t.Fatalf("canonical log line %v", l)

@@ -213,7 +213,7 @@ func (l *lineReader) snapshot() []string {
 }
 
 // startTap runs the tap command with its standard output collected.
-func startTap(t *testing.T, bin string, args ...string) (*lineReader, *exec.Cmd, *syncStderr) {
+func startTap(t *testing.T, bin string, args ...string) (*lineReader, *exec.Cmd, *testkit.SyncBuffer) {
 	t.Helper()
 	if bin != "setpriv" {
 		args = append([]string{"tap"}, args...)
@@ -223,7 +223,7 @@ func startTap(t *testing.T, bin string, args ...string) (*lineReader, *exec.Cmd,
 	if err != nil {
 		t.Fatal(err)
 	}
-	errb := &syncStderr{}
+	errb := &testkit.SyncBuffer{}
 	cmd.Stderr = errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -238,23 +238,6 @@ func startTap(t *testing.T, bin string, args ...string) (*lineReader, *exec.Cmd,
 		}
 	})
 	return lr, cmd, errb
-}
-
-type syncStderr struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncStderr) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncStderr) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestEndToEndTapDuringAMQPStream: while notifications stream in from

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
 // untrustedLoopback is a trusted set that leaves 127.0.0.1 out, so the
@@ -185,28 +186,10 @@ func TestTCPConnectionsPerSource(t *testing.T) {
 	h.events(2)
 }
 
-// syncWriter collects log lines from several goroutines.
-type syncWriter struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
-
 // TestRefusedCommandsLogSampled: a stream of refused commands is counted in
 // full and logged a few times only.
 func TestRefusedCommandsLogSampled(t *testing.T) {
-	logs := &syncWriter{}
+	logs := &testkit.SyncBuffer{}
 	o := udpOnly()
 	o.TrustedSources = untrustedLoopback
 	h := newLoggedHarness(t, 0, o, zerolog.New(logs))
@@ -371,7 +354,7 @@ func TestTCPLineBudgetBoundsLongPartialLines(t *testing.T) {
 		honest  = 100
 		budget  = 2 << 20
 	)
-	logs := &syncWriter{}
+	logs := &testkit.SyncBuffer{}
 	o := tcpOnly(Settings{MaxConnections: 32, MaxConnectionsPerSource: 32, MaxLineBytes: 256 << 10, LineBudgetBytes: budget})
 	h := newLoggedHarness(t, 0, o, zerolog.New(logs))
 	good, err := net.Dial("tcp", h.addr(0))

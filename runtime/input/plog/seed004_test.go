@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -79,7 +78,7 @@ func TestExceptionsCounted(t *testing.T) {
 // Each listener logs, as it starts, the address and port it listens on
 // (plog's tracker: "Listeners: log which port is listened on").
 func TestEachListenerLogsItsPort(t *testing.T) {
-	var logs lockedLog
+	var logs testkit.SyncBuffer
 	o := Options{Listeners: []Listener{{Network: UDP}, {Network: TCP}, {Network: UDP}}}
 	h := newLoggedHarness(t, 0, o, zerolog.New(&logs))
 	want := map[string]bool{}
@@ -88,7 +87,7 @@ func TestEachListenerLogsItsPort(t *testing.T) {
 	}
 	testkit.WaitUntil(t, 10*time.Second, "a start line per listener", func() (bool, string) {
 		got := map[string]bool{}
-		for _, m := range logs.lines(t) {
+		for _, m := range logs.JSONLines(t) {
 			if m["message"] == "plog listener started" {
 				got[m["listener"].(string)] = true
 			}
@@ -249,39 +248,4 @@ func TestFailuresGatherEveryLossCounter(t *testing.T) {
 	if total != 4 || len(s.Failures) != 20 {
 		t.Fatalf("failures %v", s.Failures)
 	}
-}
-
-// lockedLog is a log destination the listeners write to while the test
-// reads it.
-type lockedLog struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-func (l *lockedLog) lines(t *testing.T) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(l.String()), "\n") {
-		if line == "" {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("log line %q: %v", line, err)
-		}
-		out = append(out, m)
-	}
-	return out
 }

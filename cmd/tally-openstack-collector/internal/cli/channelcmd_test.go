@@ -1,14 +1,12 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,33 +20,15 @@ import (
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
 
-// lockedBuffer is a buffer a command writes to while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // gatedWriter blocks every write until it is opened: a terminal nobody reads.
 type gatedWriter struct {
 	open chan struct{}
-	lockedBuffer
+	testkit.SyncBuffer
 }
 
 func (g *gatedWriter) Write(p []byte) (int, error) {
 	<-g.open
-	return g.lockedBuffer.Write(p)
+	return g.SyncBuffer.Write(p)
 }
 
 // channelDaemon runs a channel server on sock over a pipeline without
@@ -80,7 +60,7 @@ func channelDaemon(t *testing.T, sock string, hub channel.HubOptions) *channel.S
 // (with why the last attempt failed), then finishes once the daemon answers.
 func TestPublishSaysItWaitsForTheDaemon(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "channel.sock")
-	var stdout, stderr lockedBuffer
+	var stdout, stderr testkit.SyncBuffer
 	code := make(chan int, 1)
 	go func() {
 		code <- Run([]string{"publish", "--channel", sock, "--type", "STRING", "usage"}, nil,
@@ -116,7 +96,7 @@ func TestTapSaysWhatItMissed(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "channel.sock")
 	srv := channelDaemon(t, sock, channel.HubOptions{SubscriberQueueBytes: 16 << 10})
 	stdout := &gatedWriter{open: make(chan struct{})}
-	var stderr lockedBuffer
+	var stderr testkit.SyncBuffer
 	code := make(chan int, 1)
 	go func() {
 		code <- Run([]string{"tap", "--channel", sock, `^license\.`}, nil, nil, stdout, &stderr, Stamp{})
@@ -179,7 +159,7 @@ func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("no space
 func TestTapEndsWhenItsOutputFails(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "channel.sock")
 	srv := channelDaemon(t, sock, channel.HubOptions{})
-	var stderr lockedBuffer
+	var stderr testkit.SyncBuffer
 	code := make(chan int, 1)
 	go func() {
 		code <- Run([]string{"tap", "--channel", sock, `^license\.`}, nil, nil, failingWriter{}, &stderr, Stamp{})
