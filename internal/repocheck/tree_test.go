@@ -6,7 +6,6 @@
 package repocheck
 
 import (
-	"errors"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -16,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
 // root is the repository's root, seen from this package.
@@ -43,7 +44,7 @@ func tree(t *testing.T) []goFile {
 	treeOnce.Do(func() {
 		fset := token.NewFileSet()
 		treeErr = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-			if vanished(err) {
+			if testkit.Vanished(err) {
 				return nil
 			}
 			if err != nil {
@@ -60,7 +61,7 @@ func tree(t *testing.T) []goFile {
 				return nil
 			}
 			f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
-			if vanished(err) {
+			if testkit.Vanished(err) {
 				return nil
 			}
 			if err != nil {
@@ -75,14 +76,6 @@ func tree(t *testing.T) []goFile {
 		t.Fatal(treeErr)
 	}
 	return treeFiles
-}
-
-// vanished reports an entry that went away while a walk of the working tree
-// read it: the packages' tests run side by side, and a test or a build may
-// remove a file it wrote in the tree (a module compiled into testdata, a
-// temporary file renamed into place). It is not part of the tree.
-func vanished(err error) bool {
-	return errors.Is(err, fs.ErrNotExist)
 }
 
 func readDoc(t *testing.T, name string) string {

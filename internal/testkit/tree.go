@@ -1,7 +1,9 @@
 package testkit
 
 import (
+	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -70,4 +72,12 @@ func CleanMakeEnv() []string {
 		env = append(env, kv)
 	}
 	return env
+}
+
+// Vanished reports an entry that went away while a walk of the working tree
+// read it: the packages' tests run side by side, and a test or a build may
+// remove a file it wrote in the tree (a module compiled into testdata, a
+// temporary file renamed into place). It is not part of the tree.
+func Vanished(err error) bool {
+	return errors.Is(err, fs.ErrNotExist)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/plog"
 )
@@ -581,7 +582,7 @@ func TestDocumentedVariablesExist(t *testing.T) {
 	var code strings.Builder
 	var docs []string
 	err := filepath.WalkDir(repo, func(p string, d fs.DirEntry, err error) error {
-		if vanished(err) {
+		if testkit.Vanished(err) {
 			return nil
 		}
 		if err != nil {
@@ -602,7 +603,7 @@ func TestDocumentedVariablesExist(t *testing.T) {
 			strings.HasSuffix(name, ".sh"), strings.HasSuffix(name, ".py"),
 			strings.Contains(filepath.ToSlash(p), "/.ci/"):
 			b, err := os.ReadFile(p)
-			if vanished(err) {
+			if testkit.Vanished(err) {
 				return nil
 			}
 			if err != nil {
@@ -655,14 +656,6 @@ func TestHTTPTokenAndFileAreExclusive(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "TALLY_OSC_CONTROL_TOKEN and TALLY_OSC_CONTROL_TOKEN_FILE are both set") {
 		t.Fatalf("both control token settings: %v", err)
 	}
-}
-
-// vanished reports an entry that went away while a walk of the working tree
-// read it: the packages' tests run side by side, and a test or a build may
-// remove a file it wrote in the tree (a module compiled into testdata,
-// a temporary file renamed into place). It is not part of the tree.
-func vanished(err error) bool {
-	return errors.Is(err, fs.ErrNotExist)
 }
 
 // TestMinimums: each setting whose small values cannot work refuses a value
