@@ -385,17 +385,14 @@ func checkStringContent(raw []byte) error {
 		case '"':
 			return fmt.Errorf("a bare quote at byte %d of the string", i)
 		case '\\':
-			if i+1 == len(raw) {
+			_, size := jsonstr.DecodeEscape(raw, i) // the one decoder of escapes
+			switch {
+			case size > 0:
+				i += size - 1
+			case i+1 == len(raw):
 				return errors.New("a backslash at the end of the string")
-			}
-			switch raw[i+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				i++
-			case 'u':
-				if i+6 > len(raw) || !isHex(raw[i+2]) || !isHex(raw[i+3]) || !isHex(raw[i+4]) || !isHex(raw[i+5]) {
-					return fmt.Errorf("an invalid \\u escape at byte %d of the string", i)
-				}
-				i += 5
+			case raw[i+1] == 'u':
+				return fmt.Errorf("an invalid \\u escape at byte %d of the string", i)
 			default:
 				return fmt.Errorf("an invalid escape \\%c at byte %d of the string", raw[i+1], i)
 			}
@@ -403,8 +400,6 @@ func checkStringContent(raw []byte) error {
 	}
 	return nil
 }
-
-func isHex(c byte) bool { return c-'0' < 10 || (c|0x20)-'a' < 6 }
 
 // clip is at most the first 40 bytes of b, for an error message.
 func clip(b []byte) []byte {
