@@ -81,31 +81,31 @@ func mapCinder(m *sdk.Message, out *sdk.Output) {
 	var v [nPaths]sdk.Value
 	m.GetMany(paths, v[:])
 	et := v[pEventType]
-	if et.Kind() != sdk.String || len(et.Raw()) == 0 {
-		return // see openstack.EventType
-	}
-	e := out.Event()
+	resourceType, id, prefix := "volume", v[pVolumeID], "volume."
 	switch {
 	case et.HasPrefix("backup."):
-		header(m, e, &v, "backup", v[pBackupID], "backup.")
-		a := e.Object("attributes")
+		resourceType, id, prefix = "backup", v[pBackupID], "backup."
+	case et.HasPrefix("snapshot."):
+		resourceType, id, prefix = "snapshot", v[pSnapshotID], "snapshot."
+	}
+	e, ok := openstack.Start(out, v[pMessageID], v[pTimestamp], et, "cinder", resourceType)
+	if !ok {
+		return
+	}
+	// The resource id is the type's own id, else payload.id.
+	openstack.WriteSubject(m, e, et, openstack.Pick(id, v[pID]), openstack.Pick(v[pTenantID], v[pProjectID]), v[pUserID], prefix)
+	a := e.Object("attributes")
+	switch resourceType {
+	case "backup":
 		a.Quantity("size_gb", v[pSize])
 		openstack.WriteStr(a, "volume_id", v[pVolumeID])
 		openstack.WriteStr(a, "status", v[pStatus])
 		openstack.WriteStr(a, "availability_zone", v[pAvailabilityZone])
-		auditPeriod(a, &v)
-		a.End()
-	case et.HasPrefix("snapshot."):
-		header(m, e, &v, "snapshot", v[pSnapshotID], "snapshot.")
-		a := e.Object("attributes")
+	case "snapshot":
 		a.Quantity("size_gb", v[pVolumeSize])
 		openstack.WriteStr(a, "volume_id", v[pVolumeID])
 		openstack.WriteStr(a, "status", v[pStatus])
-		auditPeriod(a, &v)
-		a.End()
 	default:
-		header(m, e, &v, "volume", v[pVolumeID], "volume.")
-		a := e.Object("attributes")
 		a.Quantity("size_gb", v[pSize])
 		openstack.WriteStr(a, "volume_type", openstack.Pick(v[pVolumeType], v[pVolumeTypeID]))
 		openstack.WriteStr(a, "status", v[pStatus])
@@ -120,26 +120,10 @@ func mapCinder(m *sdk.Message, out *sdk.Output) {
 				"payload.volume_attachment.0.instance_uuid",
 				"payload.instance_uuid"))
 		}
-		auditPeriod(a, &v)
-		a.End()
 	}
-	e.End()
-}
-
-// header writes the members every event begins with, the resource id (id,
-// else payload.id), the project, the user and the action.
-func header(m *sdk.Message, e *sdk.Event, v *[nPaths]sdk.Value, resourceType string, id sdk.Value, prefix string) {
-	et := v[pEventType]
-	openstack.WriteHeaderValues(e, v[pMessageID], v[pTimestamp], et, "cinder", resourceType, -1)
-	openstack.WriteStr(e, "resource_id", openstack.Pick(id, v[pID]))
-	openstack.WriteProject(m, e, openstack.Pick(v[pTenantID], v[pProjectID]))
-	openstack.WriteUser(m, e, v[pUserID])
-	openstack.WriteAction(e, et, prefix)
-}
-
-// auditPeriod writes the audit period of an exists event.
-func auditPeriod(a *sdk.Event, v *[nPaths]sdk.Value) {
-	if openstack.IsExists(v[pEventType]) {
+	if openstack.IsExists(et) {
 		openstack.WriteAuditPeriod(a, v[pAuditBeginning], v[pAuditEnding])
 	}
+	a.End()
+	e.End()
 }

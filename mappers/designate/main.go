@@ -48,14 +48,12 @@ func mapDesignate(m *sdk.Message, out *sdk.Output) {
 	}
 	e := out.Event()
 	openstack.WriteHeader(m, e, et, "designate", "dns_zone", -1)
-	openstack.WriteStr(e, "resource_id", openstack.First(m, "payload.id", "payload.zone_id"))
-	openstack.WriteProject(m, e, openstack.First(m, "payload.tenant_id", "payload.project_id"))
-	openstack.WriteUser(m, e, sdk.Value{})
+	prefix := "dns.domain."
 	if et.HasPrefix("dns.zone.") {
-		openstack.WriteAction(e, et, "dns.zone.")
-	} else {
-		openstack.WriteAction(e, et, "dns.domain.")
+		prefix = "dns.zone."
 	}
+	id := openstack.First(m, "payload.id", "payload.zone_id")
+	openstack.WriteSubject(m, e, et, id, openstack.First(m, "payload.tenant_id", "payload.project_id"), sdk.Value{}, prefix)
 	a := e.Object("attributes")
 	openstack.WriteStr(a, "name", m.Get("payload.name"))
 	openstack.WriteStr(a, "zone_type", m.Get("payload.type"))

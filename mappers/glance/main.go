@@ -36,20 +36,17 @@ func mapGlance(m *sdk.Message, out *sdk.Output) {
 	}
 	e := out.Event()
 	openstack.WriteHeader(m, e, et, "glance", "image", -1)
-	openstack.WriteStr(e, "resource_id", openstack.First(m, "payload.id", "payload.image_id"))
+	id := openstack.First(m, "payload.id", "payload.image_id")
 	if et.Equal("image.send") {
-		openstack.WriteProject(m, e, m.Get("payload.receiver_tenant_id"))
-		openstack.WriteUser(m, e, m.Get("payload.receiver_user_id"))
-		openstack.WriteAction(e, et, "image.")
+		openstack.WriteSubject(m, e, et, id, m.Get("payload.receiver_tenant_id"), m.Get("payload.receiver_user_id"), "image.")
 		a := e.Object("attributes")
 		a.Quantity("bytes_sent", m.Get("payload.bytes_sent"))
 		a.End()
 		e.End()
 		return
 	}
-	openstack.WriteProject(m, e, openstack.First(m, "payload.owner", "payload.tenant_id", "payload.project_id", "payload.tenant"))
-	openstack.WriteUser(m, e, m.Get("payload.user_id"))
-	openstack.WriteAction(e, et, "image.")
+	project := openstack.First(m, "payload.owner", "payload.tenant_id", "payload.project_id", "payload.tenant")
+	openstack.WriteSubject(m, e, et, id, project, m.Get("payload.user_id"), "image.")
 	a := e.Object("attributes")
 	a.Quantity("size_bytes", m.Get("payload.size"))
 	openstack.WriteStr(a, "disk_format", m.Get("payload.disk_format"))

@@ -60,21 +60,13 @@ func mapIronic(m *sdk.Message, out *sdk.Output) {
 	var v [nPaths]sdk.Value
 	m.GetMany(paths, v[:])
 	et := v[pEventType]
-	if et.Kind() != sdk.String || len(et.Raw()) == 0 {
-		return // see openstack.EventType
+	e, ok := openstack.Start(out, v[pMessageID], v[pTimestamp], et, "ironic", "baremetal_node")
+	if !ok {
+		return
 	}
-	e := out.Event()
-	openstack.WriteHeaderValues(e, v[pMessageID], v[pTimestamp], et, "ironic", "baremetal_node", -1)
-	openstack.WriteStr(e, "resource_id", v[pUUID])
 	// The lessee is the project the node is leased to, the one that uses
 	// it; the owner the project that owns it.
-	project := v[pLessee]
-	if !openstack.Usable(project) {
-		project = v[pOwner]
-	}
-	openstack.WriteProject(m, e, project)
-	openstack.WriteUser(m, e, sdk.Value{})
-	openstack.WriteAction(e, et, "baremetal.node.")
+	openstack.WriteSubject(m, e, et, v[pUUID], openstack.Pick(v[pLessee], v[pOwner]), sdk.Value{}, "baremetal.node.")
 
 	a := e.Object("attributes")
 	openstack.WriteStr(a, "resource_class", v[pResourceClass])

@@ -34,8 +34,7 @@ func mapManila(m *sdk.Message, out *sdk.Output) {
 	e := out.Event()
 	if et.HasPrefix("share_snapshot.") {
 		openstack.WriteHeader(m, e, et, "manila", "share_snapshot", -1)
-		openstack.WriteStr(e, "resource_id", openstack.First(m, "payload.snapshot_id", "payload.id"))
-		common(m, e, et, "share_snapshot.")
+		subject(m, e, et, openstack.First(m, "payload.snapshot_id", "payload.id"), "share_snapshot.")
 		a := e.Object("attributes")
 		a.Quantity("size_gb", openstack.First(m, "payload.size", "payload.share_size"))
 		openstack.WriteStr(a, "share_id", m.Get("payload.share_id"))
@@ -46,8 +45,7 @@ func mapManila(m *sdk.Message, out *sdk.Output) {
 		return
 	}
 	openstack.WriteHeader(m, e, et, "manila", "share", -1)
-	openstack.WriteStr(e, "resource_id", openstack.First(m, "payload.share_id", "payload.id"))
-	common(m, e, et, "share.")
+	subject(m, e, et, openstack.First(m, "payload.share_id", "payload.id"), "share.")
 	a := e.Object("attributes")
 	a.Quantity("size_gb", m.Get("payload.size"))
 	openstack.WriteStr(a, "share_proto", openstack.First(m, "payload.proto", "payload.share_proto"))
@@ -59,12 +57,12 @@ func mapManila(m *sdk.Message, out *sdk.Output) {
 	e.End()
 }
 
-// common writes the project, user and action of either resource type.
-// Manila names the project project_id; tenant_id is read after it.
-func common(m *sdk.Message, e *sdk.Event, et sdk.Value, prefix string) {
-	openstack.WriteProject(m, e, openstack.First(m, "payload.project_id", "payload.tenant_id"))
-	openstack.WriteUser(m, e, m.Get("payload.user_id"))
-	openstack.WriteAction(e, et, prefix)
+// subject writes the resource id id and the project, user and action of
+// either resource type. Manila names the project project_id; tenant_id is
+// read after it.
+func subject(m *sdk.Message, e *sdk.Event, et, id sdk.Value, prefix string) {
+	project := openstack.First(m, "payload.project_id", "payload.tenant_id")
+	openstack.WriteSubject(m, e, et, id, project, m.Get("payload.user_id"), prefix)
 }
 
 // auditPeriod writes the audit period of an exists event.

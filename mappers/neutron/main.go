@@ -96,15 +96,12 @@ func event(m *sdk.Message, out *sdk.Output, et sdk.Value, r *resource, p *openst
 	if !openstack.Usable(id) && index < 0 {
 		id = openstack.First(m, r.id, "payload.id")
 	}
-	openstack.WriteStr(e, "resource_id", id)
 	// p.at reuses one buffer: one lookup at a time.
 	project := m.Get(p.At("project_id"))
 	if !openstack.Usable(project) {
 		project = m.Get(p.At("tenant_id"))
 	}
-	openstack.WriteProject(m, e, project)
-	openstack.WriteUser(m, e, sdk.Value{})
-	openstack.WriteAction(e, et, r.prefix)
+	openstack.WriteSubject(m, e, et, id, project, sdk.Value{}, r.prefix)
 
 	a := e.Object("attributes")
 	if r.name == "floatingip" {

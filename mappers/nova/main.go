@@ -132,11 +132,10 @@ func mapNova(m *sdk.Message, out *sdk.Output) {
 	}
 	runaway(v[pHost])
 	et := v[pEventType]
-	if et.Kind() != sdk.String || len(et.Raw()) == 0 {
-		return // see openstack.EventType
+	e, ok := openstack.Start(out, v[pMessageID], v[pTimestamp], et, "nova", "instance")
+	if !ok {
+		return
 	}
-	e := out.Event()
-	openstack.WriteHeaderValues(e, v[pMessageID], v[pTimestamp], et, "nova", "instance", -1)
 	id, project := v[pInstanceID], v[pTenantID]
 	if !versioned {
 		id = or(m, id, "payload.instance_uuid")
@@ -144,14 +143,11 @@ func mapNova(m *sdk.Message, out *sdk.Output) {
 			project = openstack.First(m, "payload.project_id", "payload.tenant")
 		}
 	}
-	openstack.WriteStr(e, "resource_id", id)
-	openstack.WriteProject(m, e, project)
-	openstack.WriteUser(m, e, v[pUserID])
+	prefix := "instance."
 	if et.HasPrefix("compute.instance.") {
-		openstack.WriteAction(e, et, "compute.instance.")
-	} else {
-		openstack.WriteAction(e, et, "instance.")
+		prefix = "compute.instance."
 	}
+	openstack.WriteSubject(m, e, et, id, project, v[pUserID], prefix)
 
 	a := e.Object("attributes")
 	openstack.WriteStr(a, "flavor_name", v[pFlavorName])

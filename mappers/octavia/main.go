@@ -31,10 +31,8 @@ func mapOctavia(m *sdk.Message, out *sdk.Output) {
 	}
 	e := out.Event()
 	openstack.WriteHeader(m, e, et, "octavia", "loadbalancer", -1)
-	openstack.WriteStr(e, "resource_id", openstack.First(m, "payload.id", "payload.loadbalancer_id"))
-	openstack.WriteProject(m, e, openstack.First(m, "payload.project_id", "payload.tenant_id"))
-	openstack.WriteUser(m, e, sdk.Value{})
-	openstack.WriteAction(e, et, "octavia.loadbalancer.")
+	id := openstack.First(m, "payload.id", "payload.loadbalancer_id")
+	openstack.WriteSubject(m, e, et, id, openstack.First(m, "payload.project_id", "payload.tenant_id"), sdk.Value{}, "octavia.loadbalancer.")
 	a := e.Object("attributes")
 	openstack.WriteStr(a, "provider", m.Get("payload.provider"))
 	openstack.WriteStr(a, "flavor_id", m.Get("payload.flavor_id"))

@@ -83,15 +83,11 @@ func mapSwift(m *sdk.Message, out *sdk.Output) {
 	var v [nPaths]sdk.Value
 	m.GetMany(paths, v[:])
 	et := v[pEventType]
-	if et.Kind() != sdk.String || len(et.Raw()) == 0 {
-		return // see openstack.EventType
+	e, ok := openstack.Start(out, v[pMessageID], v[pTimestamp], et, "swift", "object_storage")
+	if !ok {
+		return
 	}
-	e := out.Event()
-	openstack.WriteHeaderValues(e, v[pMessageID], v[pTimestamp], et, "swift", "object_storage", -1)
-	openstack.WriteStr(e, "resource_id", v[pAccount])
-	openstack.WriteProject(m, e, v[pProject])
-	openstack.WriteUser(m, e, v[pUser])
-	openstack.WriteAction(e, et, "objectstore.http.")
+	openstack.WriteSubject(m, e, et, v[pAccount], v[pProject], v[pUser], "objectstore.http.")
 
 	a := e.Object("attributes")
 	openstack.WriteStr(a, "method", v[pMethod])

@@ -33,10 +33,8 @@ func mapTrove(m *sdk.Message, out *sdk.Output) {
 	}
 	e := out.Event()
 	openstack.WriteHeader(m, e, et, "trove", "database_instance", -1)
-	openstack.WriteStr(e, "resource_id", m.Get("payload.instance_id"))
-	openstack.WriteProject(m, e, openstack.First(m, "payload.tenant_id", "payload.project_id"))
-	openstack.WriteUser(m, e, m.Get("payload.user_id"))
-	openstack.WriteAction(e, et, "trove.instance.")
+	project := openstack.First(m, "payload.tenant_id", "payload.project_id")
+	openstack.WriteSubject(m, e, et, m.Get("payload.instance_id"), project, m.Get("payload.user_id"), "trove.instance.")
 
 	a := e.Object("attributes")
 	openstack.WriteStr(a, "flavor_id", m.Get("payload.instance_type_id"))

@@ -1,7 +1,9 @@
 // Package openstack holds the helpers shared by OpenStack mappers: the
 // members every event begins with (event_id, timestamp, event_type, service,
-// resource_type), the project and user fallbacks to the request context, the
-// action derived from the event type, and lookup paths built at run time.
+// resource_type; then resource_id, project_id, user_id and action, which
+// WriteSubject writes together), the project and user fallbacks to the
+// request context, the action derived from the event type, and lookup paths
+// built at run time.
 //
 // It is part of the guest SDK: a mapper imports it next to package sdk and it
 // is compiled into the mapper's module. The host never imports it.

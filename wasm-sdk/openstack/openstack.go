@@ -88,7 +88,27 @@ func Action(eventType, prefix string) string {
 // so such an input (which routing by type never sends) yields no event.
 func EventType(m *sdk.Message) (et sdk.Value, ok bool) {
 	et = m.Get("event_type")
-	return et, et.Kind() == sdk.String && len(et.Raw()) > 0
+	return et, isEventType(et)
+}
+
+// isEventType reports whether et can be an event's event_type: a non-empty
+// string.
+func isEventType(et sdk.Value) bool {
+	return et.Kind() == sdk.String && len(et.Raw()) > 0
+}
+
+// Start begins the one event of a notification whose members a mapper has
+// looked up together (Message.GetMany): it adds an event to out and writes
+// its header (see WriteHeaderValues) from the message_id id, the timestamp ts
+// and the event type et. ok is false, and nothing is added, when et is not a
+// non-empty string (see EventType).
+func Start(out *sdk.Output, id, ts, et sdk.Value, service, resourceType string) (e *sdk.Event, ok bool) {
+	if !isEventType(et) {
+		return nil, false
+	}
+	e = out.Event()
+	WriteHeaderValues(e, id, ts, et, service, resourceType, -1)
+	return e, true
 }
 
 // WriteHeader writes the members every event begins with: event_id,
@@ -129,6 +149,17 @@ func WriteAction(e *sdk.Event, et sdk.Value, prefix string) {
 	if a := Action(Text(et), prefix); a != "" {
 		e.Str("action", a)
 	}
+}
+
+// WriteSubject writes the members that follow the header of every event:
+// resource_id (resourceID when usable), project_id (see WriteProject),
+// user_id (see WriteUser) and the action derived from the event type et with
+// actionPrefix (see WriteAction).
+func WriteSubject(m *sdk.Message, e *sdk.Event, et, resourceID, project, user sdk.Value, actionPrefix string) {
+	WriteStr(e, "resource_id", resourceID)
+	WriteProject(m, e, project)
+	WriteUser(m, e, user)
+	WriteAction(e, et, actionPrefix)
 }
 
 // WriteProject writes project_id: v when usable, else the request context's

@@ -117,3 +117,35 @@ func TestIsExistsAndAuditPeriod(t *testing.T) {
 		}
 	}
 }
+
+// Start adds an event with its header only for an event type that is a
+// non-empty string; WriteSubject follows the header with resource_id, the
+// project and user (falling back to the request context) and the action.
+func TestStartAndWriteSubject(t *testing.T) {
+	paths := []string{"event_type", "message_id", "timestamp", "payload.id", "payload.project_id", "payload.user_id"}
+	m := func(msg *sdk.Message, out *sdk.Output) {
+		var v [6]sdk.Value
+		msg.GetMany(paths, v[:])
+		e, ok := openstack.Start(out, v[1], v[2], v[0], "cinder", "volume")
+		if !ok {
+			return
+		}
+		openstack.WriteSubject(msg, e, v[0], v[3], v[4], v[5], "volume.")
+		e.End()
+	}
+	for in, want := range map[string]string{
+		`{"event_type":"volume.create.end","message_id":"m-1","timestamp":"2024-05-01 12:00:00","payload":{"id":"v-1","project_id":"p-1","user_id":"u-1"}}`: `{"events":[{"event_id":"m-1","timestamp":"2024-05-01T12:00:00Z","event_type":"volume.create.end","service":"cinder","resource_type":"volume","resource_id":"v-1","project_id":"p-1","user_id":"u-1","action":"create"}]}`,
+		`{"event_type":"volume.delete.start","_context_project_id":"p-ctx","_context_user":"u-ctx","payload":{"id":""}}`:                                    `{"events":[{"event_type":"volume.delete.start","service":"cinder","resource_type":"volume","project_id":"p-ctx","user_id":"u-ctx","action":"delete"}]}`,
+		`{"event_type":"","message_id":"m-1","payload":{"id":"v-1"}}`:                                                                                       `{"events":[]}`,
+		`{"event_type":7,"message_id":"m-1","payload":{"id":"v-1"}}`:                                                                                        `{"events":[]}`,
+		`{"message_id":"m-1","payload":{"id":"v-1"}}`:                                                                                                       `{"events":[]}`,
+	} {
+		got, err := sdk.MapJSON(m, []byte(in))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != want {
+			t.Errorf("%s:\n got %s\nwant %s", in, got, want)
+		}
+	}
+}
