@@ -389,29 +389,14 @@ func (o *Outbox) OldestDeadLetterAge() time.Duration {
 	if at := o.oldestDead.Load(); at != 0 {
 		return time.Since(time.Unix(0, at))
 	}
-	o.writeMu.RLock()
-	defer o.writeMu.RUnlock()
-	if o.closed.Load() {
-		return 0
-	}
-	var at int64
-	_ = o.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefixDead}})
-		defer it.Close()
-		it.Rewind()
-		if !it.Valid() {
-			return nil
+	at := o.firstWrittenAt(prefixDead, nil, func(v []byte) (int64, error) {
+		var d struct {
+			At time.Time `json:"at"`
 		}
-		return it.Item().Value(func(v []byte) error {
-			var d struct {
-				At time.Time `json:"at"`
-			}
-			if err := json.Unmarshal(v, &d); err != nil {
-				return err
-			}
-			at = d.At.UnixNano()
-			return nil
-		})
+		if err := json.Unmarshal(v, &d); err != nil {
+			return 0, err
+		}
+		return d.At.UnixNano(), nil
 	})
 	if at == 0 {
 		return 0

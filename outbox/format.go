@@ -178,12 +178,7 @@ func (o *Outbox) migrateSegments() error {
 					return err
 				}
 			}
-			for _, k := range keys {
-				if err := txn.Delete(k); err != nil {
-					return err
-				}
-			}
-			return nil
+			return deleteKeys(txn, keys)
 		})
 		if err != nil {
 			return err

@@ -381,12 +381,7 @@ func (o *Outbox) foldLedger() error {
 			return err
 		}
 		err = o.db.Update(func(txn *badger.Txn) error {
-			for _, k := range keys {
-				if err := txn.Delete(k); err != nil {
-					return err
-				}
-			}
-			return nil
+			return deleteKeys(txn, keys)
 		})
 		if err != nil {
 			return err
@@ -431,10 +426,8 @@ func (o *Outbox) foldChunk(cutoff int64) (int, error) {
 	if err := txn.Set(k, v); err != nil {
 		return 0, err
 	}
-	for _, k := range keys {
-		if err := txn.Delete(k); err != nil {
-			return 0, err
-		}
+	if err := deleteKeys(txn, keys); err != nil {
+		return 0, err
 	}
 	if err := txn.Commit(); err != nil {
 		return 0, err

@@ -798,6 +798,33 @@ func (o *Outbox) OldestAge() time.Duration {
 	if o.closed.Load() || o.depth.Load() == 0 {
 		return 0
 	}
+	at := o.firstWrittenAt(prefixEvent, seqKey(prefixEvent, o.headSeg.Load()), func(v []byte) (int64, error) {
+		if len(v) < 9 {
+			return 0, nil
+		}
+		return int64(binary.BigEndian.Uint64(v[1:9])), nil
+	})
+	if at == 0 {
+		return 0
+	}
+	return time.Since(time.Unix(0, at))
+}
+
+// deleteKeys deletes each of keys in txn, stopping at the first error.
+func deleteKeys(txn *badger.Txn, keys [][]byte) error {
+	for _, k := range keys {
+		if err := txn.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// firstWrittenAt returns when the first entry with the key prefix, at start
+// or after it (from the first entry when start is nil), was written, in Unix
+// nanoseconds as writtenAt reads it from the entry's value. It is 0 when the
+// outbox is closed, there is no such entry, or writtenAt fails.
+func (o *Outbox) firstWrittenAt(prefix byte, start []byte, writtenAt func(v []byte) (int64, error)) int64 {
 	o.writeMu.RLock()
 	defer o.writeMu.RUnlock()
 	if o.closed.Load() {
@@ -805,23 +832,19 @@ func (o *Outbox) OldestAge() time.Duration {
 	}
 	var at int64
 	_ = o.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefixEvent}})
+		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefix}})
 		defer it.Close()
-		it.Seek(seqKey(prefixEvent, o.headSeg.Load()))
+		it.Seek(start)
 		if !it.Valid() {
 			return nil
 		}
 		return it.Item().Value(func(v []byte) error {
-			if len(v) >= 9 {
-				at = int64(binary.BigEndian.Uint64(v[1:9]))
-			}
-			return nil
+			ns, err := writtenAt(v)
+			at = ns
+			return err
 		})
 	})
-	if at == 0 {
-		return 0
-	}
-	return time.Since(time.Unix(0, at))
+	return at
 }
 
 // Peek returns up to max of the oldest undelivered events, in order, with
@@ -1069,10 +1092,8 @@ func (o *Outbox) advance(newHead uint64, also func(txn *badger.Txn) error, p *pa
 		o.setHealth(err)
 		return err
 	}
-	for _, k := range mv.delete {
-		if err := txn.Delete(k); err != nil {
-			return o.refuse(err)
-		}
+	if err := deleteKeys(txn, mv.delete); err != nil {
+		return o.refuse(err)
 	}
 	if also != nil {
 		if err := also(txn); err != nil {
@@ -1193,10 +1214,8 @@ func (o *Outbox) countPassing(txn *badger.Txn, p *passing, evs []passed, head ui
 		return nil, 0, err
 	}
 	drop, keys := o.recent.expiring(len(batch.ids))
-	for _, k := range keys {
-		if err := txn.Delete(k); err != nil {
-			return nil, 0, err
-		}
+	if err := deleteKeys(txn, keys); err != nil {
+		return nil, 0, err
 	}
 	return batch, drop, nil
 }

@@ -482,10 +482,8 @@ func (o *Outbox) repair(ctx context.Context, closing bool) error {
 	txn := o.db.NewTransaction(true)
 	defer txn.Discard()
 	for _, u := range failed {
-		for _, k := range u.keys {
-			if err := txn.Delete(k); err != nil {
-				return o.refuse(err)
-			}
+		if err := deleteKeys(txn, u.keys); err != nil {
+			return o.refuse(err)
 		}
 		if u.events() > 0 {
 			rollback = min(rollback, u.first-1)

@@ -197,24 +197,8 @@ func (c *Cap) Apply(d *Delta, admitIntake bool, now int64) (*Delta, Folded) {
 	if now != c.budgetHour {
 		c.budgetHour, c.admitted = now, 0
 	}
-	var moveIntake map[Key]Key
-	for k := range d.Intake {
-		if to := c.intakeKey(k, admitIntake); to != k {
-			if moveIntake == nil {
-				moveIntake = map[Key]Key{}
-			}
-			moveIntake[k] = to
-		}
-	}
-	var moveStored map[StoredKey]StoredKey
-	for k := range d.Stored {
-		if to := c.storedKey(k, now); to != k {
-			if moveStored == nil {
-				moveStored = map[StoredKey]StoredKey{}
-			}
-			moveStored[k] = to
-		}
-	}
+	moveIntake := moves(d.Intake, func(k Key) Key { return c.intakeKey(k, admitIntake) })
+	moveStored := moves(d.Stored, func(k StoredKey) StoredKey { return c.storedKey(k, now) })
 	if moveIntake == nil && moveStored == nil {
 		return d, f
 	}
@@ -236,6 +220,21 @@ func (c *Cap) Apply(d *Delta, admitIntake bool, now int64) (*Delta, Folded) {
 		r.Copies += cnt.Copies
 	}
 	return out, f
+}
+
+// moves maps each key of rows that mapKey maps to another key to that key;
+// it is nil when no key moves.
+func moves[K comparable, V any](rows map[K]V, mapKey func(K) K) map[K]K {
+	var m map[K]K
+	for k := range rows {
+		if to := mapKey(k); to != k {
+			if m == nil {
+				m = map[K]K{}
+			}
+			m[k] = to
+		}
+	}
+	return m
 }
 
 // Intake maps the intake key k without admitting it and without writing

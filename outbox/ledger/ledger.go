@@ -147,15 +147,7 @@ func (d *Delta) Row(k Key) *Counts {
 	if !k.IsOther() {
 		k.Source, k.Type = Name(k.Source), Name(k.Type)
 	}
-	if d.Intake == nil {
-		d.Intake = make(map[Key]*Counts)
-	}
-	c := d.Intake[k]
-	if c == nil {
-		c = &Counts{}
-		d.Intake[k] = c
-	}
-	return c
+	return row(&d.Intake, k)
 }
 
 // StoredRow returns the stored row of k, created when missing. Its project
@@ -165,13 +157,19 @@ func (d *Delta) StoredRow(k StoredKey) *StoredCounts {
 	if !k.IsOther() || (k.ResourceType != Other && k.ResourceType != OutOfRange && k.ResourceType != TooMany) {
 		k.Project, k.ResourceType = Name(k.Project), Name(k.ResourceType)
 	}
-	if d.Stored == nil {
-		d.Stored = make(map[StoredKey]*StoredCounts)
+	return row(&d.Stored, k)
+}
+
+// row returns the entry of k in *rows, creating the map and a zero entry
+// when missing.
+func row[K comparable, C any](rows *map[K]*C, k K) *C {
+	if *rows == nil {
+		*rows = make(map[K]*C)
 	}
-	c := d.Stored[k]
+	c := (*rows)[k]
 	if c == nil {
-		c = &StoredCounts{}
-		d.Stored[k] = c
+		c = new(C)
+		(*rows)[k] = c
 	}
 	return c
 }
