@@ -92,18 +92,7 @@ func TestFilesArePrivateWhateverTheUmask(t *testing.T) {
 		t.Errorf("after appends, files %v: no table was written while the outbox was open", seen)
 	}
 	// Deliver everything: the disk reclaim drops the tables.
-	for {
-		f, l, evs, err := o.Peek(ctx, 5000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(evs) == 0 {
-			break
-		}
-		if err := o.Delete(ctx, f, l); err != nil {
-			t.Fatal(err)
-		}
-	}
+	deleteAll(t, ctx, o, 5000)
 	if err := o.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -38,6 +38,24 @@ func open(t testing.TB, dir string, mod ...func(*outbox.Options)) *outbox.Outbox
 	return o
 }
 
+// deleteAll peeks up to max events at a time and deletes them until the outbox
+// is empty, failing the test on an error.
+func deleteAll(t testing.TB, ctx context.Context, o *outbox.Outbox, max int) {
+	t.Helper()
+	for {
+		f, l, evs, err := o.Peek(ctx, max)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) == 0 {
+			return
+		}
+		if err := o.Delete(ctx, f, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // events makes n events of about size bytes, the same for the same from+i.
 // The padding is pseudo-random over 64 characters, so that the outbox's
 // compression leaves the disk measurements meaningful (about 1.3:1).
@@ -405,18 +423,7 @@ func TestDiskReclaimedAfterDrain(t *testing.T) {
 		t.Fatalf("filled outbox accepted more: %v", err)
 	}
 	full := o.DiskBytes()
-	for {
-		f, l, evs, err := o.Peek(ctx, 500)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(evs) == 0 {
-			break
-		}
-		if err := o.Delete(ctx, f, l); err != nil {
-			t.Fatal(err)
-		}
-	}
+	deleteAll(t, ctx, o, 500)
 	if full < 14<<20 { // 24 MB of events, compressed about 1.3:1
 		t.Fatalf("40k events of 600 bytes took only %d bytes: measurement broken", full)
 	}
