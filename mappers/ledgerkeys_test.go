@@ -11,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
@@ -143,20 +144,8 @@ func TestBuiltinLedgerRowsWithAndWithoutKeys(t *testing.T) {
 			}
 		}
 		compare("pending")
-		for _, ob := range []*outbox.Outbox{withKeys, without} {
-			for {
-				first, last, evs, err := ob.Peek(ctx, 100)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(evs) == 0 {
-					break
-				}
-				if err := ob.Delivered(ctx, first, last, -1); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
+		testkit.DeliverAll(t, withKeys, 100, -1)
+		testkit.DeliverAll(t, without, 100, -1)
 		if ledger.HourOf(time.Now()) != start {
 			continue
 		}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tally-billing/tally-openstack-collector/outbox"
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 )
 
@@ -84,14 +84,7 @@ func TestAppendKeyedSameRowsAsUnkeyed(t *testing.T) {
 		}
 	}
 	same("pending")
-	for _, o := range []*outbox.Outbox{withKeys, without} {
-		first, last, _, err := o.Peek(ctx, 100)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := o.Delivered(ctx, first, last, -1); err != nil {
-			t.Fatal(err)
-		}
-	}
+	testkit.DeliverAll(t, withKeys, 100, -1)
+	testkit.DeliverAll(t, without, 100, -1)
 	same("delivered")
 }

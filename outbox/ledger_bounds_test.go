@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 )
@@ -21,18 +22,13 @@ func typed(i int, typ, project string, ts time.Time) []byte {
 		i, ts.UTC().Format(time.RFC3339Nano), typ, project)
 }
 
-// drain delivers every event of o, n at a time.
+// drain delivers every event of o, n at a time, the API having answered
+// no duplicates.
 func drain(t *testing.T, o *outbox.Outbox, n int) {
 	t.Helper()
-	ctx := context.Background()
-	for o.Depth() > 0 {
-		first, last, _, err := o.Peek(ctx, n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := o.Delivered(ctx, first, last, 0); err != nil {
-			t.Fatal(err)
-		}
+	testkit.DeliverAll(t, o, n, 0)
+	if d := o.Depth(); d != 0 {
+		t.Fatalf("depth %d after every event was delivered", d)
 	}
 }
 

@@ -2,7 +2,8 @@
 // when a tool or a service a test needs is missing, the real RabbitMQ and a
 // virtual host of a test's own on it, the lock that keeps broker restarts
 // away from tests that count messages, waiting for a background reaction,
-// the compiled-module cache and the test modules built by make test-wasm;
+// the compiled-module cache and the test modules built by make test-wasm,
+// delivering every event an outbox holds (DeliverAll);
 // and the three-node RabbitMQ 4 cluster of .ci/rabbitmq4-cluster
 // (RabbitMQ4Cluster, RabbitMQ4Ctl, StopRabbitMQ4Node, StartRabbitMQ4Node; see
 // docs/broker.md, "A RabbitMQ 4 cluster for tests").
