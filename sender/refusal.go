@@ -152,12 +152,7 @@ func (s *Sender) probe(ctx context.Context, seq uint64, event []byte, res result
 		s.log.Warn().Err(pres.err).Int("events", k).Msg("delivery failed; events kept")
 		return false, s.backoff(), false
 	case pres.status == http.StatusOK:
-		s.setReady(nil)
-		s.accepted(pres.sent)
-		s.m.batchSize.Observe(float64(k))
-		s.m.sent.Add(float64(k))
-		s.m.duplicates.Add(float64(pres.answer.Duplicates))
-		s.m.rejected.Add(float64(len(pres.answer.Rejected)))
+		s.sentOK(pres, k)
 		empty, wait, wake := s.setAside(ctx, seq, event, res)
 		if wait > 0 {
 			return empty, wait, wake // the delivered events are sent again later, as duplicates

@@ -305,6 +305,18 @@ func (s *Sender) Ready() error {
 	return s.refuseErr
 }
 
+// sentOK records a batch of n events the API answered with 200: the sender
+// is ready, and the events sent, the duplicates and the rejected ones are
+// counted.
+func (s *Sender) sentOK(res result, n int) {
+	s.setReady(nil)
+	s.accepted(res.sent)
+	s.m.batchSize.Observe(float64(n))
+	s.m.sent.Add(float64(n))
+	s.m.duplicates.Add(float64(res.answer.Duplicates))
+	s.m.rejected.Add(float64(len(res.answer.Rejected)))
+}
+
 // counted counts a POST's outcome by class, and follows the run of 404s: a
 // POST answered 404 extends it, any other answer ends it; a POST without an
 // answer leaves it as it is.
@@ -445,12 +457,7 @@ func (s *Sender) step(ctx context.Context) (empty bool, wait time.Duration, wake
 		return false, s.backoff(), false
 
 	case res.status == http.StatusOK:
-		s.setReady(nil)
-		s.accepted(res.sent)
-		s.m.batchSize.Observe(float64(n))
-		s.m.sent.Add(float64(n))
-		s.m.duplicates.Add(float64(res.answer.Duplicates))
-		s.m.rejected.Add(float64(len(res.answer.Rejected)))
+		s.sentOK(res, n)
 		if len(res.answer.Rejected) > 0 {
 			s.log.Warn().Int("rejected", len(res.answer.Rejected)).Str("first_reason", res.answer.Rejected[0].Reason).
 				Msg("reporting API rejected events; they are in its dead-letter view")
