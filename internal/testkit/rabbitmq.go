@@ -112,16 +112,24 @@ func (v *Vhost) Conn(tb testing.TB) *amqp.Connection {
 	return c
 }
 
-// DeclareExchanges declares topic exchanges as oslo does (not durable unless
-// asked).
-func (v *Vhost) DeclareExchanges(tb testing.TB, durable bool, names ...string) {
+// channel opens a connection to the vhost (see Conn) and a channel on it;
+// the caller closes the connection.
+func (v *Vhost) channel(tb testing.TB) (*amqp.Connection, *amqp.Channel) {
 	tb.Helper()
 	c := v.Conn(tb)
-	defer c.Close()
 	ch, err := c.Channel()
 	if err != nil {
 		tb.Fatal(err)
 	}
+	return c, ch
+}
+
+// DeclareExchanges declares topic exchanges as oslo does (not durable unless
+// asked).
+func (v *Vhost) DeclareExchanges(tb testing.TB, durable bool, names ...string) {
+	tb.Helper()
+	c, ch := v.channel(tb)
+	defer c.Close()
 	for _, n := range names {
 		if err := ch.ExchangeDeclare(n, amqp.ExchangeTopic, durable, false, false, false, nil); err != nil {
 			tb.Fatalf("declare exchange %s: %v", n, err)
@@ -133,12 +141,8 @@ func (v *Vhost) DeclareExchanges(tb testing.TB, durable bool, names ...string) {
 // broker's confirmation of each.
 func (v *Vhost) Publish(tb testing.TB, exchange, key string, bodies ...[]byte) {
 	tb.Helper()
-	c := v.Conn(tb)
+	c, ch := v.channel(tb)
 	defer c.Close()
-	ch, err := c.Channel()
-	if err != nil {
-		tb.Fatal(err)
-	}
 	if err := ch.Confirm(false); err != nil {
 		tb.Fatal(err)
 	}
