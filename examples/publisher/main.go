@@ -76,13 +76,9 @@ func run(args []string) error {
 	if fs.NArg() == 0 {
 		return fmt.Errorf("no notification files given")
 	}
-	u, err := amqpURL(*rawURL)
+	conn, err := dial(*rawURL)
 	if err != nil {
 		return err
-	}
-	conn, err := amqp.Dial(u)
-	if err != nil {
-		return fmt.Errorf("connect: %w", err)
 	}
 	defer func() { _ = conn.Close() }() // every publish was confirmed or failed before
 	ch, err := conn.Channel()
@@ -215,6 +211,19 @@ func uniqueID() string {
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
 	return hex.EncodeToString(b[:])
+}
+
+// dial connects to the broker at the URL raw (see amqpURL).
+func dial(raw string) (*amqp.Connection, error) {
+	u, err := amqpURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := amqp.Dial(u)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	return conn, nil
 }
 
 // amqpURL turns a transport URL (amqp://, amqps:// or oslo's rabbit://) into

@@ -21,13 +21,9 @@ func runQueues(args []string, stdout io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	u, err := amqpURL(*rawURL)
+	conn, err := dial(*rawURL)
 	if err != nil {
 		return err
-	}
-	conn, err := amqp.Dial(u)
-	if err != nil {
-		return fmt.Errorf("connect: %w", err)
 	}
 	defer func() { _ = conn.Close() }() // it only read the queues
 	for _, name := range fs.Args() {
