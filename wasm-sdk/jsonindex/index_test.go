@@ -418,18 +418,25 @@ func TestAppendChildren(t *testing.T) {
 	}
 }
 
+// pathsDoc is a document with escaped member names, a member named "", one
+// with a dot and one with a backslash in its name, arrays and every kind of
+// value; pathsOfDoc are paths into it, found and not found, with escapes and
+// trailing dots, for the tests that answer a path as Lookup does.
+const pathsDoc = `{"a":1,"b":[true,"x",{"c":null,"d.e":2}],"oslo.message":{"x":"y"},"e\u0073c":{"q":3},"":{"":false,"x":{"y":1}},
+	"payload":{"fixed_ips":[{"address":"10.0.0.1"},{"address":"10.0.0.2"}],"n":-1.5e3,"o":{},"l":[],"":7,"a\\b":{"c":8}}}`
+
+var pathsOfDoc = []string{"", "a", "b", "b.0", "b.1", "b.2.c", "b.2.d\\.e", "b.2.d.e", "b.3", "b.x", "a.b", "oslo\\.message.x",
+	"oslo.message.x", "esc.q", "e\\sc.q", ".", "..", ".x.y", "x.", "payload.fixed_ips.1.address", "payload.fixed_ips.0.address",
+	"payload.fixed_ips.2.address", "payload.n", "payload.o", "payload.l.0", "payload.", "payload.a\\\\b.c", "payload.a\\b.c",
+	"nope.x", "nope.y", "payload.nope", "payload\\.n", "b.2.c.d", "payload.fixed_ips.1.address\\"}
+
 // TestCursor: a Cursor answers every path exactly as Lookup does, in every
 // order (so with and without a remembered parent), escapes and trailing dots
 // included.
 func TestCursor(t *testing.T) {
-	doc := `{"a":1,"b":[true,"x",{"c":null,"d.e":2}],"oslo.message":{"x":"y"},"e\u0073c":{"q":3},"":{"":false,"x":{"y":1}},
-	"payload":{"fixed_ips":[{"address":"10.0.0.1"},{"address":"10.0.0.2"}],"n":-1.5e3,"o":{},"l":[],"":7,"a\\b":{"c":8}}}`
 	var x Index
-	mustParse(t, &x, doc)
-	paths := []string{"", "a", "b", "b.0", "b.1", "b.2.c", "b.2.d\\.e", "b.2.d.e", "b.3", "b.x", "a.b", "oslo\\.message.x",
-		"oslo.message.x", "esc.q", "e\\sc.q", ".", "..", ".x.y", "x.", "payload.fixed_ips.1.address", "payload.fixed_ips.0.address",
-		"payload.fixed_ips.2.address", "payload.n", "payload.o", "payload.l.0", "payload.", "payload.a\\\\b.c", "payload.a\\b.c",
-		"nope.x", "nope.y", "payload.nope", "payload\\.n", "b.2.c.d", "payload.fixed_ips.1.address\\"}
+	mustParse(t, &x, pathsDoc)
+	paths := pathsOfDoc
 	var c Cursor
 	check := func(order []string) {
 		c.Reset(&x)
