@@ -9,7 +9,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -43,20 +42,7 @@ func tree(t *testing.T) []goFile {
 	t.Helper()
 	treeOnce.Do(func() {
 		fset := token.NewFileSet()
-		treeErr = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-			if testkit.Vanished(err) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			if d.IsDir() {
-				switch d.Name() {
-				case ".git", ".cache", "bin", "testdata", "node_modules":
-					return filepath.SkipDir
-				}
-				return nil
-			}
+		treeErr = testkit.WalkWorkingTree(root, func(p string) error {
 			if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
 				return nil
 			}
@@ -70,7 +56,7 @@ func tree(t *testing.T) []goFile {
 			rel, _ := filepath.Rel(root, filepath.Dir(p))
 			treeFiles = append(treeFiles, goFile{dir: filepath.ToSlash(rel), name: filepath.Base(p), file: f})
 			return nil
-		})
+		}, "testdata")
 	})
 	if treeErr != nil {
 		t.Fatal(treeErr)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -72,6 +73,30 @@ func CleanMakeEnv() []string {
 		env = append(env, kv)
 	}
 	return env
+}
+
+// WalkWorkingTree calls file with the path of each file below root, the
+// working tree, in lexical order. It leaves out the directories git, the
+// caches and the builds keep (.git, .cache, bin, node_modules) and those
+// named in skipDirs, and passes over an entry that vanished during the walk.
+// An error file answers ends the walk with it.
+func WalkWorkingTree(root string, file func(path string) error, skipDirs ...string) error {
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if Vanished(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			switch name := d.Name(); {
+			case name == ".git", name == ".cache", name == "bin", name == "node_modules", slices.Contains(skipDirs, name):
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		return file(p)
+	})
 }
 
 // Vanished reports an entry that went away while a walk of the working tree

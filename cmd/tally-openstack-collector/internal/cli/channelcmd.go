@@ -67,11 +67,8 @@ func channelFlags(name string) *pflag.FlagSet {
 // channelSetup parses the command line and the settings; code >= 0 means
 // exit with it.
 func channelSetup(fs *pflag.FlagSet, usage string, args, environ []string, stdout, stderr io.Writer) (*settings.Config, int) {
-	if err := parseFlags(fs, usage, args, stdout, stderr); err != nil {
-		if errors.Is(err, errUsage) {
-			return nil, 0
-		}
-		return nil, 2
+	if code := parseFlags(fs, usage, args, stdout, stderr); code >= 0 {
+		return nil, code
 	}
 	if sock, _ := fs.GetString("channel"); sock != "" {
 		_ = fs.Set("channel-socket", sock)

@@ -15,7 +15,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
-	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/channel"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
@@ -36,10 +35,7 @@ func (g *gatedWriter) Write(p []byte) (int, error) {
 // until the test ends.
 func channelDaemon(t *testing.T, sock string, hub channel.HubOptions) *channel.Server {
 	t.Helper()
-	box, err := outbox.Open(outbox.Options{Dir: t.TempDir(), MinFreeBytes: -1, Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	box := openOutbox(t, t.TempDir())
 	p, err := pipeline.New(pipeline.Options{Router: pipeline.Chain{}, Logger: zerolog.Nop(), Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)

@@ -125,19 +125,21 @@ func rootFlags() *pflag.FlagSet {
 	return fs
 }
 
-// parseFlags parses args; it prints usage for --help and reports errUsage.
-func parseFlags(fs *pflag.FlagSet, head string, args []string, stdout, stderr io.Writer) error {
+// parseFlags parses args into fs. It answers -1 when the command is to run,
+// or else the status to exit with: 0 once --help printed the usage (head and
+// the flags) on stdout, 2 once stderr says what is wrong.
+func parseFlags(fs *pflag.FlagSet, head string, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			fmt.Fprint(stdout, head+fs.FlagUsages())
-			return errUsage
+			return 0
 		}
 		fmt.Fprintf(stderr, "%v (try --help)\n", err)
-		return err
+		return 2
 	}
-	return nil
+	return -1
 }
 
 // printConfig prints the effective settings, secrets redacted, with what is
@@ -165,11 +167,8 @@ func printConfig(fs *pflag.FlagSet, environ []string, m settings.Mode, stdout, s
 
 func runRoot(args, environ []string, stdout, stderr io.Writer, stamp Stamp) int {
 	fs := rootFlags()
-	if err := parseFlags(fs, usageHead, args, stdout, stderr); err != nil {
-		if errors.Is(err, errUsage) {
-			return 0
-		}
-		return 2
+	if code := parseFlags(fs, usageHead, args, stdout, stderr); code >= 0 {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "unexpected argument %q (try --help)\n", fs.Arg(0))

@@ -107,11 +107,8 @@ func runMappers(args, environ []string, stdout, stderr io.Writer) int {
 			fl.Hidden = false
 		}
 	}
-	if err := parseFlags(fs, mappersUsage, args, stdout, stderr); err != nil {
-		if errors.Is(err, errUsage) {
-			return 0
-		}
-		return 2
+	if code := parseFlags(fs, mappersUsage, args, stdout, stderr); code >= 0 {
+		return code
 	}
 	cl, err := controlClient(fs, environ)
 	if err != nil {
@@ -167,11 +164,8 @@ func runDeadletter(args, environ []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&purge.Mapper, "mapper", "", "purge: letters of this module (name, or name@version)")
 	fs.StringVar(&purge.OlderThan, "older-than", "", "purge: letters written longer ago than this (72h)")
 	fs.BoolVar(&purge.All, "all", false, "purge: every letter")
-	if err := parseFlags(fs, deadletterUsage, args, stdout, stderr); err != nil {
-		if errors.Is(err, errUsage) {
-			return 0
-		}
-		return 2
+	if code := parseFlags(fs, deadletterUsage, args, stdout, stderr); code >= 0 {
+		return code
 	}
 	if fs.NArg() == 0 {
 		fmt.Fprint(stderr, deadletterUsage)

@@ -10,12 +10,8 @@ import (
 	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
 )
 
-var (
-	// errUsage marks a command line the usage text was printed for.
-	errUsage = errors.New("usage")
-	// errMapperNewUsage marks an error of mapper new's arguments (exit 2).
-	errMapperNewUsage = errors.New("usage")
-)
+// errMapperNewUsage marks an error of mapper new's arguments (exit 2).
+var errMapperNewUsage = errors.New("usage")
 
 // controlError adds to a control route's error the setting to check when the
 // daemon refused the token: the one the command read its token from, as the

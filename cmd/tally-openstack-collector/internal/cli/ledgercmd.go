@@ -78,11 +78,8 @@ type ledgerFlags struct {
 // parseLedgerArgs parses the flags of ledger and reconcile and their times;
 // code >= 0 is the exit code when the command stops here.
 func parseLedgerArgs(fs *pflag.FlagSet, f *ledgerFlags, usage string, args []string, stdout, stderr io.Writer) (from, to time.Time, code int) {
-	if err := parseFlags(fs, usage, args, stdout, stderr); err != nil {
-		if errors.Is(err, errUsage) {
-			return from, to, 0
-		}
-		return from, to, 2
+	if code := parseFlags(fs, usage, args, stdout, stderr); code >= 0 {
+		return from, to, code
 	}
 	now := time.Now()
 	from, err1 := parseWhen(f.from, now)

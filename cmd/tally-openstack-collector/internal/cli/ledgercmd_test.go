@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
@@ -29,10 +27,7 @@ func TestReconcileWithoutCountRouteAndLedgerMerge(t *testing.T) {
 	var dirs []string
 	for i := range 2 {
 		dir := filepath.Join(t.TempDir(), "outbox")
-		ob, err := outbox.Open(outbox.Options{Dir: dir, Logger: zerolog.Nop(), MinFreeBytes: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
+		ob := openOutbox(t, dir)
 		d := &ledger.Delta{}
 		r := d.Row(ledger.Key{Hour: ledger.HourOf(taken), Source: "nova", Type: "compute.instance.exists"})
 		r.Consumed, r.Skipped = int64(i+1), map[string]int64{"unclaimed": int64(i + 1)}
@@ -74,10 +69,7 @@ func TestLedgerMergeFollowsPages(t *testing.T) {
 	var dirs []string
 	for i := range 2 {
 		dir := filepath.Join(t.TempDir(), "outbox")
-		ob, err := outbox.Open(outbox.Options{Dir: dir, Logger: zerolog.Nop(), MinFreeBytes: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
+		ob := openOutbox(t, dir)
 		for h := range hours {
 			taken := start.Add(time.Duration(h) * time.Hour)
 			d := &ledger.Delta{}

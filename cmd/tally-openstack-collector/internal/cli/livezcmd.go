@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,11 +20,8 @@ Flags:
 
 func runLivez(args, environ []string, stdout, stderr io.Writer) int {
 	fs := controlFlags("livez")
-	if err := parseFlags(fs, livezUsage, args, stdout, stderr); err != nil {
-		if errors.Is(err, errUsage) {
-			return 0
-		}
-		return 2
+	if code := parseFlags(fs, livezUsage, args, stdout, stderr); code >= 0 {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "livez takes no arguments\n")

@@ -8,7 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rs/zerolog"
+
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
+	"github.com/tally-billing/tally-openstack-collector/outbox"
 )
 
 func runCmd(t *testing.T, stdin string, env []string, args ...string) (int, string, string) {
@@ -17,6 +20,17 @@ func runCmd(t *testing.T, stdin string, env []string, args ...string) (int, stri
 	env = append([]string{"TALLY_OSC_MAPPER_CACHE_DIR=" + testkit.CacheDir(t)}, env...)
 	code := Run(args, env, strings.NewReader(stdin), &out, &errb, Stamp{})
 	return code, out.String(), errb.String()
+}
+
+// openOutbox opens the outbox in dir as the commands do, with no free-space
+// floor; the caller closes it.
+func openOutbox(t *testing.T, dir string) *outbox.Outbox {
+	t.Helper()
+	ob, err := outbox.Open(outbox.Options{Dir: dir, Logger: zerolog.Nop(), MinFreeBytes: -1})
+	if err != nil {
+		t.Fatalf("open the outbox in %s: %v", dir, err)
+	}
+	return ob
 }
 
 func TestVersion(t *testing.T) {

@@ -8,7 +8,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -68,11 +67,8 @@ func offlineSetup(name, usage string, args, environ []string, stdout, stderr io.
 
 // offlineSetupWith is offlineSetup on the flags fs (offlineFlags and more).
 func offlineSetupWith(fs *pflag.FlagSet, usage string, args, environ []string, stdout, stderr io.Writer) (*settings.Config, *pflag.FlagSet, zerolog.Logger, int) {
-	if err := parseFlags(fs, usage, args, stdout, stderr); err != nil {
-		if errors.Is(err, errUsage) {
-			return nil, nil, zerolog.Nop(), 0
-		}
-		return nil, nil, zerolog.Nop(), 2
+	if code := parseFlags(fs, usage, args, stdout, stderr); code >= 0 {
+		return nil, nil, zerolog.Nop(), code
 	}
 	if dir, _ := fs.GetString("mappers"); dir != "" {
 		_ = fs.Set("mappers-dir", dir)

@@ -81,11 +81,8 @@ func runMapperNew(args []string, stdout, stderr io.Writer) int {
 	types := fs.StringArray("event-type", nil, "an event type glob the mapper claims (repeatable; ! excludes)")
 	from := fs.String("from", "", "a --dump capture: its notifications of the claimed types become the fixture inputs")
 	dir := fs.String("dir", "", "the directory to write, below the clone's mappers/ (default mappers/NAME)")
-	if err := parseFlags(fs, mapperNewUsage, args, stdout, stderr); err != nil {
-		if errors.Is(err, errUsage) {
-			return 0
-		}
-		return 2
+	if code := parseFlags(fs, mapperNewUsage, args, stdout, stderr); code >= 0 {
+		return code
 	}
 	if fs.NArg() != 1 {
 		fmt.Fprint(stderr, "mapper new: name the mapper: tally-openstack-collector mapper new NAME (try --help)\n")

@@ -13,9 +13,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rs/zerolog"
-
-	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
 )
 
@@ -56,10 +53,7 @@ func controlEnv(t *testing.T, srv *httptest.Server, more ...string) []string {
 // TestControlErrorsSayEachCauseOnce: a refused purge and an unknown letter,
 // answered by the daemon's own routes, say their cause once.
 func TestControlErrorsSayEachCauseOnce(t *testing.T) {
-	ob, err := outbox.Open(outbox.Options{Dir: t.TempDir(), Logger: zerolog.Nop(), MinFreeBytes: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ob := openOutbox(t, t.TempDir())
 	defer ob.Close()
 	srv := httptest.NewServer(catalog.NewHandler(nil, catalog.HandlerOptions{Outbox: ob}))
 	defer srv.Close()
@@ -146,10 +140,7 @@ func TestReplayWithLettersStillFailingExitsNonZero(t *testing.T) {
 // says which peer failed, by its URL and setting.
 func TestReconcileNamesTheAPI(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "outbox")
-	ob, err := outbox.Open(outbox.Options{Dir: dir, Logger: zerolog.Nop(), MinFreeBytes: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ob := openOutbox(t, dir)
 	if err := ob.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -46,10 +46,7 @@ func stoppedCollector(t *testing.T) (env []string, dir, mdir string, taken time.
 		"TALLY_OSC_BUFFER_PATH=" + dir,
 		"TALLY_OSC_MAPPERS_DIR=" + mdir,
 	}
-	ob, err := outbox.Open(outbox.Options{Dir: dir, Logger: zerolog.Nop(), MinFreeBytes: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ob := openOutbox(t, dir)
 	taken = time.Now().UTC()
 	d := &ledger.Delta{}
 	d.Row(ledger.Key{Hour: ledger.HourOf(taken), Source: "nova", Type: "compute.instance.exists"}).Skip("unclaimed")
@@ -142,10 +139,7 @@ func TestReadCommandsOnAStoppedDaemon(t *testing.T) {
 	}
 
 	// The store was only read: a collector opens it, the decisions as saved.
-	ob, err := outbox.Open(outbox.Options{Dir: dir, Logger: zerolog.Nop(), MinFreeBytes: -1})
-	if err != nil {
-		t.Fatalf("after the commands: %v", err)
-	}
+	ob := openOutbox(t, dir)
 	defer ob.Close()
 	if ob.DeadLetterCount() != 2 {
 		t.Errorf("dead letters %d, want 2", ob.DeadLetterCount())
@@ -157,10 +151,7 @@ func TestReadCommandsOnAStoppedDaemon(t *testing.T) {
 func TestReadCommandsWithoutDaemonOrOutbox(t *testing.T) {
 	env, dir, _, _ := stoppedCollector(t)
 	addr := strings.TrimPrefix(env[1], "TALLY_OSC_HTTP_ADDR=")
-	held, err := outbox.Open(outbox.Options{Dir: dir, Logger: zerolog.Nop(), MinFreeBytes: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	held := openOutbox(t, dir)
 	for _, args := range [][]string{{"ledger"}, {"deadletter", "list"}, {"deadletter", "show", "1"}, {"mappers"}} {
 		code, out, errOut := runCmd(t, "", env, args...)
 		if code == 0 || out != "" || !strings.Contains(errOut, addr) || !strings.Contains(errOut, "held by a running collector") ||
@@ -189,10 +180,7 @@ func TestReadCommandsWithoutDaemonOrOutbox(t *testing.T) {
 
 	// A daemon that answers is asked, whatever BUFFER_PATH holds.
 	var stdout, stderr bytes.Buffer
-	ob, err := outbox.Open(outbox.Options{Dir: dir, Logger: zerolog.Nop(), MinFreeBytes: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ob := openOutbox(t, dir)
 	defer ob.Close()
 	srv := httptest.NewServer(catalog.NewHandler(nil, catalog.HandlerOptions{Outbox: ob}))
 	defer srv.Close()

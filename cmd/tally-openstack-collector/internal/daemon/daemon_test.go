@@ -44,11 +44,30 @@ type inProcess struct {
 // took 55.9 s here. The limit catches a start that hangs, not a slow one.
 const startLimit = 5 * time.Minute
 
-// daemonSettings are the settings of a daemon on the virtual host v that
-// delivers to reportingURL, with extra entries overriding them.
-func daemonSettings(t *testing.T, v *testkit.Vhost, reportingURL string, extra ...string) *settings.Config {
+// defaultSettings are the daemon's settings as their defaults make them,
+// with the required ones given and extra entries overriding them.
+func defaultSettings(t *testing.T, extra ...string) *settings.Config {
 	t.Helper()
 	env := append([]string{
+		"TALLY_OSC_TRANSPORT_URL=amqp://guest:guest@127.0.0.1:5672/",
+		"TALLY_OSC_EXCHANGES=nova",
+		"TALLY_OSC_BUFFER_PATH=" + t.TempDir(),
+		"TALLY_OSC_REPORTING_URL=https://reporting.example/api",
+		"TALLY_OSC_REPORTING_TOKEN=t",
+	}, extra...)
+	cfg, err := settings.Load(nil, env, settings.ModeDaemon)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// daemonSettings are the settings of a daemon on the virtual host v that
+// delivers to reportingURL, over the defaults of defaultSettings, with extra
+// entries overriding them.
+func daemonSettings(t *testing.T, v *testkit.Vhost, reportingURL string, extra ...string) *settings.Config {
+	t.Helper()
+	cfg := defaultSettings(t, append([]string{
 		"TALLY_OSC_TRANSPORT_URL=" + v.URL(),
 		"TALLY_OSC_QUEUE_TYPE=classic", // the machine's RabbitMQ is 3.x
 		"TALLY_OSC_EXCHANGES=nova",
@@ -60,14 +79,25 @@ func daemonSettings(t *testing.T, v *testkit.Vhost, reportingURL string, extra .
 		"TALLY_OSC_MAPPER_CACHE_DIR=" + testkit.CacheDir(t),
 		"TALLY_OSC_MAPPER_CALL_TIMEOUT=10s",
 		"TALLY_OSC_STOP_TIMEOUT=30s",
-	}, extra...)
-	cfg, err := settings.Load(nil, env, settings.ModeDaemon)
-	if err != nil {
-		t.Fatal(err)
-	}
+	}, extra...)...)
 	// No watchdog process: it would run this test binary again.
 	cfg.WatchdogTimeout = 0
 	return cfg
+}
+
+// referenceAPI is the reference Reporting API, in memory, that accepts the
+// token of daemonSettings, and the HTTP server that serves it until the test
+// ends.
+func referenceAPI(t *testing.T) (*server.Server, *httptest.Server) {
+	t.Helper()
+	api, err := server.New(server.Options{Token: "in-process"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = api.Close() })
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	return api, srv
 }
 
 // runInProcess starts Run on cfg in a goroutine of the test.
@@ -90,22 +120,58 @@ func runInProcess(t *testing.T, cfg *settings.Config) *inProcess {
 	return d
 }
 
+// waitFor waits for cond as testkit.WaitFor does; Run returning first fails t.
+func (d *inProcess) waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	testkit.WaitFor(t, limit, what, func() bool {
+		select {
+		case err := <-d.done:
+			t.Fatalf("Run returned while waiting for %s: %v\n%s", what, err, d.log)
+		default:
+		}
+		return cond()
+	})
+}
+
 // waitReady waits for /readyz to answer ok; Run returning first fails t.
 func (d *inProcess) waitReady(t *testing.T) {
 	t.Helper()
-	testkit.WaitFor(t, startLimit, "/readyz to answer ok", func() bool {
-		select {
-		case err := <-d.done:
-			t.Fatalf("Run returned before it was ready: %v\n%s", err, d.log)
-		default:
-		}
-		resp, err := http.Get("http://" + d.cfg.HTTPAddr + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
+	d.waitFor(t, startLimit, "/readyz to answer ok", func() bool {
+		code, _, err := d.get("/readyz")
+		return err == nil && code == http.StatusOK
 	})
+}
+
+// oneRequestClient asks each request on a connection of its own, closed once
+// answered, so that a test's requests hold none of the daemon's connections.
+var oneRequestClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
+// get answers the status and body of a GET of path on the daemon's HTTP
+// listener.
+func (d *inProcess) get(path string) (int, string, error) {
+	resp, err := oneRequestClient.Get("http://" + d.cfg.HTTPAddr + path)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+// metricValue answers the value of the series named name (with its labels,
+// as the exposition writes them) in a /metrics body; a body without it
+// fails t.
+func metricValue(t *testing.T, body, name string) float64 {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("/metrics lacks %s:\n%s", name, body)
+	}
+	f, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
 
 // returned waits for Run's answer.
@@ -169,13 +235,7 @@ func novaNotification(t *testing.T, n int) []byte {
 func TestRunInProcessDeliversAndStopsCleanly(t *testing.T) {
 	v := testkit.NewVhost(t)
 	v.DeclareExchanges(t, false, "nova")
-	api, err := server.New(server.Options{Token: "in-process"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = api.Close() })
-	srv := httptest.NewServer(api)
-	t.Cleanup(srv.Close)
+	api, srv := referenceAPI(t)
 
 	cfg := daemonSettings(t, v, srv.URL)
 	d := runInProcess(t, cfg)
@@ -277,60 +337,27 @@ func TestRunBoundsHTTPConnections(t *testing.T) {
 	v := testkit.NewVhost(t)
 	cfg := daemonSettings(t, v, "http://127.0.0.1:9", "TALLY_OSC_HTTP_MAX_CONNECTIONS="+strconv.Itoa(maxConns))
 	d := runInProcess(t, cfg)
-	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	get := func(path string) (int, string, error) {
-		resp, err := client.Get("http://" + cfg.HTTPAddr + path)
-		if err != nil {
-			return 0, "", err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b), err
-	}
-	testkit.WaitFor(t, startLimit, "/livez to answer", func() bool {
-		select {
-		case err := <-d.done:
-			t.Fatalf("Run returned before it listened: %v\n%s", err, d.log)
-		default:
-		}
-		code, _, err := get("/livez")
+	d.waitFor(t, startLimit, "/livez to answer", func() bool {
+		code, _, err := d.get("/livez")
 		return err == nil && code == http.StatusOK
 	})
 
 	for range 3 * maxConns {
-		c, err := net.Dial("tcp", cfg.HTTPAddr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		if _, err := io.WriteString(c, "GET /livez HTTP/1.1\r\nHost: slow\r\n"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	metric := func(body, name string) float64 {
-		m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindStringSubmatch(body)
-		if m == nil {
-			t.Fatalf("/metrics lacks %s:\n%s", name, body)
-		}
-		f, err := strconv.ParseFloat(m[1], 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return f
+		slowConn(t, cfg.HTTPAddr)
 	}
 	testkit.WaitUntil(t, time.Minute, "the flood displaced", func() (bool, string) {
-		code, body, err := get("/metrics")
+		code, body, err := d.get("/metrics")
 		if err != nil || code != http.StatusOK {
 			return false, fmt.Sprintf("/metrics: %d %v", code, err)
 		}
-		open := metric(body, "tally_collector_http_connections")
+		open := metricValue(t, body, "tally_collector_http_connections")
 		if open > maxConns {
 			t.Fatalf("%v connections open, over the bound %d", open, maxConns)
 		}
-		evicted := metric(body, `tally_collector_http_refused_total{reason="evicted"}`)
+		evicted := metricValue(t, body, `tally_collector_http_refused_total{reason="evicted"}`)
 		return evicted >= 2*maxConns, fmt.Sprintf("open %v, evicted %v", open, evicted)
 	})
-	if code, body, err := get("/livez"); err != nil || code != http.StatusOK || body != "ok\n" {
+	if code, body, err := d.get("/livez"); err != nil || code != http.StatusOK || body != "ok\n" {
 		t.Fatalf("/livez during the flood: %d %q %v", code, body, err)
 	}
 

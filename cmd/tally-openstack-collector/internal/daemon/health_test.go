@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bytes"
 	"errors"
 	"io"
 	"net/http"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
 // fakeClock is the injectable clock of the liveness tracker.
@@ -90,14 +91,14 @@ func get(t *testing.T, srv *httptest.Server, path string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func newProbeServer(t *testing.T, threshold time.Duration, clk *fakeClock) (*httptest.Server, *switchable, *switchable, *switchable, *bytes.Buffer) {
+func newProbeServer(t *testing.T, threshold time.Duration, clk *fakeClock) (*httptest.Server, *switchable, *switchable, *switchable, *testkit.SyncBuffer) {
 	ob, broker, snd := &switchable{}, &switchable{}, &switchable{}
-	var logs bytes.Buffer
+	logs := &testkit.SyncBuffer{}
 	p := &probes{
 		outbox: ob.check,
 		ready:  map[string]func() error{"broker": broker.check, "sender": snd.check},
 		live:   newLivenessTracker(threshold, clk.now),
-		log:    zerolog.New(&syncWriter{w: &logs}),
+		log:    zerolog.New(logs),
 	}
 	reg, err := newRegistry(BuildInfo{Version: "v9.9.9", Commit: "abc"})
 	if err != nil {
@@ -109,18 +110,7 @@ func newProbeServer(t *testing.T, threshold time.Duration, clk *fakeClock) (*htt
 	}
 	srv := httptest.NewServer(newMux(p, reg, guard, nil))
 	t.Cleanup(srv.Close)
-	return srv, ob, broker, snd, &logs
-}
-
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(b []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(b)
+	return srv, ob, broker, snd, logs
 }
 
 func TestReadyz(t *testing.T) {

@@ -87,6 +87,18 @@ func (b *boundedServer) unblock() {
 	b.released.Do(func() { close(b.release) })
 }
 
+// finishHeld lets the held requests finish and checks that each of the n
+// answering on done was answered 200.
+func (b *boundedServer) finishHeld(t *testing.T, done <-chan int, n int) {
+	t.Helper()
+	b.unblock()
+	for range n {
+		if code := <-done; code != http.StatusOK {
+			t.Errorf("a held request ended with %d", code)
+		}
+	}
+}
+
 func (b *boundedServer) refused(reason string) int {
 	return int(testutil.ToFloat64(b.lim.refused.WithLabelValues(reason)))
 }
@@ -104,11 +116,11 @@ func (b *boundedServer) get(t *testing.T, path string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
-// slowConn opens a connection that sends part of a request head and no more,
-// as a slow client does.
-func (b *boundedServer) slowConn(t *testing.T) net.Conn {
+// slowConn opens a connection to addr that sends part of a request head and
+// no more, as a slow client does.
+func slowConn(t *testing.T, addr string) net.Conn {
 	t.Helper()
-	c, err := net.Dial("tcp", b.addr)
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +172,7 @@ func TestHTTPBoundSlowFloodKeepsProbesAnswering(t *testing.T) {
 	b := newBoundedServer(t, maxConns)
 	flood := make([]net.Conn, 3*maxConns)
 	for i := range flood {
-		flood[i] = b.slowConn(t)
+		flood[i] = slowConn(t, b.addr)
 	}
 	testkit.WaitUntil(t, time.Minute, "the flood accepted", func() (bool, string) {
 		n := b.refused(refusedEvicted)
@@ -225,12 +237,7 @@ func TestHTTPBoundGeneralShare(t *testing.T) {
 			t.Fatalf("%s with the general share serving: %d %q", path, code, body)
 		}
 	}
-	b.unblock()
-	for range general {
-		if code := <-done; code != http.StatusOK {
-			t.Errorf("a held control request ended with %d", code)
-		}
-	}
+	b.finishHeld(t, done, general)
 	if code, _ := b.get(t, "/mappers"); code != http.StatusOK {
 		t.Errorf("a control request once the share is free: %d", code)
 	}
@@ -272,12 +279,7 @@ func TestHTTPBoundEveryConnectionServing(t *testing.T) {
 	if n := b.refused(refusedEvicted); n != 0 {
 		t.Errorf("evicted %d connections that were serving", n)
 	}
-	b.unblock()
-	for range maxConns {
-		if code := <-done; code != http.StatusOK {
-			t.Errorf("a held request ended with %d", code)
-		}
-	}
+	b.finishHeld(t, done, maxConns)
 	if code, _ := b.get(t, "/livez"); code != http.StatusOK {
 		t.Errorf("/livez after the held requests: %d", code)
 	}

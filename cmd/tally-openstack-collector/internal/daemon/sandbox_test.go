@@ -84,23 +84,6 @@ func TestBuiltinThatOverrunsIsAnsweredAtItsDeadline(t *testing.T) {
 	testkit.WaitFor(t, 2*time.Minute, "the abandoned call to end", func() bool { return e.Runaways() == 0 })
 }
 
-// defaultSettings are the daemon's settings as their defaults make them.
-func defaultSettings(t *testing.T, extra ...string) *settings.Config {
-	t.Helper()
-	env := append([]string{
-		"TALLY_OSC_TRANSPORT_URL=amqp://guest:guest@127.0.0.1:5672/",
-		"TALLY_OSC_EXCHANGES=nova",
-		"TALLY_OSC_BUFFER_PATH=" + t.TempDir(),
-		"TALLY_OSC_REPORTING_URL=https://reporting.example/api",
-		"TALLY_OSC_REPORTING_TOKEN=t",
-	}, extra...)
-	cfg, err := settings.Load(nil, env, settings.ModeDaemon)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
 // TestDefaultModulesStopTheirOwnRunaways: with the default settings the
 // engine meters every module, and built-in and drop-in modules alike run
 // without termination checks and unwatched; a module that loops for ever

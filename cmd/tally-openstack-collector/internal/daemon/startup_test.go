@@ -1,44 +1,25 @@
 package daemon
 
 import (
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tally-billing/tally-openstack-collector/cmd/tally-openstack-collector/internal/settings"
-	"github.com/tally-billing/tally-openstack-collector/examples/reporting-api/server"
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
 // builtinsCompiled reads tally_collector_mapper_builtins_compiled from the
 // daemon's /metrics.
-func builtinsCompiled(t *testing.T, cfg *settings.Config) float64 {
+func builtinsCompiled(t *testing.T, d *inProcess) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + cfg.HTTPAddr + "/metrics")
+	_, body, err := d.get("/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`(?m)^tally_collector_mapper_builtins_compiled (\S+)$`).FindSubmatch(body)
-	if m == nil {
-		t.Fatalf("/metrics lacks tally_collector_mapper_builtins_compiled:\n%s", body)
-	}
-	f, err := strconv.ParseFloat(string(m[1]), 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
+	return metricValue(t, body, "tally_collector_mapper_builtins_compiled")
 }
 
 // cacheEntries answers the compiled modules in the compilation cache dir,
@@ -69,13 +50,7 @@ func cacheEntries(t *testing.T, dir string) map[string]time.Time {
 func TestStartCompilesNothing(t *testing.T) {
 	v := testkit.NewVhost(t)
 	v.DeclareExchanges(t, false, "nova")
-	api, err := server.New(server.Options{Token: "in-process"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = api.Close() })
-	srv := httptest.NewServer(api)
-	t.Cleanup(srv.Close)
+	api, srv := referenceAPI(t)
 	data := t.TempDir()
 	cacheDir := filepath.Join(data, "mapper-cache")
 
@@ -95,7 +70,7 @@ func TestStartCompilesNothing(t *testing.T) {
 			"TALLY_OSC_HTTP_ADDR="+testkit.FreeAddr(t))
 		d := runInProcess(t, cfg)
 		d.waitReady(t)
-		if n := builtinsCompiled(t, cfg); n != 0 {
+		if n := builtinsCompiled(t, d); n != 0 {
 			t.Fatalf("start %d: builtins_compiled %v once ready, want 0", run, n)
 		}
 		entries := cacheEntries(t, cacheDir)
@@ -104,7 +79,7 @@ func TestStartCompilesNothing(t *testing.T) {
 		}
 		v.Publish(t, "nova", "notifications.info", novaNotification(t, run))
 		accepted(run)
-		if n := builtinsCompiled(t, cfg); n != 1 {
+		if n := builtinsCompiled(t, d); n != 1 {
 			t.Fatalf("start %d: builtins_compiled %v after a nova notification, want 1", run, n)
 		}
 		entries = cacheEntries(t, cacheDir)

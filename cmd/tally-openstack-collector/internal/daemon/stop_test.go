@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http/httptest"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,7 +14,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/tally-billing/tally-openstack-collector/cmd/tally-openstack-collector/internal/settings"
-	"github.com/tally-billing/tally-openstack-collector/examples/reporting-api/server"
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/broker"
@@ -76,13 +74,7 @@ func TestRunStopBoundedUnderMemoryAlarm(t *testing.T) {
 	node := testkit.RabbitMQNode(t)
 	v := node.Vhost()
 	v.DeclareExchanges(t, false, "nova")
-	api, err := server.New(server.Options{Token: "in-process"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = api.Close() })
-	srv := httptest.NewServer(api)
-	t.Cleanup(srv.Close)
+	api, srv := referenceAPI(t)
 
 	const replica, notifications = "stop-test", 3
 	cfg := daemonSettings(t, v, srv.URL, "TALLY_OSC_STOP_TIMEOUT=12s", "TALLY_OSC_FLUSH_TIMEOUT=4s",

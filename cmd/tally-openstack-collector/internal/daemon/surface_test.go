@@ -7,9 +7,7 @@ package daemon
 
 import (
 	"bufio"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -19,7 +17,6 @@ import (
 	"time"
 
 	monitoring "github.com/tally-billing/tally-openstack-collector/examples/prometheus"
-	"github.com/tally-billing/tally-openstack-collector/examples/reporting-api/server"
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/sender"
 )
@@ -94,23 +91,10 @@ func parseScrape(t *testing.T, body string) map[string]*family {
 func (d *inProcess) firstScrape(t *testing.T) string {
 	t.Helper()
 	var body string
-	testkit.WaitFor(t, startLimit, "/metrics to answer", func() bool {
-		select {
-		case err := <-d.done:
-			t.Fatalf("Run returned before /metrics answered: %v\n%s", err, d.log)
-		default:
-		}
-		resp, err := http.Get("http://" + d.cfg.HTTPAddr + "/metrics")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil || resp.StatusCode != http.StatusOK {
-			return false
-		}
-		body = string(b)
-		return true
+	d.waitFor(t, startLimit, "/metrics to answer", func() bool {
+		code, b, err := d.get("/metrics")
+		body = b
+		return err == nil && code == http.StatusOK
 	})
 	return body
 }
@@ -392,13 +376,7 @@ func setString(s map[string]bool) string {
 func TestReadyzNamesTheURLThatAnswers404(t *testing.T) {
 	v := testkit.NewVhost(t)
 	v.DeclareExchanges(t, false, "nova")
-	api, err := server.New(server.Options{Token: "in-process"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = api.Close() })
-	srv := httptest.NewServer(api)
-	t.Cleanup(srv.Close)
+	_, srv := referenceAPI(t)
 
 	cfg := daemonSettings(t, v, srv.URL+"/tally")
 	d := runInProcess(t, cfg)
@@ -408,14 +386,9 @@ func TestReadyzNamesTheURLThatAnswers404(t *testing.T) {
 	endpoint := srv.URL + "/tally" + sender.EventsRoute
 	var body string
 	testkit.WaitFor(t, 60*time.Second, "/readyz to say the URL answers 404", func() bool {
-		resp, err := http.Get("http://" + cfg.HTTPAddr + "/readyz")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		body = string(b)
-		return resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(body, "404")
+		code, b, err := d.get("/readyz")
+		body = b
+		return err == nil && code == http.StatusServiceUnavailable && strings.Contains(body, "404")
 	})
 	want := "not ready: the Reporting API answers 404 at " + endpoint + "; set TALLY_OSC_REPORTING_URL to its base URL\n"
 	if body != want {
@@ -427,13 +400,11 @@ func TestReadyzNamesTheURLThatAnswers404(t *testing.T) {
 	// tally_collector_ready follows /readyz within its sampling interval.
 	var metrics string
 	testkit.WaitFor(t, 30*time.Second, "the metrics to show the 404s", func() bool {
-		resp, err := http.Get("http://" + cfg.HTTPAddr + "/metrics")
+		_, b, err := d.get("/metrics")
 		if err != nil {
 			return false
 		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		metrics = grepLines(string(b), "tally_collector_sender_endpoint_not_found ", "tally_collector_ready ")
+		metrics = grepLines(b, "tally_collector_sender_endpoint_not_found ", "tally_collector_ready ")
 		return strings.Contains(metrics, "tally_collector_sender_endpoint_not_found 1") && strings.Contains(metrics, "tally_collector_ready 0")
 	})
 	if !strings.Contains(d.log.String(), endpoint) {

@@ -2,7 +2,6 @@ package settings
 
 import (
 	"errors"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -581,21 +580,8 @@ func TestDocumentedVariablesExist(t *testing.T) {
 	// parts, the CI scripts, the example scripts.
 	var code strings.Builder
 	var docs []string
-	err := filepath.WalkDir(repo, func(p string, d fs.DirEntry, err error) error {
-		if testkit.Vanished(err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			switch d.Name() {
-			case ".git", ".cache", "bin", "node_modules":
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		name := d.Name()
+	err := testkit.WalkWorkingTree(repo, func(p string) error {
+		name := filepath.Base(p)
 		switch {
 		case strings.HasSuffix(name, ".md"):
 			docs = append(docs, p)
