@@ -68,6 +68,18 @@ func decided(t *testing.T, k *collector, c *catalog.Catalog, action string) (cat
 	return out, k.handed[0]
 }
 
+// decidedBetween starts replicas named nameA and nameB, each with echo 2.0.0
+// in shadow of echo 1.0.0, and has the operator of the first promote or
+// abort echo; it returns both and the decision handed over for the second.
+func decidedBetween(t *testing.T, nameA, nameB, action string) (a, b *collector, d catalog.Decision) {
+	t.Helper()
+	a, b = replica(t, nameA), replica(t, nameB)
+	ca := shadowing(t, a)
+	shadowing(t, b)
+	_, d = decided(t, a, ca, action)
+	return a, b, d
+}
+
 func shaOf(t *testing.T, module string) string {
 	sum := sha256.Sum256(wasm(t, module))
 	return hex.EncodeToString(sum[:])
@@ -124,10 +136,8 @@ func TestDecisionNotHandedOverIsReportedPending(t *testing.T) {
 }
 
 func TestApplyDecisionMatchingCandidate(t *testing.T) {
-	a, b := replica(t, "collector-0"), replica(t, "collector-1")
-	ca := shadowing(t, a)
-	cb := shadowing(t, b)
-	_, d := decided(t, a, ca, catalog.DecisionPromote)
+	_, b, d := decidedBetween(t, "collector-0", "collector-1", catalog.DecisionPromote)
+	cb := b.c
 
 	r := apply(t, cb, d)
 	if r.Result != catalog.DecisionApplied {
@@ -154,10 +164,8 @@ func TestApplyDecisionMatchingCandidate(t *testing.T) {
 }
 
 func TestApplyDecisionAlreadyInEffectOrOwn(t *testing.T) {
-	a, b := replica(t, "collector-0"), replica(t, "collector-1")
-	ca := shadowing(t, a)
-	cb := shadowing(t, b)
-	_, d := decided(t, a, ca, catalog.DecisionPromote)
+	a, b, d := decidedBetween(t, "collector-0", "collector-1", catalog.DecisionPromote)
+	ca, cb := a.c, b.c
 	gen := ca.Generation()
 
 	// Its own decision, come back through the broker.
@@ -177,10 +185,8 @@ func TestApplyDecisionAlreadyInEffectOrOwn(t *testing.T) {
 	}
 
 	// An abort of a candidate already parked here is in effect too.
-	a2, b2 := replica(t, "collector-2"), replica(t, "collector-3")
-	c2 := shadowing(t, a2)
-	c3 := shadowing(t, b2)
-	_, ab := decided(t, a2, c2, catalog.DecisionAbort)
+	_, b2, ab := decidedBetween(t, "collector-2", "collector-3", catalog.DecisionAbort)
+	c3 := b2.c
 	if r := apply(t, c3, ab); r.Result != catalog.DecisionApplied {
 		t.Fatalf("abort: %+v", r)
 	}
@@ -194,10 +200,8 @@ func TestApplyDecisionAlreadyInEffectOrOwn(t *testing.T) {
 }
 
 func TestApplyDecisionContradictingThisReplicaIsIgnored(t *testing.T) {
-	a, b := replica(t, "collector-0"), replica(t, "collector-1")
-	ca := shadowing(t, a)
-	cb := shadowing(t, b)
-	_, promote := decided(t, a, ca, catalog.DecisionPromote)
+	a, b, promote := decidedBetween(t, "collector-0", "collector-1", catalog.DecisionPromote)
+	ca, cb := a.c, b.c
 	abort := promote
 	abort.Action, abort.At = catalog.DecisionAbort, promote.At.Add(time.Second)
 
