@@ -38,6 +38,40 @@ func wantTimeout(t *testing.T, err error) {
 	}
 }
 
+// overrunHeldByHook maps an input that overruns with m on a goroutine of its
+// own and waits for the overrun hook to report want on hooked; the caller
+// must not be answered while the hook runs. It then lets the hook return by
+// closing proceed, and wants the call answered with a timeout.
+func overrunHeldByHook(t *testing.T, m *runtime.Module, hooked <-chan string, proceed chan<- struct{}, want string) {
+	t.Helper()
+	answered := make(chan error, 1)
+	go func() {
+		_, err := m.Map(context.Background(), index(t, spinInput(1000)), src)
+		answered <- err
+	}()
+	if got := <-hooked; got != want {
+		t.Fatalf("hook called with %q, want %s", got, want)
+	}
+	select {
+	case err := <-answered:
+		t.Fatalf("the caller was answered (%v) before the hook returned", err)
+	default:
+	}
+	close(proceed)
+	wantTimeout(t, <-answered)
+}
+
+// wantNoHook fails the test when the overrun hook reported a module on
+// hooked: a guarded call's overrun must not call it.
+func wantNoHook(t *testing.T, hooked <-chan string) {
+	t.Helper()
+	select {
+	case mod := <-hooked:
+		t.Fatalf("OnWatchedOverrun called for %s by a guarded call", mod)
+	default:
+	}
+}
+
 // A watched (unguarded) call that overruns is answered at its deadline while
 // its guest still runs; the abandoned call is counted until the guest
 // returns, and the module runs guarded from then on.
@@ -140,21 +174,7 @@ func TestWatchedOverrunHookBeforeAnswer(t *testing.T) {
 			<-proceed
 		}})
 	m := load(t, e, "spin", runtime.WithGuard(runtime.GuardWatched))
-	answered := make(chan error, 1)
-	go func() {
-		_, err := m.Map(context.Background(), index(t, spinInput(1000)), src)
-		answered <- err
-	}()
-	if got := <-called; got != "spin@1.0.0" {
-		t.Fatalf("hook called with %q, want spin@1.0.0", got)
-	}
-	select {
-	case err := <-answered:
-		t.Fatalf("the caller was answered (%v) before the hook returned", err)
-	default:
-	}
-	close(proceed)
-	wantTimeout(t, <-answered)
+	overrunHeldByHook(t, m, called, proceed, "spin@1.0.0")
 	if n := e.Abandoned(); n != 1 {
 		t.Fatalf("abandoned calls = %d, want 1", n)
 	}
@@ -188,11 +208,7 @@ func TestGuardedCallOfWatchedModule(t *testing.T) {
 	if n := m.Overruns(); n != 0 {
 		t.Fatalf("overruns = %d, want 0", n)
 	}
-	select {
-	case mod := <-hooked:
-		t.Fatalf("OnWatchedOverrun called for %s by a guarded call", mod)
-	default:
-	}
+	wantNoHook(t, hooked)
 	if m.Guarded() {
 		t.Fatal("the module runs guarded by default after guarded calls' timeouts")
 	}
@@ -303,21 +319,7 @@ func TestWatchedWithoutHandOverOverrunCallsHook(t *testing.T) {
 	// spinfield spins about half a second for 1 KB of input, then calls
 	// the host in a loop that never ends but for that call's stop.
 	m := load(t, e, "spinfield", runtime.WithGuard(runtime.GuardWatched))
-	answered := make(chan error, 1)
-	go func() {
-		_, err := m.Map(context.Background(), index(t, spinInput(1000)), src)
-		answered <- err
-	}()
-	if got := <-hooked; got != "spinfield@1.0.0" {
-		t.Fatalf("hook called with %q, want spinfield@1.0.0", got)
-	}
-	select {
-	case err := <-answered:
-		t.Fatalf("the caller was answered (%v) before the hook returned", err)
-	default:
-	}
-	close(proceed)
-	wantTimeout(t, <-answered)
+	overrunHeldByHook(t, m, hooked, proceed, "spinfield@1.0.0")
 	if n := e.Abandoned(); n != 0 {
 		t.Fatalf("abandoned calls = %d, want 0: without a hand-over nothing is abandoned", n)
 	}
@@ -337,11 +339,7 @@ func TestWatchedWithoutHandOverOverrunCallsHook(t *testing.T) {
 	// deadline by the termination checks, and the hook is not called.
 	_, err := m.Map(context.Background(), index(t, spinInput(4000)), src)
 	wantTimeout(t, err)
-	select {
-	case mod := <-hooked:
-		t.Fatalf("hook called for %s by a guarded call", mod)
-	default:
-	}
+	wantNoHook(t, hooked)
 	if n := e.Abandoned(); n != 0 {
 		t.Fatalf("abandoned calls after a guarded overrun = %d, want 0", n)
 	}
