@@ -61,6 +61,21 @@ func overrunHeldByHook(t *testing.T, m *runtime.Module, hooked <-chan string, pr
 	wantTimeout(t, <-answered)
 }
 
+// wantGuardedAfterOverrun checks m after its one overrun: counted, the
+// module guarded from then on, and the overrun instance not kept.
+func wantGuardedAfterOverrun(t *testing.T, m *runtime.Module) {
+	t.Helper()
+	if n := m.Overruns(); n != 1 {
+		t.Fatalf("overruns = %d, want 1", n)
+	}
+	if !m.Guarded() {
+		t.Fatal("the module still runs unguarded after an overrun")
+	}
+	if n := m.Instances(); n != 0 {
+		t.Fatalf("instances = %d, want 0 (the overrun one is not kept)", n)
+	}
+}
+
 // wantNoHook fails the test when the overrun hook reported a module on
 // hooked: a guarded call's overrun must not call it.
 func wantNoHook(t *testing.T, hooked <-chan string) {
@@ -95,15 +110,7 @@ func TestWatchedOverrunAnsweredAtDeadline(t *testing.T) {
 	if n := e.Abandoned(); n != 1 {
 		t.Fatalf("abandoned calls = %d, want 1", n)
 	}
-	if n := m.Overruns(); n != 1 {
-		t.Fatalf("overruns = %d, want 1", n)
-	}
-	if !m.Guarded() {
-		t.Fatal("the module still runs unguarded after an overrun")
-	}
-	if n := m.Instances(); n != 0 {
-		t.Fatalf("instances = %d, want 0 (the abandoned one is not pooled)", n)
-	}
+	wantGuardedAfterOverrun(t, m)
 	// The module goes on, guarded (its guarded variant compiled now).
 	if res, err := m.Map(ctx, index(t, `{"a":1}`), src); err != nil || len(res.Events) != 0 {
 		t.Fatalf("after the overrun: %v, %v", res, err)
@@ -326,15 +333,7 @@ func TestWatchedWithoutHandOverOverrunCallsHook(t *testing.T) {
 	if n := e.Runaways(); n != 0 {
 		t.Fatalf("runaways = %d, want 0", n)
 	}
-	if n := m.Overruns(); n != 1 {
-		t.Fatalf("overruns = %d, want 1", n)
-	}
-	if !m.Guarded() {
-		t.Fatal("the module still runs unguarded after an overrun")
-	}
-	if n := m.Instances(); n != 0 {
-		t.Fatalf("instances = %d, want 0 (the overrun one is discarded)", n)
-	}
+	wantGuardedAfterOverrun(t, m)
 	// The module goes on, guarded: the next overrun is stopped at its
 	// deadline by the termination checks, and the hook is not called.
 	_, err := m.Map(context.Background(), index(t, spinInput(4000)), src)
