@@ -95,6 +95,17 @@ func (g guest) call(t *testing.T, fn string, n, budget int64) (res uint64, charg
 	return out[0], charged, nil
 }
 
+// calls answers how many calls the control module counted (its export
+// calls).
+func (g guest) calls(t *testing.T) uint64 {
+	t.Helper()
+	out, err := g.mod.ExportedFunction("calls").Call(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out[0]
+}
+
 // left is what the call has left: the slice and the reserve.
 func (g guest) left() int64 { return int64(g.budget.Get()) + int64(g.reserve.Get()) }
 
@@ -247,12 +258,9 @@ func TestCallTreeChargesEveryCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	calls, err := g.mod.ExportedFunction("calls").Call(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if calls[0] != 1<<13-1 || charged < int64(calls[0])*5 {
-		t.Fatalf("%d calls charged %d", calls[0], charged)
+	calls := g.calls(t)
+	if calls != 1<<13-1 || charged < int64(calls)*5 {
+		t.Fatalf("%d calls charged %d", calls, charged)
 	}
 }
 
@@ -270,12 +278,9 @@ func TestFoldedEntryChargesEveryCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	calls, err := g.mod.ExportedFunction("calls").Call(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if calls[0] != 2*(1<<13-1) {
-		t.Fatalf("%d calls", calls[0])
+	calls := g.calls(t)
+	if calls != 2*(1<<13-1) {
+		t.Fatalf("%d calls", calls)
 	}
 	// Each call of gotree runs its loop's charge once (10) and its
 	// instructions; tree's each charge once at entry, of about the same size.
