@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	goruntime "runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -162,10 +164,7 @@ func (e *Engine) Close(ctx context.Context) error {
 		return nil
 	}
 	e.closed = true
-	mods := make([]*Module, 0, len(e.modules))
-	for m := range e.modules {
-		mods = append(mods, m)
-	}
+	mods := slices.Collect(maps.Keys(e.modules))
 	e.mu.Unlock()
 	var errs []error
 	for _, m := range mods {
