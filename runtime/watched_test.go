@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	goruntime "runtime"
-	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -17,17 +16,6 @@ import (
 // about a second unguarded for 2 KB, far past a 100 ms deadline.
 func spinInput(n int) string {
 	return `{"event_type":"x","pad":"` + strings.Repeat("a", n) + `"}`
-}
-
-// noGC turns the garbage collector off for the rest of the test. A collection
-// that starts while an unguarded guest runs waits for that guest to return,
-// and every goroutine with it, the engine's watchdog included: a call would
-// then end unseen past its deadline (the freeze docs/abi.md, "Runaway
-// guests", describes). These tests are about what the engine does once its
-// watchdog sees the deadline.
-func noGC(t *testing.T) {
-	old := debug.SetGCPercent(-1)
-	t.Cleanup(func() { debug.SetGCPercent(old) })
 }
 
 func wantTimeout(t *testing.T, err error) {
@@ -91,7 +79,7 @@ func wantNoHook(t *testing.T, hooked <-chan string) {
 // its guest still runs; the abandoned call is counted until the guest
 // returns, and the module runs guarded from then on.
 func TestWatchedOverrunAnsweredAtDeadline(t *testing.T) {
-	noGC(t)
+	testkit.NoGC(t)
 	e := newEngine(t, runtime.Config{CallTimeout: 100 * time.Millisecond, PoolSize: 1})
 	m := load(t, e, "spin", runtime.WithGuard(runtime.GuardWatched))
 	if m.Guarded() {
@@ -128,7 +116,7 @@ func TestWatchedOverrunAnsweredAtDeadline(t *testing.T) {
 // there, and never reads the caller's input again: the caller reuses its
 // index at once (run under -race).
 func TestWatchedStoppedAtHostCall(t *testing.T) {
-	noGC(t)
+	testkit.NoGC(t)
 	e := newEngine(t, runtime.Config{CallTimeout: 50 * time.Millisecond, PoolSize: 2})
 	m := load(t, e, "spinfield", runtime.WithGuard(runtime.GuardWatched))
 	x := index(t, spinInput(1000))
@@ -151,7 +139,7 @@ func TestWatchedStoppedAtHostCall(t *testing.T) {
 // Closing the engine while an abandoned guest still runs neither waits for
 // it nor breaks it.
 func TestWatchedCloseWithRunaway(t *testing.T) {
-	noGC(t)
+	testkit.NoGC(t)
 	e, err := runtime.NewEngine(context.Background(), runtime.Config{CacheDir: testkit.CacheDir(t), CallTimeout: 50 * time.Millisecond, PoolSize: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -172,7 +160,7 @@ func TestWatchedCloseWithRunaway(t *testing.T) {
 // the answer (a dead letter, an acknowledgement). When the hook returns, the
 // call is abandoned as without it.
 func TestWatchedOverrunHookBeforeAnswer(t *testing.T) {
-	noGC(t)
+	testkit.NoGC(t)
 	called := make(chan string, 1)
 	proceed := make(chan struct{})
 	e := newEngine(t, runtime.Config{CallTimeout: 50 * time.Millisecond, PoolSize: 1,
@@ -193,7 +181,7 @@ func TestWatchedOverrunHookBeforeAnswer(t *testing.T) {
 // abandoned, the hook is not called, and the module's other calls still run
 // unguarded.
 func TestGuardedCallOfWatchedModule(t *testing.T) {
-	noGC(t)
+	testkit.NoGC(t)
 	hooked := make(chan string, 4)
 	e := newEngine(t, runtime.Config{CallTimeout: 50 * time.Millisecond, PoolSize: 2,
 		OnWatchedOverrun: func(module string) { hooked <- module }})
@@ -265,7 +253,7 @@ func daemonConfig(hooked chan<- string, proceed <-chan struct{}) runtime.Config 
 // instances starts no goroutine, where the same pool with a hook that does
 // not end the process starts one per instance (the hand-over).
 func TestWatchedWithoutHandOverStartsNoGoroutine(t *testing.T) {
-	noGC(t)
+	testkit.NoGC(t)
 	// Instances of earlier tests' engines end their goroutines when closed
 	// or, abandoned, when their guest returns.
 	testkit.WaitFor(t, 2*time.Minute, "the hand-over goroutines of earlier tests to end", func() bool { return handOverGoroutines() == 0 })
@@ -319,7 +307,7 @@ func TestWatchedWithoutHandOverStartsNoGoroutine(t *testing.T) {
 // guest calls the host, where it is stopped: a timeout, nothing abandoned,
 // and the module runs guarded from then on.
 func TestWatchedWithoutHandOverOverrunCallsHook(t *testing.T) {
-	noGC(t)
+	testkit.NoGC(t)
 	hooked := make(chan string, 1)
 	proceed := make(chan struct{})
 	e := newEngine(t, daemonConfig(hooked, proceed))
