@@ -104,18 +104,9 @@ func benchModule(b *testing.B, wasm []byte, name string, in []byte, guard runtim
 	})
 	b.Run("parallel", func(b *testing.B) {
 		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			var x jsonindex.Index
-			if err := x.Parse(in); err != nil {
-				b.Error(err)
-				return
-			}
-			for pb.Next() {
-				if _, err := m.Map(ctx, &x, src); err != nil {
-					b.Error(err)
-					return
-				}
-			}
+		testkit.BenchIndexedParallel(b, in, func(x *jsonindex.Index) error {
+			_, err := m.Map(ctx, x, src)
+			return err
 		})
 	})
 }
