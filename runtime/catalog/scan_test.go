@@ -39,6 +39,17 @@ func symlink(t *testing.T, target, link string) {
 	}
 }
 
+// echoBeside drops echo 1.0.0 into dir beside what the test put there and
+// opens a catalogue over it with a registry of its own; echo must load,
+// whatever else is skipped.
+func echoBeside(t *testing.T, dir string) (*catalog.Catalog, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	_, c, _ := catalogOn(t, catalog.Options{Dir: dir, Registerer: reg}, "echo.wasm", "echo_v1")
+	mustModule(t, c, "echo")
+	return c, reg
+}
+
 // mkfifo makes a named pipe at path.
 func mkfifo(t *testing.T, path string) {
 	t.Helper()
@@ -52,10 +63,8 @@ func mkfifo(t *testing.T, path string) {
 func TestSymlinkToDevZeroIsSkipped(t *testing.T) {
 	dir := t.TempDir()
 	symlink(t, "/dev/zero", filepath.Join(dir, "zero.wasm"))
-	reg := prometheus.NewRegistry()
-	_, c, _ := catalogOn(t, catalog.Options{Dir: dir, Registerer: reg}, "echo.wasm", "echo_v1")
+	c, reg := echoBeside(t, dir)
 	mustSkip(t, c, dir, "zero.wasm", "leads outside the mappers directory")
-	mustModule(t, c, "echo")
 	if n := skippedCount(t, reg, "outside_dir"); n != 1 {
 		t.Errorf("skipped{outside_dir} = %v, want 1", n)
 	}
@@ -77,11 +86,9 @@ func TestFIFOIsSkipped(t *testing.T) {
 	mkfifo(t, filepath.Join(dir, "x.wasm"))
 	mkfifo(t, filepath.Join(dir, ".fifo"))
 	symlink(t, ".fifo", filepath.Join(dir, "y.wasm"))
-	reg := prometheus.NewRegistry()
-	_, c, _ := catalogOn(t, catalog.Options{Dir: dir, Registerer: reg}, "echo.wasm", "echo_v1")
+	c, reg := echoBeside(t, dir)
 	mustSkip(t, c, dir, "x.wasm", "not a regular file (a named pipe)")
 	mustSkip(t, c, dir, "y.wasm", "not a regular file (a named pipe)")
-	mustModule(t, c, "echo")
 
 	drop(t, dir, "special.wasm", "special")
 	r := c.Reload(context.Background())
@@ -213,10 +220,8 @@ func TestSymlinkLoopIsSkipped(t *testing.T) {
 	dir := t.TempDir()
 	symlink(t, "b.wasm", filepath.Join(dir, "a.wasm"))
 	symlink(t, "a.wasm", filepath.Join(dir, "b.wasm"))
-	reg := prometheus.NewRegistry()
-	_, c, _ := catalogOn(t, catalog.Options{Dir: dir, Registerer: reg}, "echo.wasm", "echo_v1")
+	c, reg := echoBeside(t, dir)
 	mustSkip(t, c, dir, "a.wasm", "too many links")
-	mustModule(t, c, "echo")
 	if n := skippedCount(t, reg, "unreadable"); n != 2 {
 		t.Errorf("skipped{unreadable} = %v, want 2", n)
 	}
