@@ -95,6 +95,16 @@ func (g guest) call(t *testing.T, fn string, n, budget int64) (res uint64, charg
 	return out[0], charged, nil
 }
 
+// run is call for a call that must end: its error fails the test.
+func (g guest) run(t *testing.T, fn string, n, budget int64) (res uint64, charged int64) {
+	t.Helper()
+	res, charged, err := g.call(t, fn, n, budget)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, charged
+}
+
 // calls answers how many calls the control module counted (its export
 // calls).
 func (g guest) calls(t *testing.T) uint64 {
@@ -167,21 +177,12 @@ func TestFiniteSameResult(t *testing.T) {
 	for _, slice := range sliceSizes {
 		metered := instantiateSliced(t, wasm, true, slice)
 		eachControl(t, slice, finishing, func(t *testing.T, fn string, n int64) {
-			want, _, err := plain.call(t, fn, n, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, charged, err := metered.call(t, fn, n, plenty)
-			if err != nil {
-				t.Fatal(err)
-			}
+			want, _ := plain.run(t, fn, n, 0)
+			got, charged := metered.run(t, fn, n, plenty)
 			if got != want {
 				t.Fatalf("%s(%d) = %d metered, %d unmetered", fn, n, got, want)
 			}
-			_, less, err := metered.call(t, fn, n/2, plenty)
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, less := metered.run(t, fn, n/2, plenty)
 			if charged <= 0 || (fn != "straight" && less >= charged) {
 				t.Fatalf("%s charged %d for n=%d and %d for n=%d", fn, charged, n, less, n/2)
 			}
@@ -204,10 +205,7 @@ func TestExactBudget(t *testing.T) {
 	for _, slice := range sliceSizes {
 		g := instantiateSliced(t, wasm, true, slice)
 		eachControl(t, slice, finishing, func(t *testing.T, fn string, n int64) {
-			want, charged, err := g.call(t, fn, n, plenty)
-			if err != nil {
-				t.Fatal(err)
-			}
+			want, charged := g.run(t, fn, n, plenty)
 			got, _, err := g.call(t, fn, n, charged)
 			if err != nil || got != want || g.left() != 0 {
 				t.Fatalf("budget %d: got %d, %v, %d left; want %d, nil, 0 left", charged, got, err, g.left(), want)
@@ -254,10 +252,7 @@ func TestRunawayTraps(t *testing.T) {
 func TestCallTreeChargesEveryCall(t *testing.T) {
 	wasm := testkit.WAT(t, "testdata", "control")
 	g := instantiate(t, wasm, true)
-	_, charged, err := g.call(t, "tree", 12, plenty)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, charged := g.run(t, "tree", 12, plenty)
 	calls := g.calls(t)
 	if calls != 1<<13-1 || charged < int64(calls)*5 {
 		t.Fatalf("%d calls charged %d", calls, charged)
@@ -270,14 +265,8 @@ func TestCallTreeChargesEveryCall(t *testing.T) {
 func TestFoldedEntryChargesEveryCall(t *testing.T) {
 	wasm := testkit.WAT(t, "testdata", "control")
 	g := instantiate(t, wasm, true)
-	_, folded, err := g.call(t, "gotree", 12, plenty)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, plain, err := g.call(t, "tree", 12, plenty)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, folded := g.run(t, "gotree", 12, plenty)
+	_, plain := g.run(t, "tree", 12, plenty)
 	calls := g.calls(t)
 	if calls != 2*(1<<13-1) {
 		t.Fatalf("%d calls", calls)
@@ -296,10 +285,7 @@ func TestImportedGlobals(t *testing.T) {
 	env := testkit.WAT(t, "testdata", "env")
 	plain := instantiate(t, wasm, false, env)
 	metered := instantiate(t, wasm, true, env)
-	want, _, err := plain.call(t, "run", 100, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	want, _ := plain.run(t, "run", 100, 0)
 	got, charged, err := metered.call(t, "run", 100, plenty)
 	if err != nil || got != want || charged <= 0 {
 		t.Fatalf("got %d, %v, charged %d; want %d", got, err, charged, want)
