@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"math"
 	goruntime "runtime"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -164,7 +162,10 @@ func (e *Engine) Close(ctx context.Context) error {
 		return nil
 	}
 	e.closed = true
-	mods := slices.Collect(maps.Keys(e.modules))
+	mods := make([]*Module, 0, len(e.modules))
+	for m := range e.modules {
+		mods = append(mods, m)
+	}
 	e.mu.Unlock()
 	var errs []error
 	for _, m := range mods {
