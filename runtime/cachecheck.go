@@ -109,14 +109,20 @@ func checkCacheEntry(path string) error {
 		_, err := io.ReadFull(r, b[:])
 		return binary.LittleEndian.Uint64(b[:]), err
 	}
+	// skip passes n records of width bytes, named what in the error when
+	// they would run past the end of the file.
+	skip := func(n, width uint64, what string) error {
+		if n*width > size {
+			return fmt.Errorf("%s past the end", what)
+		}
+		_, err := r.Discard(int(n * width))
+		return err
+	}
 	n, err := u32()
 	if err != nil {
 		return err
 	}
-	if uint64(n)*8 > size {
-		return errors.New("function count past the end")
-	}
-	if _, err := r.Discard(int(n) * 8); err != nil {
+	if err := skip(uint64(n), 8, "function count"); err != nil {
 		return err
 	}
 	codeLen, err := u64()
@@ -146,10 +152,7 @@ func checkCacheEntry(path string) error {
 		if err != nil {
 			return err
 		}
-		if l*16 > size {
-			return errors.New("source map past the end")
-		}
-		if _, err := r.Discard(int(l) * 16); err != nil {
+		if err := skip(l, 16, "source map"); err != nil {
 			return err
 		}
 	}
@@ -164,10 +167,7 @@ func checkCacheEntry(path string) error {
 		if err != nil {
 			return err
 		}
-		if uint64(c)*5 > size {
-			return errors.New("catch clauses past the end")
-		}
-		if _, err := r.Discard(int(c) * 5); err != nil {
+		if err := skip(uint64(c), 5, "catch clauses"); err != nil {
 			return err
 		}
 	}

@@ -45,17 +45,26 @@ func loadAndClose(t *testing.T, dir string, cfg runtime.Config, wasm []byte) {
 	}
 }
 
+// cachedNoop loads the noop module once through a new compilation cache
+// directory; it answers the directory, the module, and the cache's entries,
+// of which there must be some.
+func cachedNoop(t *testing.T) (string, []byte, map[string]os.FileInfo) {
+	t.Helper()
+	dir := t.TempDir()
+	wasm := wat(t, "noop")
+	loadAndClose(t, dir, runtime.Config{}, wasm)
+	entries := cacheEntries(t, dir)
+	if len(entries) == 0 {
+		t.Fatal("no entry in the compilation cache after a load")
+	}
+	return dir, wasm, entries
+}
+
 // TestCompilationCacheReused: a second engine on the same directory takes
 // the module from it (no entry written anew), and the metering pass, which
 // changes the compiled code, keys a separate entry.
 func TestCompilationCacheReused(t *testing.T) {
-	dir := t.TempDir()
-	wasm := wat(t, "noop")
-	loadAndClose(t, dir, runtime.Config{}, wasm)
-	first := cacheEntries(t, dir)
-	if len(first) == 0 {
-		t.Fatal("no entry in the compilation cache after a load")
-	}
+	dir, wasm, first := cachedNoop(t)
 	loadAndClose(t, dir, runtime.Config{}, wasm)
 	again := cacheEntries(t, dir)
 	if len(again) != len(first) {
@@ -75,13 +84,7 @@ func TestCompilationCacheReused(t *testing.T) {
 // TestCompilationCacheTruncatedEntry: an entry cut short is never trusted:
 // the module is compiled again and the entry written whole.
 func TestCompilationCacheTruncatedEntry(t *testing.T) {
-	dir := t.TempDir()
-	wasm := wat(t, "noop")
-	loadAndClose(t, dir, runtime.Config{}, wasm)
-	whole := cacheEntries(t, dir)
-	if len(whole) == 0 {
-		t.Fatal("no entry in the compilation cache after a load")
-	}
+	dir, wasm, whole := cachedNoop(t)
 	for p, st := range whole {
 		if err := os.Truncate(p, st.Size()/2); err != nil {
 			t.Fatal(err)
@@ -98,10 +101,7 @@ func TestCompilationCacheTruncatedEntry(t *testing.T) {
 // TestCompilationCacheDamagedEntry: an entry whose machine code changed
 // (its checksum no longer matches) is compiled again too.
 func TestCompilationCacheDamagedEntry(t *testing.T) {
-	dir := t.TempDir()
-	wasm := wat(t, "noop")
-	loadAndClose(t, dir, runtime.Config{}, wasm)
-	whole := cacheEntries(t, dir)
+	dir, wasm, whole := cachedNoop(t)
 	for p, st := range whole {
 		b, err := os.ReadFile(p)
 		if err != nil {

@@ -32,7 +32,7 @@ func TestGoGuestMemoryFlat(t *testing.T) {
 		t.Fatal(err)
 	}
 	var x jsonindex.Index
-	if err := x.Parse(readFile(t, novaIn)); err != nil {
+	if err := x.Parse(testkit.ReadFile(t, novaIn)); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
@@ -65,7 +65,7 @@ func TestGoNovaMaps(t *testing.T) {
 		t.Fatal(err)
 	}
 	var x jsonindex.Index
-	if err := x.Parse(readFile(t, novaIn)); err != nil {
+	if err := x.Parse(testkit.ReadFile(t, novaIn)); err != nil {
 		t.Fatal(err)
 	}
 	res, err := m.Map(context.Background(), &x, src)
@@ -104,18 +104,9 @@ func benchModule(b *testing.B, wasm []byte, name string, in []byte, guard runtim
 	})
 	b.Run("parallel", func(b *testing.B) {
 		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			var x jsonindex.Index
-			if err := x.Parse(in); err != nil {
-				b.Error(err)
-				return
-			}
-			for pb.Next() {
-				if _, err := m.Map(ctx, &x, src); err != nil {
-					b.Error(err)
-					return
-				}
-			}
+		testkit.BenchIndexedParallel(b, in, func(x *jsonindex.Index) error {
+			_, err := m.Map(ctx, x, src)
+			return err
 		})
 	})
 }
@@ -125,7 +116,7 @@ var guards = []runtime.Guard{runtime.GuardNever, runtime.GuardAlways, runtime.Gu
 // BenchmarkMap: the ABI round trip (WAT and Go no-op guests) and the nova
 // mapping, guarded and unguarded.
 func BenchmarkMap(b *testing.B) {
-	nova := readFile(b, novaIn)
+	nova := testkit.ReadFile(b, novaIn)
 	for _, g := range guards {
 		b.Run("wat-noop/guard="+g.String(), func(b *testing.B) { benchModule(b, wat(b, "noop"), "noop", nova, g) })
 		b.Run("wat-fieldmap/guard="+g.String(), func(b *testing.B) { benchModule(b, wat(b, "fieldmap"), "fieldmap", nova, g) })
@@ -195,7 +186,7 @@ func BenchmarkInstanceMemory(b *testing.B) {
 				b.Fatal(err)
 			}
 			var x jsonindex.Index
-			_ = x.Parse(readFile(b, novaIn))
+			_ = x.Parse(testkit.ReadFile(b, novaIn))
 			for b.Loop() {
 				if _, err := m.Map(context.Background(), &x, src); err != nil {
 					b.Fatal(err)
@@ -237,7 +228,7 @@ func rss() int64 {
 // valgrind (docs/performance.md).
 func BenchmarkBuiltinNovaIndexed(b *testing.B) {
 	w := guest(b, goNova)
-	in := readFile(b, novaIn)
+	in := testkit.ReadFile(b, novaIn)
 	timeout, _ := time.ParseDuration(os.Getenv("TALLY_BENCH_CALL_TIMEOUT"))
 	e := newEngine(b, runtime.Config{CallTimeout: timeout})
 	for _, g := range []runtime.Guard{runtime.GuardWatched, runtime.GuardNever} {

@@ -55,13 +55,4 @@ func index(t testing.TB, doc string) *jsonindex.Index {
 	return &x
 }
 
-func readFile(t testing.TB, p string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 func contains(s, sub string) bool { return strings.Contains(s, sub) }

@@ -111,7 +111,7 @@ func TestBuiltinBudget(t *testing.T) {
 	var most int64
 	for _, p := range dist {
 		name := strings.TrimSuffix(filepath.Base(p), ".wasm")
-		m, err := e.Load(ctx, "builtin:"+name+".wasm", readFile(t, p), runtime.WithGuard(runtime.GuardWatched))
+		m, err := e.Load(ctx, "builtin:"+name+".wasm", testkit.ReadFile(t, p), runtime.WithGuard(runtime.GuardWatched))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -146,11 +146,11 @@ func TestBuiltinBudget(t *testing.T) {
 
 	// The input of the nova benchmarks, on an instance that has mapped
 	// before, for comparing the charge with the instructions run.
-	nova, err := e.Load(ctx, "builtin:nova.wasm", readFile(t, testkit.RepoPath(t, "mappers", "dist", "nova.wasm")), runtime.WithGuard(runtime.GuardNever))
+	nova, err := e.Load(ctx, "builtin:nova.wasm", testkit.ReadFile(t, testkit.RepoPath(t, "mappers", "dist", "nova.wasm")), runtime.WithGuard(runtime.GuardNever))
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := index(t, string(readFile(t, testkit.RepoPath(t, "mappers", "nova", "testdata", "edge__exists_2024_1"+fixture.InSuffix))))
+	in := index(t, string(testkit.ReadFile(t, testkit.RepoPath(t, "mappers", "nova", "testdata", "edge__exists_2024_1"+fixture.InSuffix))))
 	for range 3 {
 		if _, err := nova.Map(ctx, in, src); err != nil {
 			t.Fatal(err)
@@ -176,7 +176,7 @@ func BenchmarkMeteredRunaway(b *testing.B) {
 	if out, err := build.CombinedOutput(); err != nil {
 		b.Fatalf("build nova with the tag tally_runaway: %v\n%s", err, out)
 	}
-	create := readFile(b, testkit.RepoPath(b, "mappers", "nova", "testdata", "compute.instance.create.end__ceilometer__1"+fixture.InSuffix))
+	create := testkit.ReadFile(b, testkit.RepoPath(b, "mappers", "nova", "testdata", "compute.instance.create.end__ceilometer__1"+fixture.InSuffix))
 	loopForever := strings.Replace(string(create), `"host": "`, `"host": "loop-forever", "was": "`, 1)
 	if loopForever == string(create) {
 		b.Fatal("no payload host in the nova fixture")
@@ -188,7 +188,7 @@ func BenchmarkMeteredRunaway(b *testing.B) {
 			var m *runtime.Module
 			if c.module == "nova-loop" {
 				var err error
-				if m, err = e.Load(ctx, novaLoop, readFile(b, novaLoop), runtime.WithGuard(runtime.GuardNever)); err != nil {
+				if m, err = e.Load(ctx, novaLoop, testkit.ReadFile(b, novaLoop), runtime.WithGuard(runtime.GuardNever)); err != nil {
 					b.Fatal(err)
 				}
 			} else {

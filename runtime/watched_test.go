@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	goruntime "runtime"
-	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -19,17 +18,6 @@ func spinInput(n int) string {
 	return `{"event_type":"x","pad":"` + strings.Repeat("a", n) + `"}`
 }
 
-// noGC turns the garbage collector off for the rest of the test. A collection
-// that starts while an unguarded guest runs waits for that guest to return,
-// and every goroutine with it, the engine's watchdog included: a call would
-// then end unseen past its deadline (the freeze docs/abi.md, "Runaway
-// guests", describes). These tests are about what the engine does once its
-// watchdog sees the deadline.
-func noGC(t *testing.T) {
-	old := debug.SetGCPercent(-1)
-	t.Cleanup(func() { debug.SetGCPercent(old) })
-}
-
 func wantTimeout(t *testing.T, err error) {
 	t.Helper()
 	var me *runtime.MapError
@@ -38,11 +26,60 @@ func wantTimeout(t *testing.T, err error) {
 	}
 }
 
+// overrunHeldByHook maps an input that overruns with m on a goroutine of its
+// own and waits for the overrun hook to report want on hooked; the caller
+// must not be answered while the hook runs. It then lets the hook return by
+// closing proceed, and wants the call answered with a timeout.
+func overrunHeldByHook(t *testing.T, m *runtime.Module, hooked <-chan string, proceed chan<- struct{}, want string) {
+	t.Helper()
+	answered := make(chan error, 1)
+	go func() {
+		_, err := m.Map(context.Background(), index(t, spinInput(1000)), src)
+		answered <- err
+	}()
+	if got := <-hooked; got != want {
+		t.Fatalf("hook called with %q, want %s", got, want)
+	}
+	select {
+	case err := <-answered:
+		t.Fatalf("the caller was answered (%v) before the hook returned", err)
+	default:
+	}
+	close(proceed)
+	wantTimeout(t, <-answered)
+}
+
+// wantGuardedAfterOverrun checks m after its one overrun: counted, the
+// module guarded from then on, and the overrun instance not kept.
+func wantGuardedAfterOverrun(t *testing.T, m *runtime.Module) {
+	t.Helper()
+	if n := m.Overruns(); n != 1 {
+		t.Fatalf("overruns = %d, want 1", n)
+	}
+	if !m.Guarded() {
+		t.Fatal("the module still runs unguarded after an overrun")
+	}
+	if n := m.Instances(); n != 0 {
+		t.Fatalf("instances = %d, want 0 (the overrun one is not kept)", n)
+	}
+}
+
+// wantNoHook fails the test when the overrun hook reported a module on
+// hooked: a guarded call's overrun must not call it.
+func wantNoHook(t *testing.T, hooked <-chan string) {
+	t.Helper()
+	select {
+	case mod := <-hooked:
+		t.Fatalf("OnWatchedOverrun called for %s by a guarded call", mod)
+	default:
+	}
+}
+
 // A watched (unguarded) call that overruns is answered at its deadline while
 // its guest still runs; the abandoned call is counted until the guest
 // returns, and the module runs guarded from then on.
 func TestWatchedOverrunAnsweredAtDeadline(t *testing.T) {
-	noGC(t)
+	testkit.NoGC(t)
 	e := newEngine(t, runtime.Config{CallTimeout: 100 * time.Millisecond, PoolSize: 1})
 	m := load(t, e, "spin", runtime.WithGuard(runtime.GuardWatched))
 	if m.Guarded() {
@@ -61,15 +98,7 @@ func TestWatchedOverrunAnsweredAtDeadline(t *testing.T) {
 	if n := e.Abandoned(); n != 1 {
 		t.Fatalf("abandoned calls = %d, want 1", n)
 	}
-	if n := m.Overruns(); n != 1 {
-		t.Fatalf("overruns = %d, want 1", n)
-	}
-	if !m.Guarded() {
-		t.Fatal("the module still runs unguarded after an overrun")
-	}
-	if n := m.Instances(); n != 0 {
-		t.Fatalf("instances = %d, want 0 (the abandoned one is not pooled)", n)
-	}
+	wantGuardedAfterOverrun(t, m)
 	// The module goes on, guarded (its guarded variant compiled now).
 	if res, err := m.Map(ctx, index(t, `{"a":1}`), src); err != nil || len(res.Events) != 0 {
 		t.Fatalf("after the overrun: %v, %v", res, err)
@@ -87,7 +116,7 @@ func TestWatchedOverrunAnsweredAtDeadline(t *testing.T) {
 // there, and never reads the caller's input again: the caller reuses its
 // index at once (run under -race).
 func TestWatchedStoppedAtHostCall(t *testing.T) {
-	noGC(t)
+	testkit.NoGC(t)
 	e := newEngine(t, runtime.Config{CallTimeout: 50 * time.Millisecond, PoolSize: 2})
 	m := load(t, e, "spinfield", runtime.WithGuard(runtime.GuardWatched))
 	x := index(t, spinInput(1000))
@@ -110,7 +139,7 @@ func TestWatchedStoppedAtHostCall(t *testing.T) {
 // Closing the engine while an abandoned guest still runs neither waits for
 // it nor breaks it.
 func TestWatchedCloseWithRunaway(t *testing.T) {
-	noGC(t)
+	testkit.NoGC(t)
 	e, err := runtime.NewEngine(context.Background(), runtime.Config{CacheDir: testkit.CacheDir(t), CallTimeout: 50 * time.Millisecond, PoolSize: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +160,7 @@ func TestWatchedCloseWithRunaway(t *testing.T) {
 // the answer (a dead letter, an acknowledgement). When the hook returns, the
 // call is abandoned as without it.
 func TestWatchedOverrunHookBeforeAnswer(t *testing.T) {
-	noGC(t)
+	testkit.NoGC(t)
 	called := make(chan string, 1)
 	proceed := make(chan struct{})
 	e := newEngine(t, runtime.Config{CallTimeout: 50 * time.Millisecond, PoolSize: 1,
@@ -140,21 +169,7 @@ func TestWatchedOverrunHookBeforeAnswer(t *testing.T) {
 			<-proceed
 		}})
 	m := load(t, e, "spin", runtime.WithGuard(runtime.GuardWatched))
-	answered := make(chan error, 1)
-	go func() {
-		_, err := m.Map(context.Background(), index(t, spinInput(1000)), src)
-		answered <- err
-	}()
-	if got := <-called; got != "spin@1.0.0" {
-		t.Fatalf("hook called with %q, want spin@1.0.0", got)
-	}
-	select {
-	case err := <-answered:
-		t.Fatalf("the caller was answered (%v) before the hook returned", err)
-	default:
-	}
-	close(proceed)
-	wantTimeout(t, <-answered)
+	overrunHeldByHook(t, m, called, proceed, "spin@1.0.0")
 	if n := e.Abandoned(); n != 1 {
 		t.Fatalf("abandoned calls = %d, want 1", n)
 	}
@@ -166,7 +181,7 @@ func TestWatchedOverrunHookBeforeAnswer(t *testing.T) {
 // abandoned, the hook is not called, and the module's other calls still run
 // unguarded.
 func TestGuardedCallOfWatchedModule(t *testing.T) {
-	noGC(t)
+	testkit.NoGC(t)
 	hooked := make(chan string, 4)
 	e := newEngine(t, runtime.Config{CallTimeout: 50 * time.Millisecond, PoolSize: 2,
 		OnWatchedOverrun: func(module string) { hooked <- module }})
@@ -188,11 +203,7 @@ func TestGuardedCallOfWatchedModule(t *testing.T) {
 	if n := m.Overruns(); n != 0 {
 		t.Fatalf("overruns = %d, want 0", n)
 	}
-	select {
-	case mod := <-hooked:
-		t.Fatalf("OnWatchedOverrun called for %s by a guarded call", mod)
-	default:
-	}
+	wantNoHook(t, hooked)
 	if m.Guarded() {
 		t.Fatal("the module runs guarded by default after guarded calls' timeouts")
 	}
@@ -242,7 +253,7 @@ func daemonConfig(hooked chan<- string, proceed <-chan struct{}) runtime.Config 
 // instances starts no goroutine, where the same pool with a hook that does
 // not end the process starts one per instance (the hand-over).
 func TestWatchedWithoutHandOverStartsNoGoroutine(t *testing.T) {
-	noGC(t)
+	testkit.NoGC(t)
 	// Instances of earlier tests' engines end their goroutines when closed
 	// or, abandoned, when their guest returns.
 	testkit.WaitFor(t, 2*time.Minute, "the hand-over goroutines of earlier tests to end", func() bool { return handOverGoroutines() == 0 })
@@ -296,52 +307,26 @@ func TestWatchedWithoutHandOverStartsNoGoroutine(t *testing.T) {
 // guest calls the host, where it is stopped: a timeout, nothing abandoned,
 // and the module runs guarded from then on.
 func TestWatchedWithoutHandOverOverrunCallsHook(t *testing.T) {
-	noGC(t)
+	testkit.NoGC(t)
 	hooked := make(chan string, 1)
 	proceed := make(chan struct{})
 	e := newEngine(t, daemonConfig(hooked, proceed))
 	// spinfield spins about half a second for 1 KB of input, then calls
 	// the host in a loop that never ends but for that call's stop.
 	m := load(t, e, "spinfield", runtime.WithGuard(runtime.GuardWatched))
-	answered := make(chan error, 1)
-	go func() {
-		_, err := m.Map(context.Background(), index(t, spinInput(1000)), src)
-		answered <- err
-	}()
-	if got := <-hooked; got != "spinfield@1.0.0" {
-		t.Fatalf("hook called with %q, want spinfield@1.0.0", got)
-	}
-	select {
-	case err := <-answered:
-		t.Fatalf("the caller was answered (%v) before the hook returned", err)
-	default:
-	}
-	close(proceed)
-	wantTimeout(t, <-answered)
+	overrunHeldByHook(t, m, hooked, proceed, "spinfield@1.0.0")
 	if n := e.Abandoned(); n != 0 {
 		t.Fatalf("abandoned calls = %d, want 0: without a hand-over nothing is abandoned", n)
 	}
 	if n := e.Runaways(); n != 0 {
 		t.Fatalf("runaways = %d, want 0", n)
 	}
-	if n := m.Overruns(); n != 1 {
-		t.Fatalf("overruns = %d, want 1", n)
-	}
-	if !m.Guarded() {
-		t.Fatal("the module still runs unguarded after an overrun")
-	}
-	if n := m.Instances(); n != 0 {
-		t.Fatalf("instances = %d, want 0 (the overrun one is discarded)", n)
-	}
+	wantGuardedAfterOverrun(t, m)
 	// The module goes on, guarded: the next overrun is stopped at its
 	// deadline by the termination checks, and the hook is not called.
 	_, err := m.Map(context.Background(), index(t, spinInput(4000)), src)
 	wantTimeout(t, err)
-	select {
-	case mod := <-hooked:
-		t.Fatalf("hook called for %s by a guarded call", mod)
-	default:
-	}
+	wantNoHook(t, hooked)
 	if n := e.Abandoned(); n != 0 {
 		t.Fatalf("abandoned calls after a guarded overrun = %d, want 0", n)
 	}

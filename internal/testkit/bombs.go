@@ -20,7 +20,7 @@ import (
 // 40 is 4 GiB - 1, 28 is 64 MiB).
 func XZDictBomb(tb testing.TB, payload []byte, dictCode byte) []byte {
 	tb.Helper()
-	b := compressWith(tb, payload, func(w io.Writer) (io.WriteCloser, error) {
+	b := CompressWith(tb, payload, func(w io.Writer) (io.WriteCloser, error) {
 		return xz.WriterConfig{DictCap: lzma.MinDictCap}.NewWriter(w)
 	})
 	// The block header follows the 12-byte stream header: its size byte,
@@ -41,7 +41,7 @@ func XZDictBomb(tb testing.TB, payload []byte, dictCode byte) []byte {
 // size, whose header announces a dictionary of dict bytes.
 func LZMADictBomb(tb testing.TB, payload []byte, dict uint32) []byte {
 	tb.Helper()
-	b := compressWith(tb, payload, func(w io.Writer) (io.WriteCloser, error) {
+	b := CompressWith(tb, payload, func(w io.Writer) (io.WriteCloser, error) {
 		return lzma.WriterConfig{DictCap: lzma.MinDictCap, EOSMarker: true}.NewWriter(w)
 	})
 	binary.LittleEndian.PutUint32(b[1:5], dict)
@@ -49,7 +49,7 @@ func LZMADictBomb(tb testing.TB, payload []byte, dict uint32) []byte {
 }
 
 // compressWith writes payload through the writer newWriter makes.
-func compressWith(tb testing.TB, payload []byte, newWriter func(io.Writer) (io.WriteCloser, error)) []byte {
+func CompressWith(tb testing.TB, payload []byte, newWriter func(io.Writer) (io.WriteCloser, error)) []byte {
 	tb.Helper()
 	var buf bytes.Buffer
 	w, err := newWriter(&buf)

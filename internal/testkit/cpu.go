@@ -5,6 +5,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonindex"
 )
 
 // CPUTime is the user and system CPU time the process has used so far, 0
@@ -50,4 +52,24 @@ func BenchMapFile[F any](b *testing.B, file string, mapJSON func(F, []byte) ([]b
 	}
 	b.SetBytes(int64(len(in)))
 	BenchMap(b, in, mapJSON, f)
+}
+
+// BenchIndexedParallel runs call in b.RunParallel until the benchmark ends,
+// every goroutine with a jsonindex.Index of in of its own, as a mapper's
+// host indexes a message once before its calls; an error stops that
+// goroutine and fails the benchmark.
+func BenchIndexedParallel(b *testing.B, in []byte, call func(*jsonindex.Index) error) {
+	b.RunParallel(func(pb *testing.PB) {
+		var x jsonindex.Index
+		if err := x.Parse(in); err != nil {
+			b.Error(err)
+			return
+		}
+		for pb.Next() {
+			if err := call(&x); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }

@@ -37,3 +37,13 @@ func CopyDir(tb testing.TB, src string) string {
 	}
 	return dst
 }
+
+// ReadFile answers the content of the file at path, or fails the test.
+func ReadFile(tb testing.TB, path string) []byte {
+	tb.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}

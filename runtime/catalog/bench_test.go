@@ -2,7 +2,6 @@ package catalog_test
 
 import (
 	"context"
-	"os"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -17,9 +16,7 @@ import (
 
 // BenchmarkRoute is the hot-path lookup (answered from the snapshot's cache).
 func BenchmarkRoute(b *testing.B) {
-	dir := b.TempDir()
-	drop(b, dir, "special.wasm", "special")
-	c := newCatalog(b, catalog.Options{Builtin: map[string][]byte{"echo.wasm": wasm(b, "echo_v1")}, Dir: dir})
+	_, c, _ := catalogOn(b, catalog.Options{Builtin: map[string][]byte{"echo.wasm": wasm(b, "echo_v1")}}, "special.wasm", "special")
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
@@ -40,14 +37,11 @@ func BenchmarkProcess(b *testing.B) {
 			name = "shadow"
 		}
 		b.Run(name, func(b *testing.B) {
-			dir := b.TempDir()
-			drop(b, dir, "echo.wasm", "echo_v1")
-			c := newCatalog(b, catalog.Options{Dir: dir})
+			dir, c, p := catalogOn(b, catalog.Options{}, "echo.wasm", "echo_v1")
 			if shadow {
 				drop(b, dir, "echo.wasm", "echo_v1b")
 				reload(b, c)
 			}
-			p := newPipeline(c)
 			msg := pipeline.Message{Body: body("test.a", "m1"), Exchange: "test", RoutingKey: "notifications.info"}
 			ctx := context.Background()
 			b.ReportAllocs()
@@ -72,7 +66,7 @@ func BenchmarkBuiltinFirstUse(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	msg := pipeline.Message{Body: readFile(b, "../../mappers/nova/testdata/edge__exists_2024_1.in.json"), Exchange: "nova"}
+	msg := pipeline.Message{Body: testkit.ReadFile(b, "../../mappers/nova/testdata/edge__exists_2024_1.in.json"), Exchange: "nova"}
 	newEngineAndCatalog := func(b *testing.B) (*runtime.Engine, *catalog.Catalog) {
 		eng, err := runtime.NewEngine(ctx, runtime.Config{CacheDir: testkit.CacheDir(b), Logger: zerolog.Nop()})
 		if err != nil {
@@ -124,13 +118,4 @@ func BenchmarkBuiltinFirstUse(b *testing.B) {
 			}
 		}
 	})
-}
-
-func readFile(b testing.TB, p string) []byte {
-	b.Helper()
-	data, err := os.ReadFile(p)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return data
 }

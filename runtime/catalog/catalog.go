@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"reflect"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -249,13 +251,8 @@ func newCatalog(opts Options) *Catalog {
 }
 
 func (c *Catalog) start(ctx context.Context) error {
-	names := make([]string, 0, len(c.opts.Builtin))
-	for n := range c.opts.Builtin {
-		names = append(names, n)
-	}
-	sort.Strings(names)
 	compiled := 0
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(c.opts.Builtin)) {
 		wasm := c.opts.Builtin[n]
 		file := "builtin:" + n
 		in, recorded, err := c.builtinManifest(ctx, n, file, wasm)
@@ -937,12 +934,7 @@ func (c *Catalog) Status() Status {
 		Deferred:   append([]Decision(nil), c.deferred...),
 		Reloads:    map[string]int{"ok": c.reloads["ok"], "error": c.reloads["error"]},
 	}
-	names := make([]string, 0, len(c.slots))
-	for n := range c.slots {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(c.slots)) {
 		s := c.slots[n]
 		ms := ModuleStatus{Name: n, State: StateActive, Active: s.active.info(), Last: s.last}
 		if s.mig != nil {
@@ -957,12 +949,7 @@ func (c *Catalog) Status() Status {
 		st.Modules = append(st.Modules, ms)
 	}
 	st.Patterns = patterns(st.Modules)
-	files := make([]string, 0, len(c.files))
-	for p := range c.files {
-		files = append(files, p)
-	}
-	sort.Strings(files)
-	for _, p := range files {
+	for _, p := range slices.Sorted(maps.Keys(c.files)) {
 		fs := c.files[p]
 		if fs.state != "" {
 			st.Files = append(st.Files, FileStatus{File: p, SHA256: fs.sha, State: fs.state, Reason: fs.reason, At: fs.at})

@@ -52,10 +52,8 @@ func TestRoutingBuiltinsDropInsAndTies(t *testing.T) {
 }
 
 func TestStartupDropInOverridesBuiltinOfSameName(t *testing.T) {
-	dir := t.TempDir()
-	drop(t, dir, "echo.wasm", "echo_v2")
-	c := newCatalog(t, catalog.Options{Builtin: map[string][]byte{"echo.wasm": wasm(t, "echo_v1")}, Dir: dir})
-	if ev := mapOne(t, newPipeline(c), "test.a", "m1"); ev.Source.Mapper != "echo@2.0.0" || ev.Variant != "two" {
+	_, c, p := catalogOn(t, catalog.Options{Builtin: map[string][]byte{"echo.wasm": wasm(t, "echo_v1")}}, "echo.wasm", "echo_v2")
+	if ev := mapOne(t, p, "test.a", "m1"); ev.Source.Mapper != "echo@2.0.0" || ev.Variant != "two" {
 		t.Errorf("at start-up the drop-in should be active at once, got %+v", ev)
 	}
 	m := mustModule(t, c, "echo")
@@ -67,9 +65,8 @@ func TestStartupDropInOverridesBuiltinOfSameName(t *testing.T) {
 func TestStartupDuplicateNamesHigherVersionWins(t *testing.T) {
 	dir := t.TempDir()
 	drop(t, dir, "a-echo.wasm", "echo_v2")
-	drop(t, dir, "b-echo.wasm", "echo_v1")
-	c := newCatalog(t, catalog.Options{Dir: dir})
-	if ev := mapOne(t, newPipeline(c), "test.a", "m1"); ev.Source.Mapper != "echo@2.0.0" {
+	_, c, p := catalogOn(t, catalog.Options{Dir: dir}, "b-echo.wasm", "echo_v1")
+	if ev := mapOne(t, p, "test.a", "m1"); ev.Source.Mapper != "echo@2.0.0" {
 		t.Errorf("got %s, want the higher version", ev.Source.Mapper)
 	}
 	if f, ok := fileState(c.Status(), dir, "b-echo.wasm"); !ok || f.State != "parked" {
@@ -79,11 +76,9 @@ func TestStartupDuplicateNamesHigherVersionWins(t *testing.T) {
 
 func TestRejectedModulesLeaveServiceUnaffected(t *testing.T) {
 	dir := t.TempDir()
-	drop(t, dir, "echo.wasm", "echo_v1")
 	copyFixtures(t, dir, "echo", "echo.fixtures")
 	reg := prometheus.NewRegistry()
-	c := newCatalog(t, catalog.Options{Dir: dir, Registerer: reg})
-	p := newPipeline(c)
+	_, c, p := catalogOn(t, catalog.Options{Dir: dir, Registerer: reg}, "echo.wasm", "echo_v1")
 	if ev := mapOne(t, p, "test.a", "m0"); ev.Source.Mapper != "echo@1.0.0" {
 		t.Fatalf("start: %+v", ev)
 	}
@@ -149,8 +144,7 @@ func TestUnreadableDirectoryChangesNothing(t *testing.T) {
 	if err := os.Mkdir(sub, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	drop(t, sub, "echo.wasm", "echo_v1")
-	c := newCatalog(t, catalog.Options{Dir: sub})
+	_, c, p := catalogOn(t, catalog.Options{Dir: sub}, "echo.wasm", "echo_v1")
 	if err := os.Rename(sub, sub+".gone"); err != nil {
 		t.Fatal(err)
 	}
@@ -158,16 +152,15 @@ func TestUnreadableDirectoryChangesNothing(t *testing.T) {
 	if r.OK || r.Error == "" {
 		t.Errorf("reload of a missing directory: %+v", r)
 	}
-	if ev := mapOne(t, newPipeline(c), "test.a", "m1"); ev.Source.Mapper != "echo@1.0.0" {
+	if ev := mapOne(t, p, "test.a", "m1"); ev.Source.Mapper != "echo@1.0.0" {
 		t.Errorf("a missing directory must not remove the modules: %+v", ev)
 	}
 }
 
 func TestFixturesChangedAloneAreRunAgain(t *testing.T) {
 	dir := t.TempDir()
-	drop(t, dir, "echo.wasm", "echo_v1")
 	copyFixtures(t, dir, "echo", "echo.fixtures")
-	c := newCatalog(t, catalog.Options{Dir: dir})
+	_, c, p := catalogOn(t, catalog.Options{Dir: dir}, "echo.wasm", "echo_v1")
 	out := filepath.Join(dir, "echo.fixtures", "basic.out.json")
 	good, err := os.ReadFile(out)
 	if err != nil {
@@ -180,7 +173,7 @@ func TestFixturesChangedAloneAreRunAgain(t *testing.T) {
 	if r.OK || len(r.Rejected) != 1 || !strings.Contains(r.Rejected[0].Reason, "fixture") {
 		t.Fatalf("changed fixtures: %+v", r)
 	}
-	if ev := mapOne(t, newPipeline(c), "test.a", "x"); ev.Source.Mapper != "echo@1.0.0" {
+	if ev := mapOne(t, p, "test.a", "x"); ev.Source.Mapper != "echo@1.0.0" {
 		t.Errorf("the module keeps serving: %+v", ev)
 	}
 	if err := os.WriteFile(out, good, 0o644); err != nil {

@@ -99,25 +99,27 @@ func (cl *Client) ShowDeadLetter(ctx context.Context, seq uint64) (DeadLetterDet
 // replaying part of the letters, the report of that part is returned with
 // the error.
 func (cl *Client) Replay(ctx context.Context, opts ReplayOptions) (ReplayReport, error) {
-	body, err := json.Marshal(opts)
-	if err != nil {
-		return ReplayReport{}, err
-	}
 	var rep replayError
-	err = cl.do(ctx, http.MethodPost, "/deadletters/replay", body, &rep)
+	err := cl.post(ctx, "/deadletters/replay", opts, &rep)
 	return rep.ReplayReport, err
 }
 
 // Purge is POST /deadletters/purge. On a failure after part of the letters
 // were removed, the report of that part is returned with the error.
 func (cl *Client) Purge(ctx context.Context, opts PurgeOptions) (PurgeReport, error) {
+	var rep purgeError
+	err := cl.post(ctx, "/deadletters/purge", opts, &rep)
+	return rep.PurgeReport, err
+}
+
+// post sends opts as the JSON body of a POST to path and decodes the answer
+// into out as do does.
+func (cl *Client) post(ctx context.Context, path string, opts, out any) error {
 	body, err := json.Marshal(opts)
 	if err != nil {
-		return PurgeReport{}, err
+		return fmt.Errorf("catalog client: POST %s: encode the request: %w", path, err)
 	}
-	var rep purgeError
-	err = cl.do(ctx, http.MethodPost, "/deadletters/purge", body, &rep)
-	return rep.PurgeReport, err
+	return cl.do(ctx, http.MethodPost, path, body, out)
 }
 
 // do sends one request and decodes the JSON answer into out; the answer of a

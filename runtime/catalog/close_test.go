@@ -13,9 +13,7 @@ import (
 // its calls in flight only until its context ends (a stop's deadline), and
 // then says why it did not free everything.
 func TestCloseBoundedByItsContext(t *testing.T) {
-	dir := t.TempDir()
-	drop(t, dir, "echo.wasm", "echo_v1")
-	c := newCatalog(t, catalog.Options{Dir: dir})
+	_, c, _ := catalogOn(t, catalog.Options{}, "echo.wasm", "echo_v1")
 	release := c.HoldRetiring()
 	defer release()
 

@@ -46,10 +46,8 @@ func deadLetter(t *testing.T, ob *outbox.Outbox, p *pipeline.Pipeline, eventType
 
 func TestDeadLetterThenReplayAfterAFix(t *testing.T) {
 	dir := t.TempDir()
-	drop(t, dir, "flaky.wasm", "flaky_v1")
 	drop(t, dir, "echo.wasm", "echo_v1")
-	c := newCatalog(t, catalog.Options{Dir: dir})
-	p := newPipeline(c)
+	_, c, p := catalogOn(t, catalog.Options{Dir: dir}, "flaky.wasm", "flaky_v1")
 	ob := openOutbox(t)
 	ctx := context.Background()
 	for i := range 5 {
@@ -136,10 +134,7 @@ func TestDeadLetterThenReplayAfterAFix(t *testing.T) {
 }
 
 func TestReplayKeepsLettersThatFailDifferently(t *testing.T) {
-	dir := t.TempDir()
-	drop(t, dir, "flaky.wasm", "flaky_v1")
-	c := newCatalog(t, catalog.Options{Dir: dir})
-	p := newPipeline(c)
+	dir, c, p := catalogOn(t, catalog.Options{}, "flaky.wasm", "flaky_v1")
 	ob := openOutbox(t)
 	ctx := context.Background()
 	deadLetter(t, ob, p, "flaky.x", "f0")
@@ -170,10 +165,7 @@ func TestReplayKeepsLettersThatFailDifferently(t *testing.T) {
 }
 
 func TestHTTPRoutes(t *testing.T) {
-	dir := t.TempDir()
-	drop(t, dir, "flaky.wasm", "flaky_v1")
-	c := newCatalog(t, catalog.Options{Dir: dir})
-	p := newPipeline(c)
+	dir, c, p := catalogOn(t, catalog.Options{}, "flaky.wasm", "flaky_v1")
 	ob := openOutbox(t)
 	ctx := context.Background()
 	deadLetter(t, ob, p, "flaky.x", "f0")
@@ -244,10 +236,7 @@ func TestHTTPRoutes(t *testing.T) {
 }
 
 func TestReplayMessageHook(t *testing.T) {
-	dir := t.TempDir()
-	drop(t, dir, "flaky.wasm", "flaky_v2")
-	c := newCatalog(t, catalog.Options{Dir: dir})
-	p := newPipeline(c)
+	_, _, p := catalogOn(t, catalog.Options{}, "flaky.wasm", "flaky_v2")
 	ob := openOutbox(t)
 	ctx := context.Background()
 	// A plog letter: a bare message without message_id, so without event_id.
@@ -275,10 +264,7 @@ func TestReplayMessageHook(t *testing.T) {
 // An event the Reporting API refused goes back to the outbox as it is; the
 // bytes of a damaged segment are left where they are, with their reason.
 func TestReplayOfRefusedEventsAndDamagedSegments(t *testing.T) {
-	dir := t.TempDir()
-	drop(t, dir, "flaky.wasm", "flaky_v2")
-	c := newCatalog(t, catalog.Options{Dir: dir})
-	p := newPipeline(c)
+	_, _, p := catalogOn(t, catalog.Options{}, "flaky.wasm", "flaky_v2")
 	ob := openOutbox(t)
 	ctx := context.Background()
 	ev := []byte(`{"event_id":"e1","event_type":"volume.create.end"}`)

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -30,11 +29,17 @@ func replica(t *testing.T, name string) *collector {
 	return k
 }
 
+// serving starts k with echo 1.0.0 alone in its directory.
+func serving(t *testing.T, k *collector) *catalog.Catalog {
+	t.Helper()
+	drop(t, k.dir, "echo.wasm", "echo_v1")
+	return k.start()
+}
+
 // shadowing starts k with echo 1.0.0 in service and echo 2.0.0 in shadow.
 func shadowing(t *testing.T, k *collector) *catalog.Catalog {
 	t.Helper()
-	drop(t, k.dir, "echo.wasm", "echo_v1")
-	c := k.start()
+	c := serving(t, k)
 	drop(t, k.dir, "echo-2.wasm", "echo_v2")
 	reload(t, c)
 	if m := mustModule(t, c, "echo"); m.State != catalog.StateMigrating {
@@ -63,6 +68,18 @@ func decided(t *testing.T, k *collector, c *catalog.Catalog, action string) (cat
 	return out, k.handed[0]
 }
 
+// decidedBetween starts replicas named nameA and nameB, each with echo 2.0.0
+// in shadow of echo 1.0.0, and has the operator of the first promote or
+// abort echo; it returns both and the decision handed over for the second.
+func decidedBetween(t *testing.T, nameA, nameB, action string) (a, b *collector, d catalog.Decision) {
+	t.Helper()
+	a, b = replica(t, nameA), replica(t, nameB)
+	ca := shadowing(t, a)
+	shadowing(t, b)
+	_, d = decided(t, a, ca, action)
+	return a, b, d
+}
+
 func shaOf(t *testing.T, module string) string {
 	sum := sha256.Sum256(wasm(t, module))
 	return hex.EncodeToString(sum[:])
@@ -75,6 +92,17 @@ func apply(t *testing.T, c *catalog.Catalog, d catalog.Decision) catalog.Decisio
 		t.Fatalf("apply %+v: %v", d, err)
 	}
 	return r
+}
+
+// deferring starts k with echo 1.0.0 alone and hands it d, which it must
+// defer: the candidate's file has not reached k's directory.
+func deferring(t *testing.T, k *collector, d catalog.Decision) *catalog.Catalog {
+	t.Helper()
+	c := serving(t, k)
+	if r := apply(t, c, d); r.Result != catalog.DecisionDeferred {
+		t.Fatalf("result %+v", r)
+	}
+	return c
 }
 
 func TestDecisionHandedOverAfterAPromote(t *testing.T) {
@@ -108,10 +136,8 @@ func TestDecisionNotHandedOverIsReportedPending(t *testing.T) {
 }
 
 func TestApplyDecisionMatchingCandidate(t *testing.T) {
-	a, b := replica(t, "collector-0"), replica(t, "collector-1")
-	ca := shadowing(t, a)
-	cb := shadowing(t, b)
-	_, d := decided(t, a, ca, catalog.DecisionPromote)
+	_, b, d := decidedBetween(t, "collector-0", "collector-1", catalog.DecisionPromote)
+	cb := b.c
 
 	r := apply(t, cb, d)
 	if r.Result != catalog.DecisionApplied {
@@ -138,10 +164,8 @@ func TestApplyDecisionMatchingCandidate(t *testing.T) {
 }
 
 func TestApplyDecisionAlreadyInEffectOrOwn(t *testing.T) {
-	a, b := replica(t, "collector-0"), replica(t, "collector-1")
-	ca := shadowing(t, a)
-	cb := shadowing(t, b)
-	_, d := decided(t, a, ca, catalog.DecisionPromote)
+	a, b, d := decidedBetween(t, "collector-0", "collector-1", catalog.DecisionPromote)
+	ca, cb := a.c, b.c
 	gen := ca.Generation()
 
 	// Its own decision, come back through the broker.
@@ -161,10 +185,8 @@ func TestApplyDecisionAlreadyInEffectOrOwn(t *testing.T) {
 	}
 
 	// An abort of a candidate already parked here is in effect too.
-	a2, b2 := replica(t, "collector-2"), replica(t, "collector-3")
-	c2 := shadowing(t, a2)
-	c3 := shadowing(t, b2)
-	_, ab := decided(t, a2, c2, catalog.DecisionAbort)
+	_, b2, ab := decidedBetween(t, "collector-2", "collector-3", catalog.DecisionAbort)
+	c3 := b2.c
 	if r := apply(t, c3, ab); r.Result != catalog.DecisionApplied {
 		t.Fatalf("abort: %+v", r)
 	}
@@ -178,10 +200,8 @@ func TestApplyDecisionAlreadyInEffectOrOwn(t *testing.T) {
 }
 
 func TestApplyDecisionContradictingThisReplicaIsIgnored(t *testing.T) {
-	a, b := replica(t, "collector-0"), replica(t, "collector-1")
-	ca := shadowing(t, a)
-	cb := shadowing(t, b)
-	_, promote := decided(t, a, ca, catalog.DecisionPromote)
+	a, b, promote := decidedBetween(t, "collector-0", "collector-1", catalog.DecisionPromote)
+	ca, cb := a.c, b.c
 	abort := promote
 	abort.Action, abort.At = catalog.DecisionAbort, promote.At.Add(time.Second)
 
@@ -214,11 +234,7 @@ func TestApplyDecisionUnknownCandidateDeferred(t *testing.T) {
 
 	// collector-1 has only echo@1.0.0: the file of 2.0.0 has not reached
 	// its volume yet.
-	drop(t, b.dir, "echo.wasm", "echo_v1")
-	cb := b.start()
-	if r := apply(t, cb, d); r.Result != catalog.DecisionDeferred {
-		t.Fatalf("result %+v", r)
-	}
+	cb := deferring(t, b, d)
 	st := cb.Status()
 	if len(st.Deferred) != 1 || st.Deferred[0].SHA256 != d.SHA256 {
 		t.Fatalf("deferred %+v", st.Deferred)
@@ -267,11 +283,7 @@ func TestDeferredAbortParksTheCandidateWhenItAppears(t *testing.T) {
 	ca := shadowing(t, a)
 	_, d := decided(t, a, ca, catalog.DecisionAbort)
 
-	drop(t, b.dir, "echo.wasm", "echo_v1")
-	cb := b.start()
-	if r := apply(t, cb, d); r.Result != catalog.DecisionDeferred {
-		t.Fatalf("result %+v", r)
-	}
+	cb := deferring(t, b, d)
 	drop(t, b.dir, "echo-2.wasm", "echo_v2")
 	reload(t, cb)
 	if m := mustModule(t, cb, "echo"); m.State != catalog.StateActive || m.Active.ID != "echo@1.0.0" {
@@ -284,8 +296,7 @@ func TestDeferredAbortParksTheCandidateWhenItAppears(t *testing.T) {
 
 func TestNewerPromoteReplacesADeferredOne(t *testing.T) {
 	b := replica(t, "collector-1")
-	drop(t, b.dir, "echo.wasm", "echo_v1")
-	cb := b.start()
+	cb := serving(t, b)
 	at := time.Now().UTC()
 	first := catalog.Decision{Action: catalog.DecisionPromote, Module: "echo", Candidate: "echo@1.0.1",
 		SHA256: shaOf(t, "echo_v1b"), By: "collector-0", At: at}
@@ -306,8 +317,7 @@ func TestNewerPromoteReplacesADeferredOne(t *testing.T) {
 
 func TestDeferredDecisionsAreBounded(t *testing.T) {
 	b := replica(t, "collector-1")
-	drop(t, b.dir, "echo.wasm", "echo_v1")
-	cb := b.start()
+	cb := serving(t, b)
 	for i := range catalog.MaxDeferred + 1 {
 		sum := sha256.Sum256([]byte(fmt.Sprint(i)))
 		apply(t, cb, catalog.Decision{Action: catalog.DecisionAbort, Module: "echo", Candidate: fmt.Sprintf("echo@9.0.%d", i),
@@ -321,8 +331,7 @@ func TestDeferredDecisionsAreBounded(t *testing.T) {
 
 func TestInvalidDecisionIgnored(t *testing.T) {
 	b := replica(t, "collector-1")
-	drop(t, b.dir, "echo.wasm", "echo_v1")
-	cb := b.start()
+	cb := serving(t, b)
 	for _, d := range []catalog.Decision{
 		{Action: "rollback", Module: "echo", SHA256: shaOf(t, "echo_v2"), By: "x"},
 		{Action: catalog.DecisionPromote, SHA256: shaOf(t, "echo_v2"), By: "x"},
@@ -342,16 +351,9 @@ func TestInvalidDecisionIgnored(t *testing.T) {
 // decision that would be deferred is refused for now and offered again.
 func TestDeferredDecisionWaitsForTheDirectory(t *testing.T) {
 	b := replica(t, "collector-1")
-	drop(t, b.dir, "echo.wasm", "echo_v1")
-	b.start()
+	serving(t, b)
 	b.stop()
-	aside := b.dir + ".aside"
-	if err := os.Rename(b.dir, aside); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(b.dir, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	b.fileForDir()
 	cb := b.start()
 	d := catalog.Decision{Action: catalog.DecisionPromote, Module: "echo", Candidate: "echo@2.0.0",
 		SHA256: shaOf(t, "echo_v2"), By: "collector-0", At: time.Now().UTC()}
@@ -365,8 +367,7 @@ func TestDeferredDecisionWaitsForTheDirectory(t *testing.T) {
 // candidate and promotes it at once.
 func TestDeferredDecisionAppliedAtStartUp(t *testing.T) {
 	b := replica(t, "collector-1")
-	drop(t, b.dir, "echo.wasm", "echo_v1")
-	cb := b.start()
+	cb := serving(t, b)
 	apply(t, cb, catalog.Decision{Action: catalog.DecisionPromote, Module: "echo", Candidate: "echo@2.0.0",
 		SHA256: shaOf(t, "echo_v2"), By: "collector-0", At: time.Now().UTC()})
 	b.stop()

@@ -102,6 +102,31 @@ func newCatalog(t testing.TB, opts catalog.Options) *catalog.Catalog {
 	return c
 }
 
+// catalogOn drops testdata module name into opts.Dir as file (into a new
+// directory when opts.Dir is empty) and opens a catalogue on that directory
+// with opts. It returns the directory, the catalogue and a pipeline the
+// catalogue routes.
+func catalogOn(t testing.TB, opts catalog.Options, file, name string) (string, *catalog.Catalog, *pipeline.Pipeline) {
+	t.Helper()
+	if opts.Dir == "" {
+		opts.Dir = t.TempDir()
+	}
+	drop(t, opts.Dir, file, name)
+	c := newCatalog(t, opts)
+	return opts.Dir, c, newPipeline(c)
+}
+
+// migrating opens a catalogue as catalogOn does with module from as file,
+// then drops module to in as next and reloads: the new version shadows the
+// one in service (or replaces it at once under catalog.PromoteImmediate).
+func migrating(t testing.TB, opts catalog.Options, file, from, next, to string) (string, *catalog.Catalog, *pipeline.Pipeline) {
+	t.Helper()
+	dir, c, p := catalogOn(t, opts, file, from)
+	drop(t, dir, next, to)
+	reload(t, c)
+	return dir, c, p
+}
+
 func newPipeline(c *catalog.Catalog) *pipeline.Pipeline {
 	p, err := pipeline.New(pipeline.Options{Router: c, Logger: zerolog.Nop()})
 	if err != nil {

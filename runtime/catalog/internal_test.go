@@ -20,23 +20,10 @@ func TestSemverLess(t *testing.T) {
 		{"1.0.0", "1.0.0-rc.1", false},
 		{"1.0.0+b1", "1.0.0+b2", false},
 		{"1.0.0-alpha", "1.0.0-beta", true},
-	} {
-		if got := semverLess(tc.a, tc.b); got != tc.less {
-			t.Errorf("semverLess(%s, %s) = %v", tc.a, tc.b, got)
-		}
-	}
-}
-
-// TestSemverLessPreReleasePrecedence: pre-releases compare by semver
-// precedence, not as strings (1.0.0-rc.10 is above 1.0.0-rc.2).
-func TestSemverLessPreReleasePrecedence(t *testing.T) {
-	for _, tc := range []struct {
-		a, b string
-		less bool
-	}{
-		// Pre-release precedence (semver.org, item 11): numeric identifiers
-		// compare as numbers and below alphanumeric ones; a longer set of
-		// identifiers wins when the shorter is its prefix.
+		// Pre-releases compare by semver precedence (semver.org, item 11),
+		// not as strings (1.0.0-rc.10 is above 1.0.0-rc.2): numeric
+		// identifiers compare as numbers and below alphanumeric ones; a
+		// longer set of identifiers wins when the shorter is its prefix.
 		{"1.0.0-rc.2", "1.0.0-rc.10", true},
 		{"1.0.0-rc.10", "1.0.0-rc.2", false},
 		{"1.0.0-alpha.9", "1.0.0-alpha.10", true},

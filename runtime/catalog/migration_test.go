@@ -129,12 +129,8 @@ func TestShadowMigrationWithDifferenceThenPromote(t *testing.T) {
 }
 
 func TestShadowComparisonIgnoresMapperID(t *testing.T) {
-	dir := t.TempDir()
-	drop(t, dir, "echo.wasm", "echo_v1")
-	c := newCatalog(t, catalog.Options{Dir: dir})
-	p := newPipeline(c)
-	drop(t, dir, "echo.wasm", "echo_v1b") // same output, other version
-	reload(t, c)
+	// echo 1.0.1: the same output, another version.
+	_, c, p := migrating(t, catalog.Options{}, "echo.wasm", "echo_v1", "echo.wasm", "echo_v1b")
 	for i := range 4 {
 		mapOne(t, p, "test.a", fmt.Sprint(i))
 	}
@@ -145,12 +141,7 @@ func TestShadowComparisonIgnoresMapperID(t *testing.T) {
 }
 
 func TestShadowCountsAFailingActive(t *testing.T) {
-	dir := t.TempDir()
-	drop(t, dir, "flaky.wasm", "flaky_v1")
-	c := newCatalog(t, catalog.Options{Dir: dir})
-	p := newPipeline(c)
-	drop(t, dir, "flaky.wasm", "flaky_v2")
-	reload(t, c)
+	_, c, p := migrating(t, catalog.Options{}, "flaky.wasm", "flaky_v1", "flaky.wasm", "flaky_v2")
 	r := p.Process(context.Background(), pipeline.Message{Body: body("flaky.x", "f1")})
 	if r.Outcome != pipeline.Failed || r.Reason != "trap" || r.Module != "flaky@1.0.0" {
 		t.Fatalf("the active module answers even when it fails: %+v", r)
@@ -163,12 +154,7 @@ func TestShadowCountsAFailingActive(t *testing.T) {
 }
 
 func TestAbortParksTheCandidate(t *testing.T) {
-	dir := t.TempDir()
-	drop(t, dir, "echo.wasm", "echo_v1")
-	c := newCatalog(t, catalog.Options{Dir: dir})
-	p := newPipeline(c)
-	drop(t, dir, "echo-next.wasm", "echo_v2")
-	reload(t, c)
+	dir, c, p := migrating(t, catalog.Options{}, "echo.wasm", "echo_v1", "echo-next.wasm", "echo_v2")
 	out, err := c.Abort(context.Background(), "echo")
 	if err != nil || out.Result != "aborted" || out.Active != "echo@1.0.0" {
 		t.Fatalf("abort: %+v %v", out, err)
@@ -191,12 +177,7 @@ func TestAbortParksTheCandidate(t *testing.T) {
 }
 
 func TestImmediatePromotion(t *testing.T) {
-	dir := t.TempDir()
-	drop(t, dir, "echo.wasm", "echo_v1")
-	c := newCatalog(t, catalog.Options{Dir: dir, Promote: catalog.PromoteImmediate})
-	p := newPipeline(c)
-	drop(t, dir, "echo.wasm", "echo_v2")
-	reload(t, c)
+	_, c, p := migrating(t, catalog.Options{Promote: catalog.PromoteImmediate}, "echo.wasm", "echo_v1", "echo.wasm", "echo_v2")
 	if ev := mapOne(t, p, "test.a", "x"); ev.Source.Mapper != "echo@2.0.0" {
 		t.Errorf("immediate: %+v", ev)
 	}
@@ -218,12 +199,7 @@ func TestNewNameIsActiveAtOnce(t *testing.T) {
 
 func TestDeletionDuringMigration(t *testing.T) {
 	t.Run("active file removed", func(t *testing.T) {
-		dir := t.TempDir()
-		drop(t, dir, "echo.wasm", "echo_v1")
-		c := newCatalog(t, catalog.Options{Dir: dir})
-		p := newPipeline(c)
-		drop(t, dir, "echo-2.wasm", "echo_v2")
-		reload(t, c)
+		dir, c, p := migrating(t, catalog.Options{}, "echo.wasm", "echo_v1", "echo-2.wasm", "echo_v2")
 		remove(t, dir, "echo.wasm")
 		r := reload(t, c)
 		if len(r.Removed) != 1 || !strings.Contains(r.Removed[0], "echo@1.0.0") {
@@ -245,12 +221,7 @@ func TestDeletionDuringMigration(t *testing.T) {
 		}
 	})
 	t.Run("candidate file removed", func(t *testing.T) {
-		dir := t.TempDir()
-		drop(t, dir, "echo.wasm", "echo_v1")
-		c := newCatalog(t, catalog.Options{Dir: dir})
-		p := newPipeline(c)
-		drop(t, dir, "echo-2.wasm", "echo_v2")
-		reload(t, c)
+		dir, c, p := migrating(t, catalog.Options{}, "echo.wasm", "echo_v1", "echo-2.wasm", "echo_v2")
 		mapOne(t, p, "test.a", "x")
 		remove(t, dir, "echo-2.wasm")
 		reload(t, c)
@@ -263,12 +234,8 @@ func TestDeletionDuringMigration(t *testing.T) {
 		}
 	})
 	t.Run("file replaced in place then removed falls back to the built-in", func(t *testing.T) {
-		dir := t.TempDir()
-		drop(t, dir, "echo.wasm", "echo_v1b")
-		c := newCatalog(t, catalog.Options{Builtin: map[string][]byte{"echo.wasm": wasm(t, "echo_v1")}, Dir: dir})
-		p := newPipeline(c)
-		drop(t, dir, "echo.wasm", "echo_v2")
-		reload(t, c)
+		dir, c, p := migrating(t, catalog.Options{Builtin: map[string][]byte{"echo.wasm": wasm(t, "echo_v1")}},
+			"echo.wasm", "echo_v1b", "echo.wasm", "echo_v2")
 		if m := mustModule(t, c, "echo"); m.Active.ID != "echo@1.0.1" || m.Migration.Candidate.ID != "echo@2.0.0" {
 			t.Fatalf("in place: %+v", m)
 		}

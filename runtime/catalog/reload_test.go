@@ -25,10 +25,7 @@ func TestHotReloadUnderLoadExactCount(t *testing.T) {
 	if testing.Short() {
 		cycles = 8
 	}
-	dir := t.TempDir()
-	drop(t, dir, "echo.wasm", "echo_v1")
-	c := newCatalog(t, catalog.Options{Dir: dir})
-	p := newPipeline(c)
+	dir, c, p := catalogOn(t, catalog.Options{}, "echo.wasm", "echo_v1")
 	ctx := context.Background()
 
 	var (
@@ -117,9 +114,7 @@ func TestHotReloadUnderLoadExactCount(t *testing.T) {
 // completely, then calls it: the call is routed again to the module now in
 // service instead of failing or being lost.
 func TestRoutedJustBeforeASwap(t *testing.T) {
-	dir := t.TempDir()
-	drop(t, dir, "echo.wasm", "echo_v1")
-	c := newCatalog(t, catalog.Options{Dir: dir, Promote: catalog.PromoteImmediate})
+	dir, c, _ := catalogOn(t, catalog.Options{Promote: catalog.PromoteImmediate}, "echo.wasm", "echo_v1")
 	m, ok := c.Route("test.a")
 	if !ok || m.ID() != "echo@1.0.0" {
 		t.Fatalf("route: %v %v", m, ok)
@@ -147,9 +142,7 @@ func TestRoutedJustBeforeASwap(t *testing.T) {
 // TestNamedFollowsPromotions resolves a module by name once, as a plog
 // listener's chain does, and sees the promoted version afterwards.
 func TestNamedFollowsPromotions(t *testing.T) {
-	dir := t.TempDir()
-	drop(t, dir, "echo.wasm", "echo_v1")
-	c := newCatalog(t, catalog.Options{Dir: dir})
+	dir, c, p := catalogOn(t, catalog.Options{}, "echo.wasm", "echo_v1")
 	m, ok := c.Named("echo")
 	if !ok || m.ID() != "echo@1.0.0" {
 		t.Fatalf("named: %v %v", m, ok)
@@ -157,7 +150,6 @@ func TestNamedFollowsPromotions(t *testing.T) {
 	if _, ok := c.Named("nope"); ok {
 		t.Error("an unknown name resolved")
 	}
-	p := newPipeline(c)
 	mapVia := func(id string) (pipeline.Result, event) {
 		r := p.Process(context.Background(), pipeline.Message{Body: body("test.a", id), Modules: []pipeline.Mapper{m}})
 		if r.Outcome != pipeline.Mapped || len(r.Events) != 1 {

@@ -2,6 +2,8 @@ package catalog_test
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"os"
 	"strings"
 	"testing"
@@ -64,15 +66,53 @@ func (k *collector) stop() {
 	}
 }
 
+// moveDirAside moves the drop-in directory away, as when its volume is not
+// mounted yet; restoreDir puts it back.
+func (k *collector) moveDirAside() {
+	k.t.Helper()
+	if err := os.Rename(k.dir, k.dir+".aside"); err != nil {
+		k.t.Fatal(err)
+	}
+}
+
+// fileForDir moves the drop-in directory aside and leaves an empty file at
+// its path, which cannot be read as a directory either.
+func (k *collector) fileForDir() {
+	k.t.Helper()
+	k.moveDirAside()
+	if err := os.WriteFile(k.dir, nil, 0o644); err != nil {
+		k.t.Fatal(err)
+	}
+}
+
+// restoreDir puts back the directory moveDirAside or fileForDir moved away.
+func (k *collector) restoreDir() {
+	k.t.Helper()
+	if err := os.Remove(k.dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		k.t.Fatal(err)
+	}
+	if err := os.Rename(k.dir+".aside", k.dir); err != nil {
+		k.t.Fatal(err)
+	}
+}
+
 func echoBuiltin(t *testing.T) map[string][]byte {
 	return map[string][]byte{"echo.wasm": wasm(t, "echo_v1")}
 }
 
-func TestMigrationSurvivesRestart(t *testing.T) {
+// builtinShadowed starts a collector whose built-in echo 1.0.0 is shadowed
+// by echo 2.0.0, dropped in as echo.wasm.
+func builtinShadowed(t *testing.T) (*collector, *catalog.Catalog) {
+	t.Helper()
 	k := newCollector(t, echoBuiltin(t))
 	c := k.start()
 	drop(t, k.dir, "echo.wasm", "echo_v2")
 	reload(t, c)
+	return k, c
+}
+
+func TestMigrationSurvivesRestart(t *testing.T) {
+	k, c := builtinShadowed(t)
 	before := mustModule(t, c, "echo")
 	if before.State != catalog.StateMigrating {
 		t.Fatalf("before the restart: %+v", before)
@@ -113,10 +153,7 @@ func TestMigrationSurvivesRestart(t *testing.T) {
 }
 
 func TestAbortSurvivesRestart(t *testing.T) {
-	k := newCollector(t, echoBuiltin(t))
-	c := k.start()
-	drop(t, k.dir, "echo.wasm", "echo_v2")
-	reload(t, c)
+	k, c := builtinShadowed(t)
 	if _, err := c.Abort(context.Background(), "echo"); err != nil {
 		t.Fatal(err)
 	}
@@ -220,33 +257,19 @@ func TestWithoutSavedDecisionsTheDirectoryIsTheConfiguration(t *testing.T) {
 }
 
 func TestStartWithoutTheDirectoryKeepsTheDecisions(t *testing.T) {
-	k := newCollector(t, echoBuiltin(t))
-	c := k.start()
-	drop(t, k.dir, "echo.wasm", "echo_v2")
-	reload(t, c)
+	k, _ := builtinShadowed(t)
 	k.stop()
 
 	// One start where the directory cannot be read (a path that is a file,
 	// as when a volume is not mounted yet): the built-in serves, and the
 	// decisions of the run before are not overwritten.
-	aside := k.dir + ".aside"
-	if err := os.Rename(k.dir, aside); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(k.dir, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	c = k.start()
+	k.fileForDir()
+	c := k.start()
 	if m := mustModule(t, c, "echo"); m.State != catalog.StateActive || m.Active.ID != "echo@1.0.0" {
 		t.Fatalf("without the directory: %+v", m)
 	}
 	k.stop()
-	if err := os.Remove(k.dir); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(aside, k.dir); err != nil {
-		t.Fatal(err)
-	}
+	k.restoreDir()
 	c = k.start()
 	if m := mustModule(t, c, "echo"); m.State != catalog.StateMigrating || m.Migration.Candidate.ID != "echo@2.0.0" {
 		t.Fatalf("the migration was lost: %+v", m)
@@ -272,17 +295,12 @@ func TestDirectoryAppearingAfterStartResumesTheDecisions(t *testing.T) {
 	}
 	k.stop()
 
-	aside := k.dir + ".aside"
-	if err := os.Rename(k.dir, aside); err != nil {
-		t.Fatal(err)
-	}
+	k.moveDirAside()
 	c = k.start()
 	if m := mustModule(t, c, "echo"); m.State != catalog.StateActive || m.Active.ID != "echo@1.0.0" {
 		t.Fatalf("without the directory the built-in serves: %+v", m)
 	}
-	if err := os.Rename(aside, k.dir); err != nil {
-		t.Fatal(err)
-	}
+	k.restoreDir()
 	reload(t, c)
 	if m := mustModule(t, c, "echo"); m.State != catalog.StateActive || m.Active.ID != "echo@2.0.0" {
 		t.Errorf("the version promoted before the restart should serve again: %+v", m)

@@ -39,16 +39,32 @@ func symlink(t *testing.T, target, link string) {
 	}
 }
 
+// echoBeside drops echo 1.0.0 into dir beside what the test put there and
+// opens a catalogue over it with a registry of its own; echo must load,
+// whatever else is skipped.
+func echoBeside(t *testing.T, dir string) (*catalog.Catalog, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	_, c, _ := catalogOn(t, catalog.Options{Dir: dir, Registerer: reg}, "echo.wasm", "echo_v1")
+	mustModule(t, c, "echo")
+	return c, reg
+}
+
+// mkfifo makes a named pipe at path.
+func mkfifo(t *testing.T, path string) {
+	t.Helper()
+	if err := syscall.Mkfifo(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestSymlinkToDevZeroIsSkipped: a link to /dev/zero is never read (it would
 // be read until memory runs out); the start and the other files go on.
 func TestSymlinkToDevZeroIsSkipped(t *testing.T) {
 	dir := t.TempDir()
 	symlink(t, "/dev/zero", filepath.Join(dir, "zero.wasm"))
-	drop(t, dir, "echo.wasm", "echo_v1")
-	reg := prometheus.NewRegistry()
-	c := newCatalog(t, catalog.Options{Dir: dir, Registerer: reg})
+	c, reg := echoBeside(t, dir)
 	mustSkip(t, c, dir, "zero.wasm", "leads outside the mappers directory")
-	mustModule(t, c, "echo")
 	if n := skippedCount(t, reg, "outside_dir"); n != 1 {
 		t.Errorf("skipped{outside_dir} = %v, want 1", n)
 	}
@@ -67,19 +83,12 @@ func TestSymlinkToDevZeroIsSkipped(t *testing.T) {
 // through a link inside the directory.
 func TestFIFOIsSkipped(t *testing.T) {
 	dir := t.TempDir()
-	if err := syscall.Mkfifo(filepath.Join(dir, "x.wasm"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mkfifo(filepath.Join(dir, ".fifo"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	mkfifo(t, filepath.Join(dir, "x.wasm"))
+	mkfifo(t, filepath.Join(dir, ".fifo"))
 	symlink(t, ".fifo", filepath.Join(dir, "y.wasm"))
-	drop(t, dir, "echo.wasm", "echo_v1")
-	reg := prometheus.NewRegistry()
-	c := newCatalog(t, catalog.Options{Dir: dir, Registerer: reg})
+	c, reg := echoBeside(t, dir)
 	mustSkip(t, c, dir, "x.wasm", "not a regular file (a named pipe)")
 	mustSkip(t, c, dir, "y.wasm", "not a regular file (a named pipe)")
-	mustModule(t, c, "echo")
 
 	drop(t, dir, "special.wasm", "special")
 	r := c.Reload(context.Background())
@@ -99,12 +108,9 @@ func TestFIFOIsSkipped(t *testing.T) {
 // block the reload either; the module is skipped, naming the fixture.
 func TestFIFOFixtureIsSkipped(t *testing.T) {
 	dir := t.TempDir()
-	drop(t, dir, "echo.wasm", "echo_v1")
 	copyFixtures(t, dir, "echo", "echo.fixtures")
-	if err := syscall.Mkfifo(filepath.Join(dir, "echo.fixtures", "zz.in.json"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	c := newCatalog(t, catalog.Options{Dir: dir})
+	mkfifo(t, filepath.Join(dir, "echo.fixtures", "zz.in.json"))
+	_, c, _ := catalogOn(t, catalog.Options{Dir: dir}, "echo.wasm", "echo_v1")
 	mustSkip(t, c, dir, "echo.wasm", "zz.in.json")
 	mustSkip(t, c, dir, "echo.wasm", "not a regular file (a named pipe)")
 	if _, ok := module(c.Status(), "echo"); ok {
@@ -127,10 +133,8 @@ func TestFileSizeCap(t *testing.T) {
 		{"one byte over the cap", size - 1, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			drop(t, dir, "echo.wasm", "echo_v1")
 			reg := prometheus.NewRegistry()
-			c := newCatalog(t, catalog.Options{Engine: eng, Dir: dir, MaxFileSize: tc.cap, Registerer: reg})
+			dir, c, _ := catalogOn(t, catalog.Options{Engine: eng, MaxFileSize: tc.cap, Registerer: reg}, "echo.wasm", "echo_v1")
 			_, loaded := module(c.Status(), "echo")
 			if loaded != tc.load {
 				t.Fatalf("cap %d, file %d bytes: loaded %v, want %v (files %+v)", tc.cap, size, loaded, tc.load, c.Status().Files)
@@ -216,11 +220,8 @@ func TestSymlinkLoopIsSkipped(t *testing.T) {
 	dir := t.TempDir()
 	symlink(t, "b.wasm", filepath.Join(dir, "a.wasm"))
 	symlink(t, "a.wasm", filepath.Join(dir, "b.wasm"))
-	drop(t, dir, "echo.wasm", "echo_v1")
-	reg := prometheus.NewRegistry()
-	c := newCatalog(t, catalog.Options{Dir: dir, Registerer: reg})
+	c, reg := echoBeside(t, dir)
 	mustSkip(t, c, dir, "a.wasm", "too many links")
-	mustModule(t, c, "echo")
 	if n := skippedCount(t, reg, "unreadable"); n != 2 {
 		t.Errorf("skipped{unreadable} = %v, want 2", n)
 	}
@@ -230,9 +231,7 @@ func TestSymlinkLoopIsSkipped(t *testing.T) {
 // taken at the next reload.
 func TestSkippedFileReplacedLoads(t *testing.T) {
 	dir := t.TempDir()
-	if err := syscall.Mkfifo(filepath.Join(dir, "echo.wasm"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	mkfifo(t, filepath.Join(dir, "echo.wasm"))
 	c := newCatalog(t, catalog.Options{Dir: dir})
 	mustSkip(t, c, dir, "echo.wasm", "not a regular file")
 	drop(t, dir, "echo.wasm", "echo_v1")

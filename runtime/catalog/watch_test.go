@@ -110,9 +110,7 @@ func TestPeriodicRefreshCatchesWhatTheWatchMisses(t *testing.T) {
 // time while Status is read without pause: whenever it is there, the last
 // reload is one that loaded it; whenever it has gone, one that removed it.
 func TestStatusShowsAReloadWithItsResult(t *testing.T) {
-	dir := t.TempDir()
-	drop(t, dir, "echo.wasm", "echo_v1")
-	c := newCatalog(t, catalog.Options{Dir: dir, RefreshInterval: time.Hour})
+	dir, c, _ := catalogOn(t, catalog.Options{RefreshInterval: time.Hour}, "echo.wasm", "echo_v1")
 	special := wasm(t, "special")
 	stop := make(chan struct{})
 	bad := make(chan string, 1)

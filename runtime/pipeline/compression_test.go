@@ -5,6 +5,7 @@ import (
 	"compress/zlib"
 	"context"
 	"errors"
+	"io"
 	"os/exec"
 	"runtime"
 	"testing"
@@ -49,15 +50,7 @@ func zstdCompress(t testing.TB, b []byte) []byte {
 
 func brotliCompress(t testing.TB, b []byte) []byte {
 	t.Helper()
-	var buf bytes.Buffer
-	w := brotli.NewWriter(&buf)
-	if _, err := w.Write(b); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return testkit.CompressWith(t, b, func(w io.Writer) (io.WriteCloser, error) { return brotli.NewWriter(w), nil })
 }
 
 // Every codec Debian's kombu offers to kombu_compression maps like the plain

@@ -1,9 +1,9 @@
 package pipeline_test
 
 import (
-	"bytes"
 	"compress/gzip"
 	"compress/zlib"
+	"io"
 	"testing"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
@@ -46,20 +46,12 @@ var (
 	fuzzZeros = make([]byte, 256<<10)
 )
 
-func gzipOf(b []byte) []byte {
-	var buf bytes.Buffer
-	w := gzip.NewWriter(&buf)
-	w.Write(b)
-	w.Close()
-	return buf.Bytes()
+func gzipOf(tb testing.TB, b []byte) []byte {
+	return testkit.CompressWith(tb, b, func(w io.Writer) (io.WriteCloser, error) { return gzip.NewWriter(w), nil })
 }
 
-func zlibOf(b []byte) []byte {
-	var buf bytes.Buffer
-	w := zlib.NewWriter(&buf)
-	w.Write(b)
-	w.Close()
-	return buf.Bytes()
+func zlibOf(tb testing.TB, b []byte) []byte {
+	return testkit.CompressWith(tb, b, func(w io.Writer) (io.WriteCloser, error) { return zlib.NewWriter(w), nil })
 }
 
 // xzOf and lzmaOf are ordinary streams: an 8 MiB dictionary announced, as
@@ -68,7 +60,7 @@ func xzOf(t testing.TB, b []byte) []byte   { return testkit.XZDictBomb(t, b, 22)
 func lzmaOf(t testing.TB, b []byte) []byte { return testkit.LZMADictBomb(t, b, 8<<20) }
 
 func FuzzDecompressGzip(f *testing.F) {
-	fuzzDecoder(f, pipeline.CodecGzip, gzipOf(fuzzPlain), zlibOf(fuzzPlain), zlibOf(fuzzZeros))
+	fuzzDecoder(f, pipeline.CodecGzip, gzipOf(f, fuzzPlain), zlibOf(f, fuzzPlain), zlibOf(f, fuzzZeros))
 }
 
 func FuzzDecompressBzip2(f *testing.F) {

@@ -2,7 +2,6 @@ package pipeline_test
 
 import (
 	"context"
-	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -21,8 +20,7 @@ import (
 func TestOnlyFirstDeliveriesRunWatched(t *testing.T) {
 	// A garbage collection would wait for the unguarded guest below, the
 	// engine's watchdog with it (docs/abi.md, "Runaway guests").
-	old := debug.SetGCPercent(-1)
-	t.Cleanup(func() { debug.SetGCPercent(old) })
+	testkit.NoGC(t)
 	e, err := runtime.NewEngine(context.Background(), runtime.Config{CacheDir: testkit.CacheDir(t),
 		CallTimeout: 50 * time.Millisecond, PoolSize: 2, Logger: zerolog.Nop()})
 	if err != nil {

@@ -138,15 +138,15 @@ func TestEnvelopeCases(t *testing.T) {
 			Exchange   string `json:"exchange"`
 			RoutingKey string `json:"routing_key"`
 		}
-		if err := json.Unmarshal(readAll(t, stem+".meta.json"), &meta); err != nil {
+		if err := json.Unmarshal(testkit.ReadFile(t, stem+".meta.json"), &meta); err != nil {
 			t.Fatal(err)
 		}
-		r := f.p.Process(context.Background(), pipeline.Message{Body: readAll(t, path), Exchange: meta.Exchange, RoutingKey: meta.RoutingKey})
+		r := f.p.Process(context.Background(), pipeline.Message{Body: testkit.ReadFile(t, path), Exchange: meta.Exchange, RoutingKey: meta.RoutingKey})
 		if r.Outcome != pipeline.Mapped {
 			t.Fatalf("%s: %v %q %v", path, r.Outcome, r.Reason, r.Err)
 		}
 		var want struct{ Events []any }
-		if err := json.Unmarshal(readAll(t, stem+".events.json"), &want); err != nil {
+		if err := json.Unmarshal(testkit.ReadFile(t, stem+".events.json"), &want); err != nil {
 			t.Fatal(err)
 		}
 		var got []any
@@ -162,15 +162,6 @@ func TestEnvelopeCases(t *testing.T) {
 			t.Errorf("%s: events differ from %s.events.json; got\n%s", path, stem, gb)
 		}
 	}
-}
-
-func readAll(t testing.TB, path string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
 
 func TestUnicodeSurvivesTheEnvelope(t *testing.T) {

@@ -61,18 +61,9 @@ func benchRuntime(b *testing.B, guest string, parallel bool, opts ...runtime.Mod
 		return
 	}
 	reportCPU(b, func() {
-		b.RunParallel(func(pb *testing.PB) {
-			var x jsonindex.Index
-			if err := x.Parse(in); err != nil {
-				b.Error(err)
-				return
-			}
-			for pb.Next() {
-				if _, err := m.Map(ctx, &x, src); err != nil {
-					b.Error(err)
-					return
-				}
-			}
+		testkit.BenchIndexedParallel(b, in, func(x *jsonindex.Index) error {
+			_, err := m.Map(ctx, x, src)
+			return err
 		})
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -46,13 +47,25 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// builtinWasm answers the built-in modules by file name; without them
+// (not built) the test or benchmark stops as testkit.Missing says.
+func builtinWasm(tb testing.TB) map[string][]byte {
+	tb.Helper()
+	wasm, err := mappers.Builtin()
+	if errors.Is(err, mappers.ErrMissing) {
+		testkit.Missing(tb, "the built-in mappers are not built: run make wasm (make build and make test build them)")
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return wasm
+}
+
 // loadBuiltins loads every built-in module twice, as built and metered with
 // a budget that never runs out, once per test binary.
 func loadBuiltins(tb testing.TB) []pair {
 	tb.Helper()
-	if _, err := mappers.Builtin(); errors.Is(err, mappers.ErrMissing) {
-		testkit.Missing(tb, "the built-in mappers are not built: run make wasm (make build and make test build them)")
-	}
+	builtinWasm(tb)
 	cache := testkit.CacheDir(tb)
 	builtins.once.Do(func() { builtins.pairs, builtins.err = compileBuiltins(cache) })
 	if builtins.err != nil {
@@ -73,7 +86,7 @@ func compileBuiltins(cacheDir string) ([]pair, error) {
 	}
 	builtins.eng = eng
 	var pairs []pair
-	for _, file := range slices.Sorted(mapsKeys(wasm)) {
+	for _, file := range slices.Sorted(maps.Keys(wasm)) {
 		p := pair{name: strings.TrimSuffix(file, ".wasm")}
 		if p.plain, err = eng.Load(ctx, "builtin:"+file, wasm[file]); err != nil {
 			return nil, err
@@ -88,16 +101,6 @@ func compileBuiltins(cacheDir string) ([]pair, error) {
 		pairs = append(pairs, p)
 	}
 	return pairs, nil
-}
-
-func mapsKeys(m map[string][]byte) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 var src = runtime.Source{Exchange: "test-exchange", RoutingKey: "notifications.info"}
@@ -221,53 +224,19 @@ func FuzzMeter(f *testing.F) {
 // (runtime.Config.Metered) without wazero's termination checks.
 // docs/performance.md, "Metering", has the figures.
 func BenchmarkNovaExists(b *testing.B) {
-	wasm, err := mappers.Builtin()
-	if errors.Is(err, mappers.ErrMissing) {
-		testkit.Missing(b, "the built-in mappers are not built: run make wasm (make build and make test build them)")
-	}
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx := context.Background()
-	// TALLY_BENCH_CALL_TIMEOUT lengthens the deadline of a call, for
-	// counting instructions under valgrind.
-	timeout, _ := time.ParseDuration(os.Getenv("TALLY_BENCH_CALL_TIMEOUT"))
+	wasm := builtinWasm(b)
 	in, err := os.ReadFile(testkit.RepoPath(b, "mappers", "nova", "testdata", "edge__exists_2024_1"+fixture.InSuffix))
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, c := range []struct {
-		mode    string
-		metered bool
-		guard   runtime.Guard
-	}{
+	for _, c := range []benchMode{
 		{"never", false, runtime.GuardNever},
 		{"watched", false, runtime.GuardWatched},
 		{"always", false, runtime.GuardAlways},
 		{"metered", true, runtime.GuardNever},
 	} {
 		b.Run("mode="+c.mode, func(b *testing.B) {
-			eng, err := runtime.NewEngine(ctx, runtime.Config{CacheDir: testkit.CacheDir(b), CallTimeout: timeout,
-				Metered: c.metered, Logger: zerolog.Nop()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer eng.Close(ctx)
-			m, err := eng.Load(ctx, "builtin:nova.wasm", wasm["nova.wasm"], runtime.WithGuard(c.guard))
-			if err != nil {
-				b.Fatal(err)
-			}
-			var idx jsonindex.Index
-			b.ReportAllocs()
-			for b.Loop() {
-				if err := idx.Parse(in); err != nil {
-					b.Fatal(err)
-				}
-				res, err := m.Map(ctx, &idx, src)
-				if err != nil || len(res.Events) != 1 {
-					b.Fatalf("events %d, err %v", len(res.Events), err)
-				}
-			}
+			benchMap(b, runtime.Config{CallTimeout: benchCallTimeout()}, c, wasm, "nova", in)
 		})
 	}
 }
@@ -280,17 +249,7 @@ func BenchmarkNovaExists(b *testing.B) {
 // one module per engine, so that under valgrind only that module's
 // _initialize runs. docs/performance.md, "Metering", has the figures.
 func BenchmarkBuiltinModes(b *testing.B) {
-	wasm, err := mappers.Builtin()
-	if errors.Is(err, mappers.ErrMissing) {
-		testkit.Missing(b, "the built-in mappers are not built: run make wasm (make build and make test build them)")
-	}
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx := context.Background()
-	// TALLY_BENCH_CALL_TIMEOUT lengthens the deadline of a call, for
-	// counting instructions under valgrind.
-	timeout, _ := time.ParseDuration(os.Getenv("TALLY_BENCH_CALL_TIMEOUT"))
+	wasm := builtinWasm(b)
 	for _, in := range []struct{ name, module, file string }{
 		{"manila", "manila", "share.extend.end__manila__2"},
 		{"neutron", "neutron", "port.create.end__ceilometer__1"},
@@ -308,37 +267,58 @@ func BenchmarkBuiltinModes(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, c := range []struct {
-			mode    string
-			metered bool
-			guard   runtime.Guard
-		}{
+		for _, c := range []benchMode{
 			{"watched", false, runtime.GuardWatched},
 			{"metered", true, runtime.GuardNever},
 		} {
 			b.Run("module="+in.name+"/mode="+c.mode, func(b *testing.B) {
-				eng, err := runtime.NewEngine(ctx, runtime.Config{CacheDir: testkit.CacheDir(b), CallTimeout: timeout,
-					Metered: c.metered, PoolSize: 1, Logger: zerolog.Nop()})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer eng.Close(ctx)
-				m, err := eng.Load(ctx, "builtin:"+in.module+".wasm", wasm[in.module+".wasm"], runtime.WithGuard(c.guard))
-				if err != nil {
-					b.Fatal(err)
-				}
-				var idx jsonindex.Index
-				b.ReportAllocs()
-				for b.Loop() {
-					if err := idx.Parse(body); err != nil {
-						b.Fatal(err)
-					}
-					res, err := m.Map(ctx, &idx, src)
-					if err != nil || len(res.Events) != 1 {
-						b.Fatalf("events %d, err %v", len(res.Events), err)
-					}
-				}
+				benchMap(b, runtime.Config{CallTimeout: benchCallTimeout(), PoolSize: 1}, c, wasm, in.module, body)
 			})
+		}
+	}
+}
+
+// benchMode is how the benchmarks run a built-in module: as built under a
+// guard, or metered (runtime.Config.Metered).
+type benchMode struct {
+	mode    string
+	metered bool
+	guard   runtime.Guard
+}
+
+// benchCallTimeout is TALLY_BENCH_CALL_TIMEOUT, which lengthens the deadline
+// of a call for counting instructions under valgrind; 0 (the engine's
+// default) when it is not set.
+func benchCallTimeout() time.Duration {
+	timeout, _ := time.ParseDuration(os.Getenv("TALLY_BENCH_CALL_TIMEOUT"))
+	return timeout
+}
+
+// benchMap loads the built-in module of that name from wasm into an engine
+// of its own, configured by cfg and run as c says, and maps in through it in
+// b.Loop, indexing the JSON on every iteration as the pipeline does; every
+// call must answer one event.
+func benchMap(b *testing.B, cfg runtime.Config, c benchMode, wasm map[string][]byte, module string, in []byte) {
+	ctx := context.Background()
+	cfg.CacheDir, cfg.Metered, cfg.Logger = testkit.CacheDir(b), c.metered, zerolog.Nop()
+	eng, err := runtime.NewEngine(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer eng.Close(ctx)
+	m, err := eng.Load(ctx, "builtin:"+module+".wasm", wasm[module+".wasm"], runtime.WithGuard(c.guard))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var idx jsonindex.Index
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := idx.Parse(in); err != nil {
+			b.Fatal(err)
+		}
+		res, err := m.Map(ctx, &idx, src)
+		if err != nil || len(res.Events) != 1 {
+			b.Fatalf("events %d, err %v", len(res.Events), err)
 		}
 	}
 }

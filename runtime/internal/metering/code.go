@@ -256,27 +256,28 @@ func appendCharge(out []byte, budget uint32, cost int64, refill []byte, wrap boo
 	if wrap {
 		out = append(out, opLoop, blockEmpty)
 	}
-	out = append(out, opGlobalGet)
-	out = appendULEB(out, uint64(budget))
-	out = append(out, opI64Const)
-	out = appendSLEB(out, cost)
-	out = append(out, opI64Sub, opGlobalSet)
-	out = appendULEB(out, uint64(budget))
+	out = appendAdjust(out, budget, cost, opI64Sub)
 	out = append(out, opGlobalGet)
 	out = appendULEB(out, uint64(budget))
 	out = append(out, opI64Const, 0, opI64LtS, opIf, blockEmpty)
 	out = append(out, refill...)
-	out = append(out, opGlobalGet)
-	out = appendULEB(out, uint64(budget))
-	out = append(out, opI64Const)
-	out = appendSLEB(out, cost)
-	out = append(out, opI64Add, opGlobalSet)
-	out = appendULEB(out, uint64(budget))
+	out = appendAdjust(out, budget, cost, opI64Add)
 	out = append(out, opBr, 1, opEnd)
 	if wrap {
 		out = append(out, opEnd)
 	}
 	return out
+}
+
+// appendAdjust appends the code of budget = budget op cost, where op is
+// i64.sub (a charge) or i64.add (a charge given back).
+func appendAdjust(out []byte, budget uint32, cost int64, op byte) []byte {
+	out = append(out, opGlobalGet)
+	out = appendULEB(out, uint64(budget))
+	out = append(out, opI64Const)
+	out = appendSLEB(out, cost)
+	out = append(out, op, opGlobalSet)
+	return appendULEB(out, uint64(budget))
 }
 
 // appendRefill appends what a charge runs once the slice (the budget

@@ -95,6 +95,27 @@ func (g guest) call(t *testing.T, fn string, n, budget int64) (res uint64, charg
 	return out[0], charged, nil
 }
 
+// run is call for a call that must end: its error fails the test.
+func (g guest) run(t *testing.T, fn string, n, budget int64) (res uint64, charged int64) {
+	t.Helper()
+	res, charged, err := g.call(t, fn, n, budget)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, charged
+}
+
+// calls answers how many calls the control module counted (its export
+// calls).
+func (g guest) calls(t *testing.T) uint64 {
+	t.Helper()
+	out, err := g.mod.ExportedFunction("calls").Call(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out[0]
+}
+
 // left is what the call has left: the slice and the reserve.
 func (g guest) left() int64 { return int64(g.budget.Get()) + int64(g.reserve.Get()) }
 
@@ -104,11 +125,15 @@ func (g guest) left() int64 { return int64(g.budget.Get()) + int64(g.reserve.Get
 // times.
 var sliceSizes = []int64{0, 7, 100}
 
-var control = []struct {
+// controlCase is a function of the control module and two arguments: one it
+// finishes with, one it runs away with (negative: it has none).
+type controlCase struct {
 	fn      string
 	n       int64 // finishes
 	runaway int64 // does not finish in any reasonable time
-}{
+}
+
+var control = []controlCase{
 	{"straight", 5, -1},
 	{"nested", 40, 1 << 40},
 	{"brtable", 1000, 1 << 60},
@@ -123,6 +148,22 @@ var control = []struct {
 	{"spin", -1, 0},
 }
 
+// finishing and runningAway pick a control function's argument for
+// eachControl.
+func finishing(c controlCase) int64   { return c.n }
+func runningAway(c controlCase) int64 { return c.runaway }
+
+// eachControl runs check as subtest slice=<slice>/<function> for every
+// control function, with the argument arg picks, when that is not negative.
+func eachControl(t *testing.T, slice int64, arg func(controlCase) int64, check func(t *testing.T, fn string, n int64)) {
+	t.Helper()
+	for _, c := range control {
+		if n := arg(c); n >= 0 {
+			t.Run(fmt.Sprintf("slice=%d/%s", slice, c.fn), func(t *testing.T) { check(t, c.fn, n) })
+		}
+	}
+}
+
 // TestFiniteSameResult: a computation that ends returns with the budget what
 // it returns without, and charges more for more work.
 //
@@ -135,38 +176,24 @@ func TestFiniteSameResult(t *testing.T) {
 	whole := instantiate(t, wasm, true)
 	for _, slice := range sliceSizes {
 		metered := instantiateSliced(t, wasm, true, slice)
-		for _, c := range control {
-			if c.n < 0 {
-				continue
+		eachControl(t, slice, finishing, func(t *testing.T, fn string, n int64) {
+			want, _ := plain.run(t, fn, n, 0)
+			got, charged := metered.run(t, fn, n, plenty)
+			if got != want {
+				t.Fatalf("%s(%d) = %d metered, %d unmetered", fn, n, got, want)
 			}
-			t.Run(fmt.Sprintf("slice=%d/%s", slice, c.fn), func(t *testing.T) {
-				want, _, err := plain.call(t, c.fn, c.n, 0)
-				if err != nil {
-					t.Fatal(err)
-				}
-				got, charged, err := metered.call(t, c.fn, c.n, plenty)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got != want {
-					t.Fatalf("%s(%d) = %d metered, %d unmetered", c.fn, c.n, got, want)
-				}
-				_, less, err := metered.call(t, c.fn, c.n/2, plenty)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if charged <= 0 || (c.fn != "straight" && less >= charged) {
-					t.Fatalf("%s charged %d for n=%d and %d for n=%d", c.fn, charged, c.n, less, c.n/2)
-				}
-				_, once, err := whole.call(t, c.fn, c.n, plenty)
-				if err != nil || once != charged {
-					t.Fatalf("%s charged %d in slices of %d, %d in one (%v)", c.fn, charged, slice, once, err)
-				}
-				if slice > 0 && c.fn != "straight" && charged < 3*slice {
-					t.Fatalf("%s charged %d: fewer than three slices of %d", c.fn, charged, slice)
-				}
-			})
-		}
+			_, less := metered.run(t, fn, n/2, plenty)
+			if charged <= 0 || (fn != "straight" && less >= charged) {
+				t.Fatalf("%s charged %d for n=%d and %d for n=%d", fn, charged, n, less, n/2)
+			}
+			_, once, err := whole.call(t, fn, n, plenty)
+			if err != nil || once != charged {
+				t.Fatalf("%s charged %d in slices of %d, %d in one (%v)", fn, charged, slice, once, err)
+			}
+			if slice > 0 && fn != "straight" && charged < 3*slice {
+				t.Fatalf("%s charged %d: fewer than three slices of %d", fn, charged, slice)
+			}
+		})
 	}
 }
 
@@ -177,24 +204,16 @@ func TestExactBudget(t *testing.T) {
 	wasm := testkit.WAT(t, "testdata", "control")
 	for _, slice := range sliceSizes {
 		g := instantiateSliced(t, wasm, true, slice)
-		for _, c := range control {
-			if c.n < 0 {
-				continue
+		eachControl(t, slice, finishing, func(t *testing.T, fn string, n int64) {
+			want, charged := g.run(t, fn, n, plenty)
+			got, _, err := g.call(t, fn, n, charged)
+			if err != nil || got != want || g.left() != 0 {
+				t.Fatalf("budget %d: got %d, %v, %d left; want %d, nil, 0 left", charged, got, err, g.left(), want)
 			}
-			t.Run(fmt.Sprintf("slice=%d/%s", slice, c.fn), func(t *testing.T) {
-				want, charged, err := g.call(t, c.fn, c.n, plenty)
-				if err != nil {
-					t.Fatal(err)
-				}
-				got, _, err := g.call(t, c.fn, c.n, charged)
-				if err != nil || got != want || g.left() != 0 {
-					t.Fatalf("budget %d: got %d, %v, %d left; want %d, nil, 0 left", charged, got, err, g.left(), want)
-				}
-				if _, _, err := g.call(t, c.fn, c.n, charged-1); err == nil || g.left() >= 0 {
-					t.Fatalf("budget %d: err %v, %d left; want a trap with the budget below zero", charged-1, err, g.left())
-				}
-			})
-		}
+			if _, _, err := g.call(t, fn, n, charged-1); err == nil || g.left() >= 0 {
+				t.Fatalf("budget %d: err %v, %d left; want a trap with the budget below zero", charged-1, err, g.left())
+			}
+		})
 	}
 }
 
@@ -207,23 +226,18 @@ func TestRunawayTraps(t *testing.T) {
 	const budget = 2_000_000
 	for _, slice := range sliceSizes {
 		g := instantiateSliced(t, wasm, true, slice)
-		for _, c := range control {
-			if c.runaway < 0 {
-				continue
+		eachControl(t, slice, runningAway, func(t *testing.T, fn string, n int64) {
+			_, charged, err := g.call(t, fn, n, budget)
+			if err == nil || !strings.Contains(err.Error(), "unreachable") {
+				t.Fatalf("%s(%d): err %v, want the budget's trap", fn, n, err)
 			}
-			t.Run(fmt.Sprintf("slice=%d/%s", slice, c.fn), func(t *testing.T) {
-				_, charged, err := g.call(t, c.fn, c.runaway, budget)
-				if err == nil || !strings.Contains(err.Error(), "unreachable") {
-					t.Fatalf("%s(%d): err %v, want the budget's trap", c.fn, c.runaway, err)
-				}
-				if g.left() >= 0 || charged <= budget {
-					t.Fatalf("%s(%d): %d left, want below zero", c.fn, c.runaway, g.left())
-				}
-				if r := int64(g.reserve.Get()); r != 0 {
-					t.Fatalf("%s(%d): reserve %d after the trap, want it drawn to 0", c.fn, c.runaway, r)
-				}
-			})
-		}
+			if g.left() >= 0 || charged <= budget {
+				t.Fatalf("%s(%d): %d left, want below zero", fn, n, g.left())
+			}
+			if r := int64(g.reserve.Get()); r != 0 {
+				t.Fatalf("%s(%d): reserve %d after the trap, want it drawn to 0", fn, n, r)
+			}
+		})
 		t.Run(fmt.Sprintf("slice=%d/guest trap", slice), func(t *testing.T) {
 			_, _, err := g.call(t, "trap", 0, budget)
 			if err == nil || g.left() < 0 {
@@ -238,16 +252,10 @@ func TestRunawayTraps(t *testing.T) {
 func TestCallTreeChargesEveryCall(t *testing.T) {
 	wasm := testkit.WAT(t, "testdata", "control")
 	g := instantiate(t, wasm, true)
-	_, charged, err := g.call(t, "tree", 12, plenty)
-	if err != nil {
-		t.Fatal(err)
-	}
-	calls, err := g.mod.ExportedFunction("calls").Call(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if calls[0] != 1<<13-1 || charged < int64(calls[0])*5 {
-		t.Fatalf("%d calls charged %d", calls[0], charged)
+	_, charged := g.run(t, "tree", 12, plenty)
+	calls := g.calls(t)
+	if calls != 1<<13-1 || charged < int64(calls)*5 {
+		t.Fatalf("%d calls charged %d", calls, charged)
 	}
 }
 
@@ -257,20 +265,11 @@ func TestCallTreeChargesEveryCall(t *testing.T) {
 func TestFoldedEntryChargesEveryCall(t *testing.T) {
 	wasm := testkit.WAT(t, "testdata", "control")
 	g := instantiate(t, wasm, true)
-	_, folded, err := g.call(t, "gotree", 12, plenty)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, plain, err := g.call(t, "tree", 12, plenty)
-	if err != nil {
-		t.Fatal(err)
-	}
-	calls, err := g.mod.ExportedFunction("calls").Call(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if calls[0] != 2*(1<<13-1) {
-		t.Fatalf("%d calls", calls[0])
+	_, folded := g.run(t, "gotree", 12, plenty)
+	_, plain := g.run(t, "tree", 12, plenty)
+	calls := g.calls(t)
+	if calls != 2*(1<<13-1) {
+		t.Fatalf("%d calls", calls)
 	}
 	// Each call of gotree runs its loop's charge once (10) and its
 	// instructions; tree's each charge once at entry, of about the same size.
@@ -286,10 +285,7 @@ func TestImportedGlobals(t *testing.T) {
 	env := testkit.WAT(t, "testdata", "env")
 	plain := instantiate(t, wasm, false, env)
 	metered := instantiate(t, wasm, true, env)
-	want, _, err := plain.call(t, "run", 100, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	want, _ := plain.run(t, "run", 100, 0)
 	got, charged, err := metered.call(t, "run", 100, plenty)
 	if err != nil || got != want || charged <= 0 {
 		t.Fatalf("got %d, %v, charged %d; want %d", got, err, charged, want)

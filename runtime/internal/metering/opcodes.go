@@ -122,27 +122,22 @@ const (
 
 var simd = func() [256]simdImm {
 	var t [256]simdImm
-	for op := 0x00; op <= 0x0b; op++ {
-		t[op] = simdMemarg
-	}
-	t[0x0c] = simdBytes16
-	t[0x0d] = simdBytes16
-	for op := 0x0e; op <= 0x14; op++ {
-		t[op] = simdNone
-	}
-	for op := 0x15; op <= 0x22; op++ {
-		t[op] = simdLane
-	}
-	for op := 0x23; op <= 0x53; op++ {
-		t[op] = simdNone
-	}
-	for op := 0x54; op <= 0x5b; op++ {
-		t[op] = simdMemargLane
-	}
-	t[0x5c] = simdMemarg
-	t[0x5d] = simdMemarg
-	for op := 0x5e; op <= 0xff; op++ {
-		t[op] = simdNone
+	for _, r := range []struct {
+		first, last int
+		imm         simdImm
+	}{
+		{0x00, 0x0b, simdMemarg},
+		{0x0c, 0x0d, simdBytes16},
+		{0x0e, 0x14, simdNone},
+		{0x15, 0x22, simdLane},
+		{0x23, 0x53, simdNone},
+		{0x54, 0x5b, simdMemargLane},
+		{0x5c, 0x5d, simdMemarg},
+		{0x5e, 0xff, simdNone},
+	} {
+		for op := r.first; op <= r.last; op++ {
+			t[op] = r.imm
+		}
 	}
 	// Unassigned numbers in the SIMD opcode space.
 	for _, op := range []int{0x9a, 0xa2, 0xa5, 0xa6, 0xaf, 0xb0, 0xb2, 0xb3, 0xb4, 0xbb,
