@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tally-billing/tally-openstack-collector/runtime"
 	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonindex"
@@ -269,7 +270,10 @@ func TestEmitRefuses(t *testing.T) {
 // tally_map (the manifest's) is answered -1; nesting, the number of
 // operations and the output are bounded as a document is.
 func TestEmitLimits(t *testing.T) {
-	e := newEngine(t, runtime.Config{MaxEventBytes: 1024})
+	// A call's deadline far above what any of these calls takes on a loaded
+	// machine (70,000 operations among them): the limits are counts, never
+	// times.
+	e := newEngine(t, runtime.Config{MaxEventBytes: 1024, CallTimeout: time.Minute})
 	m := load(t, e, "emitops")
 	b := newEmitInput(0).op(opEvent, "", 0, 0).required().text("event_type", "big").
 		op(opObject, "attributes", 0, 0).text("pad", strings.Repeat("x", 1024)).op(opEnd, "", 0, 0).op(opEnd, "", 0, 0).
@@ -319,7 +323,7 @@ func TestEmitLimits(t *testing.T) {
 	if res, err = m.Map(context.Background(), rawIndex(b.bytes()), src); err != nil || res.Oversize != 1 {
 		t.Fatalf("70,000 operations: oversize %d, err %v", res.Oversize, err)
 	}
-	e3 := newEngine(t, runtime.Config{MaxOutputBytes: 2 << 20})
+	e3 := newEngine(t, runtime.Config{MaxOutputBytes: 2 << 20, CallTimeout: time.Minute})
 	m3 := load(t, e3, "emitops")
 	b = newEmitInput(5).op(opEvent, "", 0, 0)
 	b.count = 2<<20 + 1
@@ -327,7 +331,7 @@ func TestEmitLimits(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 	// The output limit counts the document as written: {"events":[...]}.
-	e2 := newEngine(t, runtime.Config{MaxOutputBytes: 200})
+	e2 := newEngine(t, runtime.Config{MaxOutputBytes: 200, CallTimeout: time.Minute})
 	m2 := load(t, e2, "emitops")
 	b = newEmitInput(5).op(opEvent, "", 0, 0).required().text("event_type", strings.Repeat("t", 60))
 	_, err = m2.Map(context.Background(), rawIndex(b.bytes()), src)
