@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -131,11 +130,7 @@ func TestOriginalFragmenterLayout(t *testing.T) {
 // fragment among them: every message the original client sends arrives.
 func TestOriginalClientMessagesArrive(t *testing.T) {
 	h := newHarness(t, 0, udpOnly())
-	conn, err := net.Dial("udp", h.addr(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := h.rawConn(0)
 	const room = 1400 - headerLen
 	tags := []string{"rk:orig"}
 	var lengths []int
@@ -190,11 +185,7 @@ func TestTagsOnlyLastFragmentMustCarryTags(t *testing.T) {
 	o := udpOnly()
 	o.Listeners[0].Settings.DefragMaxAge = 50 * time.Millisecond
 	h := newHarness(t, 0, o)
-	conn, err := net.Dial("udp", h.addr(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := h.rawConn(0)
 	frags, err := originalFragments(canonicalOfLength(t, "vm-x", 2*176), []string{"rk:x"}, 1, 200)
 	if err != nil || len(frags) != 3 {
 		t.Fatalf("%d fragments: %v", len(frags), err)
