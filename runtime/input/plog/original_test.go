@@ -1,7 +1,6 @@
 package plog
 
 import (
-	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -282,12 +281,7 @@ func TestTextNotUTF8IsKeptAsADeadLetter(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.waitStat(0, "unparseable", func(s Snapshot) bool { return s.Unparseable == 1 })
-	testkit.WaitFor(t, 10*time.Second, "a dead letter", func() bool { return h.box.DeadLetterCount() >= 1 })
-	letters, err := h.box.ListDeadLetters(context.Background(), 0, 10)
-	if err != nil || len(letters) != 1 {
-		t.Fatalf("dead letters %d: %v", len(letters), err)
-	}
-	dl := letters[0]
+	dl := h.deadLetter()
 	if string(dl.Body) != string(body) || !dl.Undeliverable || dl.Reason != "not_json" ||
 		dl.Exchange != "plog" || dl.RoutingKey != "latin" {
 		t.Fatalf("dead letter %+v", dl.DeadLetter)

@@ -183,6 +183,18 @@ func (h *harness) resourceIDs(n int) map[any]bool {
 	return seen
 }
 
+// deadLetter waits for a dead letter in the outbox and returns it; a second
+// one fails the test.
+func (h *harness) deadLetter() outbox.StoredDeadLetter {
+	h.t.Helper()
+	testkit.WaitFor(h.t, 10*time.Second, "a dead letter", func() bool { return h.box.DeadLetterCount() >= 1 })
+	letters, err := h.box.ListDeadLetters(context.Background(), 0, 10)
+	if err != nil || len(letters) != 1 {
+		h.t.Fatalf("dead letters %d: %v", len(letters), err)
+	}
+	return letters[0]
+}
+
 // waitStat polls listener i's counters until cond holds.
 func (h *harness) waitStat(i int, what string, cond func(Snapshot) bool) Snapshot {
 	h.t.Helper()
@@ -689,12 +701,7 @@ func TestTCPFailedMappingDeadLettered(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.waitStat(0, "failed", func(s Snapshot) bool { return s.Failed == 1 })
-	testkit.WaitFor(t, 10*time.Second, "a dead letter", func() bool { return h.box.DeadLetterCount() >= 1 })
-	letters, err := h.box.ListDeadLetters(context.Background(), 0, 10)
-	if err != nil || len(letters) != 1 {
-		t.Fatalf("dead letters %d: %v", len(letters), err)
-	}
-	dl := letters[0]
+	dl := h.deadLetter()
 	if string(dl.Body) != "not json at all" || dl.Reason != "trap" || dl.Module != "broken@1.0.0" ||
 		dl.Exchange != "plog" || dl.RoutingKey != "tcp://"+h.addr(0) {
 		t.Fatalf("dead letter %+v", dl.DeadLetter)
@@ -789,12 +796,7 @@ func TestCanonicalEventWithoutTimestampGetsReceipt(t *testing.T) {
 	if evs[0]["resource_id"] != "r1" {
 		t.Fatalf("event %v", evs[0])
 	}
-	testkit.WaitFor(t, 10*time.Second, "a dead letter", func() bool { return h.box.DeadLetterCount() >= 1 })
-	letters, err := h.box.ListDeadLetters(context.Background(), 0, 10)
-	if err != nil || len(letters) != 1 {
-		t.Fatalf("dead letters %d: %v", len(letters), err)
-	}
-	dl := letters[0]
+	dl := h.deadLetter()
 	if string(dl.Body) != noProject || dl.Reason != string(runtime.ReasonInvalidEvent) || !strings.Contains(dl.Detail, "project_id") {
 		t.Fatalf("dead letter %+v", dl.DeadLetter)
 	}
