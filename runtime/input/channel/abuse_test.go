@@ -94,15 +94,9 @@ func TestCloseFromInsideCallback(t *testing.T) {
 			c := h.client(client.Options{Mode: client.ModeBidir})
 			ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
 			defer stop()
-			s, err := c.Subscribe(`^license\.`, false, func(client.Delivery) {
+			subscribe(t, ctx, c, `^license\.`, false, func(client.Delivery) {
 				once.Do(func() { closed <- c.Close(ctx, cancel) })
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Wait(ctx); err != nil {
-				t.Fatal(err)
-			}
 			if _, err := c.Publish(client.Message{Tag: "usage", Type: client.JSON, Data: usage("cb-close")}); err != nil {
 				t.Fatal(err)
 			}
@@ -402,13 +396,7 @@ func TestClientKeepsIdleConnectionOpen(t *testing.T) {
 	c := h.client(client.Options{Mode: client.ModeBidir})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := c.Subscribe(`^nothing$`, false, func(client.Delivery) {})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
+	subscribe(t, ctx, c, `^nothing$`, false, func(client.Delivery) {})
 	testkit.WaitFor(t, 60*time.Second, "eight pings (two idle timeouts)", func() bool { return c.Stats().Pings >= 8 })
 	if st := c.Stats(); st.Reconnects != 0 || st.State != client.StateConnected || h.counter("idle_timeouts_total") != 0 {
 		t.Fatalf("stats %+v, idle_timeouts_total %v", st, h.counter("idle_timeouts_total"))

@@ -296,22 +296,10 @@ func TestTapSeesMappedAndRaw(t *testing.T) {
 	var mu sync.Mutex
 	var mapped, raw []client.Delivery
 	sub := h.client(client.Options{Mode: client.ModeSubscribe})
-	s1, err := sub.Subscribe(`^license\.`, false, func(d client.Delivery) { mu.Lock(); mapped = append(mapped, d); mu.Unlock() })
-	if err != nil {
-		t.Fatal(err)
-	}
-	s2, err := sub.Subscribe(`^usage`, true, func(d client.Delivery) { mu.Lock(); raw = append(raw, d); mu.Unlock() })
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := s1.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := s2.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s1 := subscribe(t, ctx, sub, `^license\.`, false, func(d client.Delivery) { mu.Lock(); mapped = append(mapped, d); mu.Unlock() })
+	s2 := subscribe(t, ctx, sub, `^usage`, true, func(d client.Delivery) { mu.Lock(); raw = append(raw, d); mu.Unlock() })
 	pub := h.client(client.Options{})
 	data := []byte(`{"id":"t-1","type":"license.checkout","resource_type":"license","resource_id":"r","project_id":"p",` +
 		`"attributes":{"seats":2},"auth_token":"tap-secret-1"}`)
@@ -547,21 +535,15 @@ func TestSubscriptionSurvivesRestart(t *testing.T) {
 	var mu sync.Mutex
 	var got []string
 	sub := h.client(client.Options{Mode: client.ModeBidir})
-	s, err := sub.Subscribe(`^license\.`, false, func(d client.Delivery) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	subscribe(t, ctx, sub, `^license\.`, false, func(d client.Delivery) {
 		var ev map[string]any
 		_ = json.Unmarshal(d.Data, &ev)
 		mu.Lock()
 		got = append(got, ev["event_id"].(string))
 		mu.Unlock()
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := s.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
 	publish := func(id string) {
 		t.Helper()
 		if _, err := sub.Publish(client.Message{Tag: "usage", Type: client.JSON, Data: usage(id)}); err != nil {
