@@ -394,8 +394,7 @@ func TestClientKeepsIdleConnectionOpen(t *testing.T) {
 	h := newHarness(t, Options{IdleTimeout: 4 * time.Second})
 	h.start()
 	c := h.client(client.Options{Mode: client.ModeBidir})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t)
 	subscribe(t, ctx, c, `^nothing$`, false, func(client.Delivery) {})
 	testkit.WaitFor(t, 60*time.Second, "eight pings (two idle timeouts)", func() bool { return c.Stats().Pings >= 8 })
 	if st := c.Stats(); st.Reconnects != 0 || st.State != client.StateConnected || h.counter("idle_timeouts_total") != 0 {

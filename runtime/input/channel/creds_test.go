@@ -60,8 +60,7 @@ func TestImpersonation(t *testing.T) {
 	var mu sync.Mutex
 	var seen []client.Delivery
 	sub := h.client(client.Options{Mode: client.ModeSubscribe})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t)
 	subscribe(t, ctx, sub, ".*", false, func(d client.Delivery) { mu.Lock(); seen = append(seen, d); mu.Unlock() })
 	var settled []client.Settlement
 	root := h.client(client.Options{OnSettled: func(s client.Settlement) { mu.Lock(); settled = append(settled, s); mu.Unlock() }})
@@ -110,8 +109,7 @@ func TestPermissionsAcrossUsers(t *testing.T) {
 			t.Fatal(i, err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t)
 	if err := pub.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}

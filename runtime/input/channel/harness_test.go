@@ -302,6 +302,14 @@ func (h *harness) client(opts client.Options) *client.Client {
 	return c
 }
 
+// testCtx is the context of a test's calls: done a minute after it was made,
+// or when the test ends.
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // subscribe subscribes c to the event types regex matches (raw: the
 // messages as published) and waits until the daemon took the subscription.
 func subscribe(t testing.TB, ctx context.Context, c *client.Client, regex string, raw bool, fn func(client.Delivery)) *client.Subscription {

@@ -20,12 +20,6 @@ import (
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/channel/wire"
 )
 
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // eventID is the event_id of a delivered event.
 func eventID(t *testing.T, d client.Delivery) string {
 	t.Helper()

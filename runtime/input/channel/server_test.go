@@ -42,8 +42,7 @@ func TestPublishCommitsThenAcknowledges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t)
 	if err := c.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -102,8 +101,7 @@ func TestSkippedAndDeadLettered(t *testing.T) {
 	c := h.client(client.Options{OnSettled: func(s client.Settlement) { mu.Lock(); got = append(got, s); mu.Unlock() }})
 	_, _ = c.Publish(client.Message{Tag: "nobody.claims.this", Type: client.JSON, Data: usage("x")})
 	_, _ = c.Publish(client.Message{Tag: "usage", Type: client.JSON, Data: []byte(`42`)})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t)
 	if err := c.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -296,8 +294,7 @@ func TestTapSeesMappedAndRaw(t *testing.T) {
 	var mu sync.Mutex
 	var mapped, raw []client.Delivery
 	sub := h.client(client.Options{Mode: client.ModeSubscribe})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t)
 	s1 := subscribe(t, ctx, sub, `^license\.`, false, func(d client.Delivery) { mu.Lock(); mapped = append(mapped, d); mu.Unlock() })
 	s2 := subscribe(t, ctx, sub, `^usage`, true, func(d client.Delivery) { mu.Lock(); raw = append(raw, d); mu.Unlock() })
 	pub := h.client(client.Options{})
@@ -441,8 +438,7 @@ func TestQueueBound(t *testing.T) {
 		t.Fatalf("a message over the bound alone: %v", err)
 	}
 	h.start()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t)
 	if err := c.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -535,8 +531,7 @@ func TestSubscriptionSurvivesRestart(t *testing.T) {
 	var mu sync.Mutex
 	var got []string
 	sub := h.client(client.Options{Mode: client.ModeBidir})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t)
 	subscribe(t, ctx, sub, `^license\.`, false, func(d client.Delivery) {
 		var ev map[string]any
 		_ = json.Unmarshal(d.Data, &ev)
