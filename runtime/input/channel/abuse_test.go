@@ -4,7 +4,6 @@ package channel
 // tried against the real server over a real socket.
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -92,8 +91,7 @@ func TestCloseFromInsideCallback(t *testing.T) {
 			closed := make(chan error, 1)
 			var once sync.Once
 			c := h.client(client.Options{Mode: client.ModeBidir})
-			ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
-			defer stop()
+			ctx := testCtx(t)
 			subscribe(t, ctx, c, `^license\.`, false, func(client.Delivery) {
 				once.Do(func() { closed <- c.Close(ctx, cancel) })
 			})
@@ -116,8 +114,7 @@ func TestCloseFromInsideCallback(t *testing.T) {
 			closed := make(chan error, 1)
 			var once sync.Once
 			var c *client.Client
-			ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
-			defer stop()
+			ctx := testCtx(t)
 			c = h.client(client.Options{OnSettled: func(client.Settlement) {
 				once.Do(func() { closed <- c.Close(ctx, cancel) })
 			}})
@@ -323,8 +320,7 @@ func TestByteBudget(t *testing.T) {
 	t.Logf("budget %d B: %v messages read of %d published while the pipeline was held", budget, received, published)
 	h.proc.release()
 	released = true
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := testCtx(t)
 	for _, c := range clients {
 		if err := c.Flush(ctx); err != nil {
 			t.Fatal(err)

@@ -380,8 +380,7 @@ func TestPublisherSurvivesDaemonRestart(t *testing.T) {
 	mid := c.Stats()
 	h.start()
 	<-published
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := testCtx(t)
 	if err := c.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
