@@ -1,5 +1,9 @@
 package plog
 
+// What plog's issue tracker proposed and the listener does: exceptions
+// counted, a start line per listener, isolated listeners, the \0 protocol over
+// TCP and a failures object in STAT.
+
 import (
 	"bufio"
 	"context"
