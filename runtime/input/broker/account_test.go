@@ -28,10 +28,7 @@ func TestNarrowAccount(t *testing.T) {
 	logs := &testkit.SyncBuffer{}
 	opts := testOptions(v, logs, "nova", "openstack")
 	opts.TransportURL = narrowURL
-	c, err := New(newTestProcessor(t), ob, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newConsumer(t, newTestProcessor(t), ob, opts)
 	r := startConsumer(t, c)
 	testkit.WaitFor(t, 15*time.Second, "ready with the narrow account", func() bool { return r.Ready() == nil })
 	if got := testutil.ToFloat64(c.m.refusedBindings); got != 0 {

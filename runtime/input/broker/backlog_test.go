@@ -10,10 +10,7 @@ import (
 
 // A consumer that never took a delivery has no backlog.
 func TestBackloggedFalseBeforeAnyDelivery(t *testing.T) {
-	c, err := New(newTestProcessor(t), openOutbox(t, t.TempDir(), 10), testOptions(vhostByName("unused"), &testkit.SyncBuffer{}, "nova"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newConsumer(t, newTestProcessor(t), openOutbox(t, t.TempDir(), 10), testOptions(vhostByName("unused"), &testkit.SyncBuffer{}, "nova"))
 	if c.Backlogged() {
 		t.Fatal("backlogged before running")
 	}
@@ -29,10 +26,7 @@ func TestBackloggedWhileDraining(t *testing.T) {
 	fill(t, v, note(t, "backlog-1", "compute.instance.exists"), n)
 
 	opts := testOptions(v, &testkit.SyncBuffer{}, "nova") // Prefetch 20
-	c, err := New(newTestProcessor(t), openOutbox(t, t.TempDir(), 1<<20), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newConsumer(t, newTestProcessor(t), openOutbox(t, t.TempDir(), 1<<20), opts)
 	if c.Backlogged() {
 		t.Fatal("backlogged before running")
 	}

@@ -28,10 +28,7 @@ func BenchmarkConsume(b *testing.B) {
 	ob := openOutbox(b, b.TempDir(), 1<<40)
 	opts := testOptions(v, &testkit.SyncBuffer{}, "nova")
 	opts.Prefetch = 200
-	c, err := New(newTestProcessor(b), ob, opts)
-	if err != nil {
-		b.Fatal(err)
-	}
+	c := newConsumer(b, newTestProcessor(b), ob, opts)
 	r := startConsumer(b, c)
 	testkit.WaitFor(b, 30*time.Second, "ready", func() bool { return r.Ready() == nil })
 	body := readTestdata(b, "wire/v2_nova_001.body")

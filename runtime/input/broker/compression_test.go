@@ -34,10 +34,7 @@ func TestCompressedNotificationsAreCollected(t *testing.T) {
 	v := newVhost(t)
 	v.DeclareExchanges(t, false, "nova")
 	ob := openOutbox(t, t.TempDir(), 100000)
-	c, err := New(newTestProcessor(t), ob, testOptions(v, &testkit.SyncBuffer{}, "nova"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newConsumer(t, newTestProcessor(t), ob, testOptions(v, &testkit.SyncBuffer{}, "nova"))
 	r := startConsumer(t, c)
 	testkit.WaitFor(t, 15*time.Second, "ready", func() bool { return r.Ready() == nil })
 

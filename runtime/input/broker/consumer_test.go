@@ -29,10 +29,7 @@ func TestConsumeCommitThenAck(t *testing.T) {
 	opts := testOptions(v, logs, "nova", "neutron", "openstack", "glance")
 	reg := prometheus.NewRegistry()
 	opts.Registerer = reg
-	c, err := New(newTestProcessor(t), ob, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newConsumer(t, newTestProcessor(t), ob, opts)
 	if c.Ready() == nil {
 		t.Fatal("ready before running")
 	}
@@ -171,10 +168,7 @@ func TestNoExchangePresent(t *testing.T) {
 	t.Parallel() // its own virtual host
 	v := newVhost(t)
 	logs := &testkit.SyncBuffer{}
-	c, err := New(newTestProcessor(t), openOutbox(t, t.TempDir(), 100), testOptions(v, logs, "nova", "glance"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newConsumer(t, newTestProcessor(t), openOutbox(t, t.TempDir(), 100), testOptions(v, logs, "nova", "glance"))
 	r := startConsumer(t, c)
 	testkit.WaitFor(t, 10*time.Second, "two reconnects", func() bool { return testutil.ToFloat64(c.m.reconnects) >= 2 })
 	if err := r.Ready(); !errors.Is(err, ErrNoExchanges) || !errors.Is(err, ErrNotConsuming) {
@@ -197,10 +191,7 @@ func TestRequireExchanges(t *testing.T) {
 	logs := &testkit.SyncBuffer{}
 	opts := testOptions(v, logs, "nova", "neutron")
 	opts.RequireExchanges = true
-	c, err := New(newTestProcessor(t), ob, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newConsumer(t, newTestProcessor(t), ob, opts)
 	r := startConsumer(t, c)
 	testkit.WaitFor(t, 10*time.Second, "exchanges-missing state", func() bool { return errors.Is(r.Ready(), ErrExchangesMissing) })
 	if !strings.Contains(r.Ready().Error(), "neutron") {
@@ -238,10 +229,7 @@ func TestQuorumRefusedOnOldBroker(t *testing.T) {
 	logs := &testkit.SyncBuffer{}
 	opts := testOptions(v, logs, "nova")
 	opts.QueueType = "" // the default
-	c, err := New(newTestProcessor(t), openOutbox(t, t.TempDir(), 100), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newConsumer(t, newTestProcessor(t), openOutbox(t, t.TempDir(), 100), opts)
 	r := startConsumer(t, c)
 	testkit.WaitFor(t, 10*time.Second, "refusal", func() bool { return errors.Is(r.Ready(), ErrQuorumUnsupported) })
 	if !strings.Contains(r.Ready().Error(), "QUEUE_TYPE=classic") || !strings.Contains(logs.String(), "QUEUE_TYPE=classic") {
@@ -266,10 +254,7 @@ func TestQueueTypeMismatch(t *testing.T) {
 	}
 	v.Publish(t, "", defaultQueue, note(t, "backlog-1", "compute.instance.exists"))
 	logs := &testkit.SyncBuffer{}
-	c, err := New(newTestProcessor(t), openOutbox(t, t.TempDir(), 100), testOptions(v, logs, "nova"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newConsumer(t, newTestProcessor(t), openOutbox(t, t.TempDir(), 100), testOptions(v, logs, "nova"))
 	r := startConsumer(t, c)
 	testkit.WaitFor(t, 10*time.Second, "mismatch retried", func() bool {
 		return errors.Is(r.Ready(), ErrQueueTypeMismatch) && testutil.ToFloat64(c.m.reconnects) >= 2
@@ -301,10 +286,7 @@ func TestRefusedBinding(t *testing.T) {
 		`^notifications\.(audit|debug|info|warn|critical|sample)$`)
 	ob := openOutbox(t, t.TempDir(), 100)
 	logs := &testkit.SyncBuffer{}
-	c, err := New(newTestProcessor(t), ob, testOptions(v, logs, "nova"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newConsumer(t, newTestProcessor(t), ob, testOptions(v, logs, "nova"))
 	r := startConsumer(t, c)
 	testkit.WaitFor(t, 10*time.Second, "ready", func() bool { return r.Ready() == nil })
 	if testutil.ToFloat64(c.m.refusedBindings) != 1 || !strings.Contains(logs.String(), "notifications.error") {

@@ -77,6 +77,16 @@ func newLink(t *testing.T, v *vhost, name string, edit func(*ControlOptions)) *r
 	return r
 }
 
+// upLink makes a link with the default options, starts it and waits until
+// it is up.
+func upLink(t *testing.T, v *vhost, name string) *replicaLink {
+	t.Helper()
+	r := newLink(t, v, name, nil)
+	r.start(t)
+	r.waitUp(t)
+	return r
+}
+
 func (r *replicaLink) start(t *testing.T) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -155,9 +165,7 @@ func TestControlReachesEveryReplica(t *testing.T) {
 func TestControlUnsentKeptAcrossARestart(t *testing.T) {
 	v := newVhost(t)
 	ob := openOutbox(t, t.TempDir(), 100)
-	other := newLink(t, v, "collector-1", nil)
-	other.start(t)
-	other.waitUp(t)
+	other := upLink(t, v, "collector-1")
 
 	down := newLink(t, v, "collector-0", func(o *ControlOptions) {
 		o.TransportURL = "amqp://guest:guest@127.0.0.1:1/" + url.PathEscape(v.Name)
@@ -224,9 +232,7 @@ func TestControlHeldUntilApplied(t *testing.T) {
 func TestControlReplicaNameTaken(t *testing.T) {
 	t.Parallel() // its own virtual host
 	v := newVhost(t)
-	r1 := newLink(t, v, "collector-0", nil)
-	r1.start(t)
-	r1.waitUp(t)
+	upLink(t, v, "collector-0")
 	twin := newLink(t, v, "collector-0", nil)
 	twin.start(t)
 	testkit.WaitFor(t, 15*time.Second, "the twin refused", func() bool {
@@ -245,9 +251,7 @@ func TestControlReplicaNameTaken(t *testing.T) {
 func TestControlUnreadableMessageDropped(t *testing.T) {
 	t.Parallel() // its own virtual host
 	v := newVhost(t)
-	r := newLink(t, v, "collector-0", nil)
-	r.start(t)
-	r.waitUp(t)
+	r := upLink(t, v, "collector-0")
 	v.Publish(t, DefaultControlExchange, "", []byte("not json"), []byte(`{"format":2,"action":"promote"}`))
 	d := decision(6, "collector-1")
 	if err := r.Publish(context.Background(), d); err != nil {

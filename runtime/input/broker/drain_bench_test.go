@@ -101,15 +101,7 @@ func benchDrain(b *testing.B, proc input.Processor) {
 		n = v
 	}
 	const prefetch = 100
-	v := newVhost(b)
-	v.DeclareExchanges(b, false, "nova")
-	ch, err := v.Conn(b).Channel()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := ch.QueueDeclare(defaultQueue, true, false, false, false, queueArgs(QueueClassic)); err != nil {
-		b.Fatal(err)
-	}
+	v, _ := classicQueueVhost(b)
 	body := readTestdata(b, "wire/v2_nova_001.body")
 	if r := proc.Process(context.Background(), pipeline.Message{Body: body, Exchange: "nova", RoutingKey: "notifications.info"}); r.Outcome != pipeline.Mapped {
 		b.Fatalf("the benchmark's notification is not mapped: %v %s", r.Outcome, r.Reason)
@@ -147,10 +139,7 @@ func benchDrain(b *testing.B, proc input.Processor) {
 	if v, err := time.ParseDuration(os.Getenv("TALLY_BENCH_LINGER")); err == nil {
 		opts.CommitLinger = v
 	}
-	c, err := New(proc, ob, opts)
-	if err != nil {
-		b.Fatal(err)
-	}
+	c := newConsumer(b, proc, ob, opts)
 	// The polls of the acknowledged count allocate too: counted, and taken
 	// off the consumer's allocations.
 	polls := 0

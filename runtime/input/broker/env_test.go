@@ -16,6 +16,7 @@ import (
 
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
+	"github.com/tally-billing/tally-openstack-collector/runtime/input"
 )
 
 // The tests run against the real RabbitMQ on 127.0.0.1:5672 (guest/guest),
@@ -138,6 +139,16 @@ func testOptions(v *vhost, logs *testkit.SyncBuffer, exchanges ...string) Option
 	}
 }
 
+// newConsumer is New's consumer; an error fails the test.
+func newConsumer(t testing.TB, proc input.Processor, ob input.Outbox, opts Options) *Consumer {
+	t.Helper()
+	c, err := New(proc, ob, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 type runningConsumer struct {
 	*Consumer
 	cancel context.CancelFunc
@@ -221,6 +232,21 @@ func note(t testing.TB, id, eventType string) []byte {
 		"payload": map[string]any{"n": 1}, "timestamp": "2026-12-02 10:46:03.371529",
 	})
 	return envelope(t, inner)
+}
+
+// publishNotes publishes n notifications (compute.instance.exists) straight
+// to the collector's queue, their message_ids prefix-000 and up, and returns
+// the ids in order.
+func publishNotes(t testing.TB, v *vhost, prefix string, n int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	bodies := make([][]byte, n)
+	for i := range n {
+		ids[i] = fmt.Sprintf("%s-%03d", prefix, i)
+		bodies[i] = note(t, ids[i], "compute.instance.exists")
+	}
+	v.Publish(t, "", defaultQueue, bodies...)
+	return ids
 }
 
 func openChildOutbox(dir string) (*outbox.Outbox, error) {

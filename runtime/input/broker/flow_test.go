@@ -42,6 +42,19 @@ var (
 	_ input.PipelinedOutbox = (*recordingOutbox)(nil)
 )
 
+// keyedEventIDs is the event_id of each event, in order.
+func keyedEventIDs(events []ledger.Keyed) []string {
+	ids := make([]string, len(events))
+	for i, e := range events {
+		var ev struct {
+			EventID string `json:"event_id"`
+		}
+		_ = json.Unmarshal(e.Bytes, &ev)
+		ids[i] = ev.EventID
+	}
+	return ids
+}
+
 func (r *recordingOutbox) BeginAppendKeyed(ctx context.Context, events []ledger.Keyed, taken time.Time, tally *ledger.Delta) *outbox.Pending {
 	r.appending.Add(1)
 	time.Sleep(r.delay)
@@ -58,13 +71,9 @@ func (r *recordingOutbox) BeginAppendKeyed(ctx context.Context, events []ledger.
 	if len(events) > 0 {
 		r.commits++
 	}
-	for _, e := range events {
-		var ev struct {
-			EventID string `json:"event_id"`
-		}
-		_ = json.Unmarshal(e.Bytes, &ev)
-		r.handed[ev.EventID] = p
-		r.order = append(r.order, ev.EventID)
+	for _, id := range keyedEventIDs(events) {
+		r.handed[id] = p
+		r.order = append(r.order, id)
 	}
 	return p
 }
@@ -79,13 +88,9 @@ func (r *recordingOutbox) AppendKeyed(ctx context.Context, events []ledger.Keyed
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.commits++
-	for _, e := range events {
-		var ev struct {
-			EventID string `json:"event_id"`
-		}
-		_ = json.Unmarshal(e.Bytes, &ev)
-		r.committed[ev.EventID] = true
-		r.order = append(r.order, ev.EventID)
+	for _, id := range keyedEventIDs(events) {
+		r.committed[id] = true
+		r.order = append(r.order, id)
 	}
 	return nil
 }
@@ -179,10 +184,7 @@ func TestAckNeverPrecedesCommit(t *testing.T) {
 	opts := testOptions(v, &testkit.SyncBuffer{}, "nova")
 	opts.Prefetch = 50
 	opts.Workers = 4
-	c, err := New(shuffleProcessor{newTestProcessor(t), rec, &overlap}, rec, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newConsumer(t, shuffleProcessor{newTestProcessor(t), rec, &overlap}, rec, opts)
 	var mu sync.Mutex
 	var violations []string
 	var acks []uint64
@@ -240,30 +242,15 @@ func TestAckNeverPrecedesCommit(t *testing.T) {
 // is left unacknowledged, and no event is committed twice.
 func TestGracefulStopUnderLoad(t *testing.T) {
 	t.Parallel() // its own virtual host
-	v := newVhost(t)
-	v.DeclareExchanges(t, false, "nova")
-	qch, err := v.Conn(t).Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := qch.QueueDeclare(defaultQueue, true, false, false, false, queueArgs(QueueClassic)); err != nil {
-		t.Fatal(err)
-	}
+	v, qch := classicQueueVhost(t)
 	const n = 400
-	var bodies [][]byte
-	for i := 0; i < n; i++ {
-		bodies = append(bodies, note(t, fmt.Sprintf("stop-%03d", i), "compute.instance.exists"))
-	}
-	v.Publish(t, "", defaultQueue, bodies...)
+	ids := publishNotes(t, v, "stop", n)
 
 	ob := openOutbox(t, t.TempDir(), 1<<20)
 	opts := testOptions(v, &testkit.SyncBuffer{}, "nova")
 	opts.Prefetch = 50
 	opts.Workers = 2
-	c, err := New(slowProcessor{newTestProcessor(t), 2 * time.Millisecond}, ob, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newConsumer(t, slowProcessor{newTestProcessor(t), 2 * time.Millisecond}, ob, opts)
 	var stopping atomic.Bool
 	acksAfterStop, consumersAtFirst := 0, -1
 	var hookErr error
@@ -295,8 +282,7 @@ func TestGracefulStopUnderLoad(t *testing.T) {
 	}
 	queued := v.queuedIDs(t, defaultQueue)
 	got := outboxIDs(t, ob)
-	for i := 0; i < n; i++ {
-		id := fmt.Sprintf("stop-%03d", i)
+	for _, id := range ids {
 		switch {
 		case got[id] > 1:
 			t.Errorf("%s committed %d times", id, got[id])

@@ -37,16 +37,7 @@ func childMain() int {
 	if at := os.Getenv(childKillAtEnv); at != "" {
 		return pipelineKillChild(at)
 	}
-	v := vhostByName(os.Getenv(childVhostEnv))
-	ob, err := openChildOutbox(os.Getenv(childDirEnv))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "child:", err)
-		return 2
-	}
-	opts := testOptions(v, nil, "nova")
-	opts.Logger = zerolog.New(os.Stderr)
-	opts.Workers = 4
-	c, err := New(slowProcessor{newTestProcessor(nil), time.Millisecond}, ob, opts)
+	c, err := newChildConsumer(time.Millisecond, func(*Options) {})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 2
@@ -61,6 +52,23 @@ func childMain() int {
 	return 3
 }
 
+// newChildConsumer is the consumer of a collector child: four workers
+// mapping with a pause of delay, on the queue of the virtual host named in
+// its environment, committing to an outbox in the directory named there, and
+// logging to stderr; edit adjusts its options.
+func newChildConsumer(delay time.Duration, edit func(*Options)) (*Consumer, error) {
+	v := vhostByName(os.Getenv(childVhostEnv))
+	ob, err := openChildOutbox(os.Getenv(childDirEnv))
+	if err != nil {
+		return nil, err
+	}
+	opts := testOptions(v, nil, "nova")
+	opts.Logger = zerolog.New(os.Stderr)
+	opts.Workers = 4
+	edit(&opts)
+	return New(slowProcessor{newTestProcessor(nil), delay}, ob, opts)
+}
+
 // killed is what a test finds after a collector child died by SIGKILL.
 type killed struct {
 	queued            map[string]bool // ids back in the queue
@@ -68,6 +76,27 @@ type killed struct {
 	inOutbox          map[string]int  // id -> copies in the outbox
 	acked             int             // ids the broker no longer holds
 	committedNotAcked int             // ids both in the outbox and back in the queue
+}
+
+// runChild runs the test binary as a collector child (childMain) on v's
+// queue with its outbox in dir and env added to its environment, and waits
+// for it; a child still running after a minute is sent onTimeout. It returns
+// how the child ended, what it wrote on its standard error and Wait's error.
+func runChild(t *testing.T, v *vhost, dir string, onTimeout syscall.Signal, env ...string) (syscall.WaitStatus, string, error) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=1", childVhostEnv+"="+v.Name, childDirEnv+"="+dir)
+	cmd.Env = append(cmd.Env, env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	guard := time.AfterFunc(60*time.Second, func() { _ = cmd.Process.Signal(onTimeout) })
+	err := cmd.Wait()
+	guard.Stop()
+	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	return ws, stderr.String(), err
 }
 
 // afterKill waits until the dead child's deliveries are back in the queue,
@@ -103,29 +132,12 @@ func TestKillBetweenCommitAndAck(t *testing.T) {
 	t.Parallel() // its own virtual host
 	v, _ := classicQueueVhost(t)
 	const n = 300
-	var ids []string
-	var bodies [][]byte
-	for i := 0; i < n; i++ {
-		id := fmt.Sprintf("kill-%03d", i)
-		ids = append(ids, id)
-		bodies = append(bodies, note(t, id, "compute.instance.exists"))
-	}
-	v.Publish(t, "", defaultQueue, bodies...)
+	ids := publishNotes(t, v, "kill", n)
 
 	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=1", childVhostEnv+"="+v.Name, childDirEnv+"="+dir)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	guard := time.AfterFunc(60*time.Second, func() { _ = cmd.Process.Kill() })
-	err := cmd.Wait()
-	guard.Stop()
-	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	ws, stderr, err := runChild(t, v, dir, syscall.SIGKILL)
 	if err == nil || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-		t.Fatalf("child did not die by SIGKILL: %v\n%s", err, stderr.String())
+		t.Fatalf("child did not die by SIGKILL: %v\n%s", err, stderr)
 	}
 	k := afterKill(t, v, dir, ids)
 	queued, ob, acked, committedNotAcked := k.queued, k.ob, k.acked, k.committedNotAcked
@@ -135,10 +147,7 @@ func TestKillBetweenCommitAndAck(t *testing.T) {
 	}
 	t.Logf("after the kill: %d acknowledged, %d committed and not acknowledged, %d back in the queue", acked, committedNotAcked, len(queued))
 
-	c, err := New(newTestProcessor(t), ob, testOptions(v, &testkit.SyncBuffer{}, "nova"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newConsumer(t, newTestProcessor(t), ob, testOptions(v, &testkit.SyncBuffer{}, "nova"))
 	startConsumer(t, c)
 	testkit.WaitFor(t, 30*time.Second, "redeliveries acknowledged", func() bool {
 		return testutil.ToFloat64(c.m.acked) == float64(len(queued))
@@ -208,10 +217,7 @@ func TestBackPressureAtBound(t *testing.T) {
 	opts := testOptions(v, &testkit.SyncBuffer{}, "nova")
 	opts.BatchMax = 5
 	opts.PauseMin, opts.PauseMax = time.Second, time.Second
-	c, err := New(newTestProcessor(t), ob, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newConsumer(t, newTestProcessor(t), ob, opts)
 	r := startConsumer(t, c)
 	testkit.WaitFor(t, 15*time.Second, "ready", func() bool { return r.Ready() == nil })
 	const n = 12
@@ -268,10 +274,7 @@ func TestRefusedInsertRequeues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(newTestProcessor(t), refusing, testOptions(v, &testkit.SyncBuffer{}, "nova"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newConsumer(t, newTestProcessor(t), refusing, testOptions(v, &testkit.SyncBuffer{}, "nova"))
 	r := startConsumer(t, c)
 	testkit.WaitFor(t, 15*time.Second, "ready", func() bool { return r.Ready() == nil })
 	v.Publish(t, "nova", "notifications.info", note(t, "ref-1", "compute.instance.exists"), note(t, "ref-2", "compute.instance.exists"))
@@ -320,10 +323,7 @@ func TestCloseAllConnectionsMidStream(t *testing.T) {
 	v.DeclareExchanges(t, false, "nova")
 	ob := openOutbox(t, t.TempDir(), 100000)
 	logs := &testkit.SyncBuffer{}
-	c, err := New(slowProcessor{newTestProcessor(t), 3 * time.Millisecond}, ob, testOptions(v, logs, "nova"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newConsumer(t, slowProcessor{newTestProcessor(t), 3 * time.Millisecond}, ob, testOptions(v, logs, "nova"))
 	r := startConsumer(t, c)
 	testkit.WaitFor(t, 15*time.Second, "ready", func() bool { return r.Ready() == nil })
 

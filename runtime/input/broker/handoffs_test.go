@@ -27,22 +27,11 @@ import (
 func TestHandoffsPerDelivery(t *testing.T) {
 	t.Parallel() // its own virtual host
 	const n, prefetch = 3000, 100
-	v := newVhost(t)
-	v.DeclareExchanges(t, false, "nova")
-	ch, err := v.Conn(t).Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDeclare(defaultQueue, true, false, false, false, queueArgs(QueueClassic)); err != nil {
-		t.Fatal(err)
-	}
+	v, _ := classicQueueVhost(t)
 	fill(t, v, readTestdata(t, "wire/v2_nova_001.body"), n)
 	opts := testOptions(v, &testkit.SyncBuffer{}, "nova")
 	opts.Prefetch = prefetch
-	c, err := New(newTestProcessor(t), openOutbox(t, t.TempDir(), 1<<40), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newConsumer(t, newTestProcessor(t), openOutbox(t, t.TempDir(), 1<<40), opts)
 	r := startConsumer(t, c)
 	acked := func() float64 { return testutil.ToFloat64(c.m.acked) }
 	testkit.WaitFor(t, time.Minute, "first acknowledgement", func() bool { return acked() > 0 })

@@ -26,10 +26,7 @@ func TestCommitLingerGroupsATrickle(t *testing.T) {
 			rec := &recordingOutbox{Outbox: openOutbox(t, t.TempDir(), 1<<20), committed: map[string]bool{}}
 			opts := testOptions(v, &testkit.SyncBuffer{}, "nova")
 			opts.CommitLinger = tc.linger
-			c, err := New(newTestProcessor(t), rec, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
+			c := newConsumer(t, newTestProcessor(t), rec, opts)
 			startConsumer(t, c)
 			testkit.WaitFor(t, 20*time.Second, "consuming", func() bool { return c.Ready() == nil })
 			const n = 40
@@ -69,10 +66,7 @@ func TestCommitLingerLoneDelivery(t *testing.T) {
 	box := openOutbox(t, t.TempDir(), 1<<20)
 	opts := testOptions(v, &testkit.SyncBuffer{}, "nova")
 	opts.CommitLinger = 300 * time.Millisecond
-	c, err := New(newTestProcessor(t), box, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newConsumer(t, newTestProcessor(t), box, opts)
 	startConsumer(t, c)
 	testkit.WaitFor(t, 20*time.Second, "consuming", func() bool { return c.Ready() == nil })
 	v.Publish(t, "", defaultQueue, note(t, "lone-1", "compute.instance.exists"))
@@ -98,10 +92,7 @@ func TestStopCommitsALingeringDelivery(t *testing.T) {
 	opts := testOptions(v, &testkit.SyncBuffer{}, "nova")
 	opts.CommitLinger = 20 * time.Second
 	opts.StopBudget = 10 * time.Second
-	c, err := New(newTestProcessor(t), box, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newConsumer(t, newTestProcessor(t), box, opts)
 	r := startConsumer(t, c)
 	testkit.WaitFor(t, 20*time.Second, "consuming", func() bool { return c.Ready() == nil })
 	v.Publish(t, "", defaultQueue, note(t, "lingering-1", "compute.instance.exists"))

@@ -1,11 +1,9 @@
 package broker
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -49,19 +47,12 @@ func settledNow(c <-chan struct{}) bool {
 // stage named by at is reached, after writing "killing" to stderr. If it
 // never is, it exits with status 4.
 func pipelineKillChild(at string) int {
-	v := vhostByName(os.Getenv(childVhostEnv))
-	ob, err := openChildOutbox(os.Getenv(childDirEnv))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "child:", err)
-		return 2
-	}
-	opts := testOptions(v, nil, "nova")
-	opts.Logger = zerolog.New(os.Stderr).Level(zerolog.WarnLevel)
-	opts.Workers = 4
-	opts.BatchMax = 5
-	opts.CommitLinger = -1
-	opts.CommitPipeline = 2
-	c, err := New(slowProcessor{newTestProcessor(nil), 200 * time.Microsecond}, ob, opts)
+	c, err := newChildConsumer(200*time.Microsecond, func(opts *Options) {
+		opts.Logger = opts.Logger.Level(zerolog.WarnLevel)
+		opts.BatchMax = 5
+		opts.CommitLinger = -1
+		opts.CommitPipeline = 2
+	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 2
@@ -145,31 +136,14 @@ func TestKillBetweenPipelinedStages(t *testing.T) {
 		t.Run(at, func(t *testing.T) {
 			v, _ := classicQueueVhost(t)
 			const n = 600
-			var ids []string
-			var bodies [][]byte
-			for i := 0; i < n; i++ {
-				id := fmt.Sprintf("pipe-%03d", i)
-				ids = append(ids, id)
-				bodies = append(bodies, note(t, id, "compute.instance.exists"))
-			}
-			v.Publish(t, "", defaultQueue, bodies...)
+			ids := publishNotes(t, v, "pipe", n)
 
 			dir := t.TempDir()
-			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), childEnv+"=1", childVhostEnv+"="+v.Name, childDirEnv+"="+dir, childKillAtEnv+"="+at)
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
+			ws, stderr, err := runChild(t, v, dir, syscall.SIGTERM, childKillAtEnv+"="+at)
+			if err == nil || !ws.Signaled() || ws.Signal() != syscall.SIGKILL || !strings.Contains(stderr, "killing:") {
+				t.Fatalf("child did not kill itself at %s: %v\n%s", at, err, stderr)
 			}
-			guard := time.AfterFunc(60*time.Second, func() { _ = cmd.Process.Signal(syscall.SIGTERM) })
-			err := cmd.Wait()
-			guard.Stop()
-			ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
-			if err == nil || !ws.Signaled() || ws.Signal() != syscall.SIGKILL || !strings.Contains(stderr.String(), "killing:") {
-				t.Fatalf("child did not kill itself at %s: %v\n%s", at, err, stderr.String())
-			}
-			for _, l := range strings.Split(stderr.String(), "\n") {
+			for _, l := range strings.Split(stderr, "\n") {
 				if strings.HasPrefix(l, "killing:") {
 					t.Log(l)
 				}

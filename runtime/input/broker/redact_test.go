@@ -35,6 +35,16 @@ func readTestdata(t testing.TB, name string) []byte {
 	return b
 }
 
+// noSecrets fails the test for each of secretValues found in out.
+func noSecrets(t testing.TB, out []byte) {
+	t.Helper()
+	for _, s := range secretValues {
+		if bytes.Contains(out, []byte(s)) {
+			t.Errorf("%s leaked: %s", s, out)
+		}
+	}
+}
+
 func decodeLine(t testing.TB, line []byte) map[string]any {
 	t.Helper()
 	if !bytes.HasSuffix(line, []byte("\n")) || bytes.Count(line, []byte("\n")) != 1 {
@@ -52,11 +62,7 @@ func TestDumpLineRedactsAtDepthAnyCase(t *testing.T) {
 	for name, body := range map[string][]byte{"envelope": envelope(t, inner), "bare": inner} {
 		t.Run(name, func(t *testing.T) {
 			line := DumpLine(nil, "openstack", "notifications.info", body)
-			for _, s := range secretValues {
-				if bytes.Contains(line, []byte(s)) {
-					t.Errorf("%s leaked: %s", s, line)
-				}
-			}
+			noSecrets(t, line)
 			m := decodeLine(t, line)
 			if m["exchange"] != "openstack" || m["routing_key"] != "notifications.info" {
 				t.Errorf("exchange/routing key: %v %v", m["exchange"], m["routing_key"])
@@ -144,11 +150,7 @@ func TestDumpLineUnparseable(t *testing.T) {
 	for name, body := range cases {
 		t.Run(name, func(t *testing.T) {
 			line := DumpLine(nil, "nova", "notifications.info", body)
-			for _, s := range secretValues {
-				if bytes.Contains(line, []byte(s)) {
-					t.Errorf("%s leaked: %s", s, line)
-				}
-			}
+			noSecrets(t, line)
 			m := decodeLine(t, line)
 			if m["size"] != float64(len(body)) {
 				t.Errorf("size: %v", m["size"])

@@ -57,10 +57,7 @@ func TestRedeliveredIsNoFirstDelivery(t *testing.T) {
 			opts.QueueType = qt
 			rec := &firstSeen{Processor: newTestProcessor(t), first: map[string]bool{}}
 			// A first run declares and binds the queue.
-			c, err := New(rec, ob, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
+			c := newConsumer(t, rec, ob, opts)
 			r := startConsumer(t, c)
 			testkit.WaitFor(t, 20*time.Second, "ready", func() bool { return r.Ready() == nil })
 			r.stop()

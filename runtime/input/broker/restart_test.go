@@ -26,10 +26,7 @@ func TestBrokerStopStart(t *testing.T) {
 	v := newVhost(t)
 	v.DeclareExchanges(t, false, "nova") // as oslo declares it: gone after a restart
 	ob := openOutbox(t, t.TempDir(), 1000)
-	c, err := New(newTestProcessor(t), ob, testOptions(v, &testkit.SyncBuffer{}, "nova"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newConsumer(t, newTestProcessor(t), ob, testOptions(v, &testkit.SyncBuffer{}, "nova"))
 	r := startConsumer(t, c)
 	testkit.WaitFor(t, 15*time.Second, "ready", func() bool { return r.Ready() == nil })
 	for i := 0; i < 5; i++ {

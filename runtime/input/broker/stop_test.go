@@ -74,10 +74,7 @@ func TestConsumerStopBoundedWhenTheBrokerHangs(t *testing.T) {
 	// A missed heartbeat would end the connection too, after three
 	// intervals: far beyond the bound under test.
 	opts.Heartbeat = 10 * time.Minute
-	c, err := New(newTestProcessor(t), openOutbox(t, t.TempDir(), 100), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newConsumer(t, newTestProcessor(t), openOutbox(t, t.TempDir(), 100), opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)

@@ -51,10 +51,7 @@ func TestTapSeesWhatIsCommitted(t *testing.T) {
 	tap := &recordingTap{t: t, box: box}
 	opts := testOptions(v, &testkit.SyncBuffer{}, "nova")
 	opts.Tap = tap
-	c, err := New(newTestProcessor(t), box, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newConsumer(t, newTestProcessor(t), box, opts)
 	startConsumer(t, c)
 	testkit.WaitFor(t, 20*time.Second, "consuming", func() bool { return c.Ready() == nil })
 

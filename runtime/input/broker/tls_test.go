@@ -191,10 +191,7 @@ func TestTLSBrokerRotatedFilesWithoutRestart(t *testing.T) {
 	opts := testOptions(&vhost{v}, logs, "tls-rotate")
 	opts.TransportURL, opts.TLS, opts.Queue = b.Required.AMQPS(""), files, "tls-rotate"
 	ob := openOutbox(t, t.TempDir(), 100)
-	c, err := New(newTestProcessor(t), ob, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newConsumer(t, newTestProcessor(t), ob, opts)
 	r := startConsumer(t, c)
 	testkit.WaitFor(t, 30*time.Second, "the wrong CA refused and logged", func() bool {
 		return strings.Contains(logs.String(), "not signed by a CA in the CA file "+files.CAFile)

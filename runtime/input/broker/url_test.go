@@ -16,10 +16,7 @@ func TestFailoverToSecondHost(t *testing.T) {
 	logs := &testkit.SyncBuffer{}
 	opts := testOptions(v, logs, "nova")
 	opts.TransportURL = "rabbit://guest:guest@127.0.0.1:1,guest:guest@" + brokerAddr + "/" + v.Name
-	c, err := New(newTestProcessor(t), openOutbox(t, t.TempDir(), 10), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newConsumer(t, newTestProcessor(t), openOutbox(t, t.TempDir(), 10), opts)
 	r := startConsumer(t, c)
 	testkit.WaitFor(t, 15*time.Second, "ready through the second host", func() bool { return r.Ready() == nil })
 	if !strings.Contains(logs.String(), "127.0.0.1:1") || !strings.Contains(logs.String(), "guest:[redacted]@") {

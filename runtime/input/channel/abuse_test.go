@@ -4,7 +4,6 @@ package channel
 // tried against the real server over a real socket.
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -92,17 +91,10 @@ func TestCloseFromInsideCallback(t *testing.T) {
 			closed := make(chan error, 1)
 			var once sync.Once
 			c := h.client(client.Options{Mode: client.ModeBidir})
-			ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
-			defer stop()
-			s, err := c.Subscribe(`^license\.`, false, func(client.Delivery) {
+			ctx := testCtx(t)
+			subscribe(t, ctx, c, `^license\.`, false, func(client.Delivery) {
 				once.Do(func() { closed <- c.Close(ctx, cancel) })
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Wait(ctx); err != nil {
-				t.Fatal(err)
-			}
 			if _, err := c.Publish(client.Message{Tag: "usage", Type: client.JSON, Data: usage("cb-close")}); err != nil {
 				t.Fatal(err)
 			}
@@ -122,8 +114,7 @@ func TestCloseFromInsideCallback(t *testing.T) {
 			closed := make(chan error, 1)
 			var once sync.Once
 			var c *client.Client
-			ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
-			defer stop()
+			ctx := testCtx(t)
 			c = h.client(client.Options{OnSettled: func(client.Settlement) {
 				once.Do(func() { closed <- c.Close(ctx, cancel) })
 			}})
@@ -329,8 +320,7 @@ func TestByteBudget(t *testing.T) {
 	t.Logf("budget %d B: %v messages read of %d published while the pipeline was held", budget, received, published)
 	h.proc.release()
 	released = true
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := testCtx(t)
 	for _, c := range clients {
 		if err := c.Flush(ctx); err != nil {
 			t.Fatal(err)
@@ -400,15 +390,8 @@ func TestClientKeepsIdleConnectionOpen(t *testing.T) {
 	h := newHarness(t, Options{IdleTimeout: 4 * time.Second})
 	h.start()
 	c := h.client(client.Options{Mode: client.ModeBidir})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := c.Subscribe(`^nothing$`, false, func(client.Delivery) {})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx := testCtx(t)
+	subscribe(t, ctx, c, `^nothing$`, false, func(client.Delivery) {})
 	testkit.WaitFor(t, 60*time.Second, "eight pings (two idle timeouts)", func() bool { return c.Stats().Pings >= 8 })
 	if st := c.Stats(); st.Reconnects != 0 || st.State != client.StateConnected || h.counter("idle_timeouts_total") != 0 {
 		t.Fatalf("stats %+v, idle_timeouts_total %v", st, h.counter("idle_timeouts_total"))

@@ -212,7 +212,7 @@ func TestNewFromInsideCallback(t *testing.T) {
 	done := make(chan made, 1)
 	var once sync.Once
 	sub := h.client(client.Options{Mode: client.ModeSubscribe})
-	s, err := sub.Subscribe(`^license\.`, false, func(client.Delivery) {
+	subscribe(t, ctx, sub, `^license\.`, false, func(client.Delivery) {
 		once.Do(func() {
 			nc, err := client.New(client.Options{Socket: h.sock, ReconnectInterval: 50 * time.Millisecond, Name: "from-callback"})
 			if err == nil {
@@ -221,12 +221,6 @@ func TestNewFromInsideCallback(t *testing.T) {
 			done <- made{nc, err}
 		})
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
 	publishFlush(t, h.client(client.Options{}), "trigger")
 	var m made
 	select {

@@ -60,15 +60,8 @@ func TestImpersonation(t *testing.T) {
 	var mu sync.Mutex
 	var seen []client.Delivery
 	sub := h.client(client.Options{Mode: client.ModeSubscribe})
-	s, err := sub.Subscribe(".*", false, func(d client.Delivery) { mu.Lock(); seen = append(seen, d); mu.Unlock() })
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := s.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx := testCtx(t)
+	subscribe(t, ctx, sub, ".*", false, func(d client.Delivery) { mu.Lock(); seen = append(seen, d); mu.Unlock() })
 	var settled []client.Settlement
 	root := h.client(client.Options{OnSettled: func(s client.Settlement) { mu.Lock(); settled = append(settled, s); mu.Unlock() }})
 	if _, err := root.Publish(client.Message{Tag: "usage", Type: client.JSON, Data: usage("root-as-b"), Cred: &b}); err != nil {
@@ -116,8 +109,7 @@ func TestPermissionsAcrossUsers(t *testing.T) {
 			t.Fatal(i, err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t)
 	if err := pub.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -186,20 +178,14 @@ func TestSlowSubscriberIsBounded(t *testing.T) {
 	got := 0
 	var lastDropped uint64
 	fast := h.client(client.Options{Mode: client.ModeSubscribe})
-	s, err := fast.Subscribe(".*", false, func(d client.Delivery) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	subscribe(t, ctx, fast, ".*", false, func(d client.Delivery) {
 		mu.Lock()
 		got++
 		lastDropped = d.Dropped
 		mu.Unlock()
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	if err := s.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
 
 	const n, round = 10000, 100
 	pub := h.client(client.Options{})

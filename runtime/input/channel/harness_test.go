@@ -41,59 +41,55 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-var (
-	moduleOnce sync.Once
-	moduleEng  *runtime.Engine
-	moduleMod  *runtime.Module
-	moduleErr  error
-)
+// builtinModule is the built-in channel module loaded the way one daemon
+// setting loads it, compiled once per test binary.
+type builtinModule struct {
+	metered bool          // MAPPER_METERED
+	guard   runtime.Guard // how the daemon guards a module of that setting
 
-// channelModule is the built-in channel module, compiled once per test
-// binary.
-func channelModule(tb testing.TB) pipeline.Mapper {
+	once sync.Once
+	eng  *runtime.Engine
+	mod  *runtime.Module
+	err  error
+}
+
+func (b *builtinModule) load(tb testing.TB) pipeline.Mapper {
 	tb.Helper()
-	moduleOnce.Do(func() {
+	b.once.Do(func() {
 		wasm := testkit.BuiltModule(tb, "mappers/dist/channel.wasm")
 		ctx := context.Background()
-		moduleEng, moduleErr = runtime.NewEngine(ctx, runtime.Config{CacheDir: testkit.CacheDir(tb), Logger: zerolog.Nop()})
-		if moduleErr != nil {
+		b.eng, b.err = runtime.NewEngine(ctx, runtime.Config{CacheDir: testkit.CacheDir(tb), Metered: b.metered, Logger: zerolog.Nop()})
+		if b.err != nil {
 			return
 		}
-		// As the daemon loads a built-in module unmetered
-		// (MAPPER_METERED=false): watched.
-		moduleMod, moduleErr = moduleEng.Load(ctx, "builtin:channel.wasm", wasm, runtime.WithGuard(runtime.GuardWatched))
+		b.mod, b.err = b.eng.Load(ctx, "builtin:channel.wasm", wasm, runtime.WithGuard(b.guard))
 	})
-	if moduleErr != nil {
-		tb.Fatal(moduleErr)
+	if b.err != nil {
+		tb.Fatal(b.err)
 	}
-	return moduleMod
+	return b.mod
 }
 
 var (
-	meteredOnce sync.Once
-	meteredEng  *runtime.Engine
-	meteredMod  *runtime.Module
-	meteredErr  error
+	// As the daemon loads a built-in module unmetered
+	// (MAPPER_METERED=false): watched.
+	watchedModule = &builtinModule{guard: runtime.GuardWatched}
+	// As the daemon loads it by default (MAPPER_METERED): metered and
+	// unguarded.
+	meteredModule = &builtinModule{metered: true, guard: runtime.GuardNever}
 )
 
+// channelModule is the built-in channel module loaded unmetered.
+func channelModule(tb testing.TB) pipeline.Mapper {
+	tb.Helper()
+	return watchedModule.load(tb)
+}
+
 // meteredChannelModule is the built-in channel module as the daemon loads
-// it by default (MAPPER_METERED): metered and unguarded, compiled once per
-// test binary.
+// it by default.
 func meteredChannelModule(tb testing.TB) pipeline.Mapper {
 	tb.Helper()
-	meteredOnce.Do(func() {
-		wasm := testkit.BuiltModule(tb, "mappers/dist/channel.wasm")
-		ctx := context.Background()
-		meteredEng, meteredErr = runtime.NewEngine(ctx, runtime.Config{CacheDir: testkit.CacheDir(tb), Metered: true, Logger: zerolog.Nop()})
-		if meteredErr != nil {
-			return
-		}
-		meteredMod, meteredErr = meteredEng.Load(ctx, "builtin:channel.wasm", wasm, runtime.WithGuard(runtime.GuardNever))
-	})
-	if meteredErr != nil {
-		tb.Fatal(meteredErr)
-	}
-	return meteredMod
+	return meteredModule.load(tb)
 }
 
 // useMapper makes the harness's pipeline map with m (before start).
@@ -304,6 +300,28 @@ func (h *harness) client(opts client.Options) *client.Client {
 	}
 	h.t.Cleanup(func() { _ = c.Close(context.Background(), true) })
 	return c
+}
+
+// testCtx is the context of a test's calls: done a minute after it was made,
+// or when the test ends.
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// subscribe subscribes c to the event types regex matches (raw: the
+// messages as published) and waits until the daemon took the subscription.
+func subscribe(t testing.TB, ctx context.Context, c *client.Client, regex string, raw bool, fn func(client.Delivery)) *client.Subscription {
+	t.Helper()
+	s, err := c.Subscribe(regex, raw, fn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // usage is a usage message of the generic shape with its own id.

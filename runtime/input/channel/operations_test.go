@@ -20,12 +20,6 @@ import (
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/channel/wire"
 )
 
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // eventID is the event_id of a delivered event.
 func eventID(t *testing.T, d client.Delivery) string {
 	t.Helper()
@@ -75,19 +69,8 @@ func TestUnsubscribeIsAnswered(t *testing.T) {
 	ctx := testCtx(t)
 	c := h.client(client.Options{Mode: client.ModeBidir})
 	var gone, kept collector
-	s1, err := c.Subscribe(`^license\.`, false, func(d client.Delivery) { gone.add(eventID(t, d)) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	s2, err := c.Subscribe(`^license\.`, false, func(d client.Delivery) { kept.add(eventID(t, d)) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range []*client.Subscription{s1, s2} {
-		if err := s.Wait(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	s1 := subscribe(t, ctx, c, `^license\.`, false, func(d client.Delivery) { gone.add(eventID(t, d)) })
+	s2 := subscribe(t, ctx, c, `^license\.`, false, func(d client.Delivery) { kept.add(eventID(t, d)) })
 	publishFlush(t, c, "u-1")
 	testkit.WaitFor(t, 10*time.Second, "both subscriptions served", func() bool { return len(gone.list()) == 1 && len(kept.list()) == 1 })
 	if err := s1.Close(ctx); err != nil {
@@ -199,13 +182,7 @@ func TestPollingSubscription(t *testing.T) {
 	h.start()
 	ctx := testCtx(t)
 	c := h.client(client.Options{Mode: client.ModeBidir})
-	s, err := c.Subscribe(`^license\.`, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s := subscribe(t, ctx, c, `^license\.`, false, nil)
 	if _, ok := s.Poll(); ok {
 		t.Fatal("a delivery before any publish")
 	}
@@ -244,10 +221,7 @@ func TestPollingSubscription(t *testing.T) {
 
 	// A small bound: what does not fit is missed, and counted.
 	small := h.client(client.Options{Mode: client.ModeBidir, DeliveryQueueBytes: 2 << 10})
-	s2, _ := small.Subscribe(`^license\.`, false, nil)
-	if err := s2.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s2 := subscribe(t, ctx, small, `^license\.`, false, nil)
 	publishFlush(t, small, "q-1", "q-2", "q-3", "q-4", "q-5", "q-6", "q-7", "q-8")
 	testkit.WaitFor(t, 10*time.Second, "eight deliveries handled", func() bool {
 		st := small.Stats()
@@ -311,15 +285,12 @@ func TestDeliveryCarriesPublisherPID(t *testing.T) {
 	c := h.client(client.Options{Mode: client.ModeBidir})
 	var mu sync.Mutex
 	pids := map[string]uint32{}
-	s, _ := c.Subscribe(`^license\.`, false, func(d client.Delivery) {
+	subscribe(t, ctx, c, `^license\.`, false, func(d client.Delivery) {
 		id := eventID(t, d)
 		mu.Lock()
 		pids[id] = d.PID
 		mu.Unlock()
 	})
-	if err := s.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
 	publishFlush(t, c, "pid-self")
 	p := runAs(t, other, "publish", "CHANNEL_SOCKET="+h.sock, "CHANNEL_COUNT=1", "CHANNEL_TAG=usage",
 		"CHANNEL_PERM=0444", "CHANNEL_ID_PREFIX=pid")
@@ -394,16 +365,13 @@ func TestBlockedCallbackDoesNotDelayAnswers(t *testing.T) {
 	release := make(chan struct{})
 	var returned atomic.Bool
 	var once sync.Once
-	s, _ := c.Subscribe(`^license\.`, false, func(client.Delivery) {
+	subscribe(t, ctx, c, `^license\.`, false, func(client.Delivery) {
 		once.Do(func() {
 			close(entered)
 			<-release
 			returned.Store(true)
 		})
 	})
-	if err := s.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
 	defer func() {
 		select {
 		case <-release:
@@ -522,7 +490,7 @@ func TestOperationsFromInsideCallbacks(t *testing.T) {
 		})
 	}})
 	var first *client.Subscription
-	first, _ = c.Subscribe(`^license\.`, false, func(d client.Delivery) {
+	first = subscribe(t, ctx, c, `^license\.`, false, func(d client.Delivery) {
 		once.Do(func() {
 			c.SetQueueLimit(1 << 20)
 			seq, err := c.Publish(client.Message{Tag: "usage", Type: client.JSON, Data: usage("from-callback")})
@@ -537,9 +505,6 @@ func TestOperationsFromInsideCallbacks(t *testing.T) {
 			done <- result{seq: seq, sub: s, err: err}
 		})
 	})
-	if err := first.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
 	publishFlush(t, c, "cb-0")
 	var r result
 	select {

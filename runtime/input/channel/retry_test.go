@@ -49,8 +49,7 @@ func TestRefusedBatchRetried(t *testing.T) {
 	h.start()
 	settled := make(chan client.Settlement, 2)
 	c := h.client(client.Options{OnSettled: func(s client.Settlement) { settled <- s }})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t)
 	if _, err := c.PublishWait(ctx, client.Message{Tag: "usage.license", Type: client.JSON, Data: usage("r-1")}); err != nil {
 		t.Fatal(err)
 	}

@@ -42,8 +42,7 @@ func TestPublishCommitsThenAcknowledges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t)
 	if err := c.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -102,8 +101,7 @@ func TestSkippedAndDeadLettered(t *testing.T) {
 	c := h.client(client.Options{OnSettled: func(s client.Settlement) { mu.Lock(); got = append(got, s); mu.Unlock() }})
 	_, _ = c.Publish(client.Message{Tag: "nobody.claims.this", Type: client.JSON, Data: usage("x")})
 	_, _ = c.Publish(client.Message{Tag: "usage", Type: client.JSON, Data: []byte(`42`)})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t)
 	if err := c.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -296,22 +294,9 @@ func TestTapSeesMappedAndRaw(t *testing.T) {
 	var mu sync.Mutex
 	var mapped, raw []client.Delivery
 	sub := h.client(client.Options{Mode: client.ModeSubscribe})
-	s1, err := sub.Subscribe(`^license\.`, false, func(d client.Delivery) { mu.Lock(); mapped = append(mapped, d); mu.Unlock() })
-	if err != nil {
-		t.Fatal(err)
-	}
-	s2, err := sub.Subscribe(`^usage`, true, func(d client.Delivery) { mu.Lock(); raw = append(raw, d); mu.Unlock() })
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := s1.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := s2.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx := testCtx(t)
+	s1 := subscribe(t, ctx, sub, `^license\.`, false, func(d client.Delivery) { mu.Lock(); mapped = append(mapped, d); mu.Unlock() })
+	s2 := subscribe(t, ctx, sub, `^usage`, true, func(d client.Delivery) { mu.Lock(); raw = append(raw, d); mu.Unlock() })
 	pub := h.client(client.Options{})
 	data := []byte(`{"id":"t-1","type":"license.checkout","resource_type":"license","resource_id":"r","project_id":"p",` +
 		`"attributes":{"seats":2},"auth_token":"tap-secret-1"}`)
@@ -395,8 +380,7 @@ func TestPublisherSurvivesDaemonRestart(t *testing.T) {
 	mid := c.Stats()
 	h.start()
 	<-published
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := testCtx(t)
 	if err := c.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -453,8 +437,7 @@ func TestQueueBound(t *testing.T) {
 		t.Fatalf("a message over the bound alone: %v", err)
 	}
 	h.start()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t)
 	if err := c.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -547,21 +530,14 @@ func TestSubscriptionSurvivesRestart(t *testing.T) {
 	var mu sync.Mutex
 	var got []string
 	sub := h.client(client.Options{Mode: client.ModeBidir})
-	s, err := sub.Subscribe(`^license\.`, false, func(d client.Delivery) {
+	ctx := testCtx(t)
+	subscribe(t, ctx, sub, `^license\.`, false, func(d client.Delivery) {
 		var ev map[string]any
 		_ = json.Unmarshal(d.Data, &ev)
 		mu.Lock()
 		got = append(got, ev["event_id"].(string))
 		mu.Unlock()
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := s.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
 	publish := func(id string) {
 		t.Helper()
 		if _, err := sub.Publish(client.Message{Tag: "usage", Type: client.JSON, Data: usage(id)}); err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"net"
 	"os"
 	"strconv"
 	"sync/atomic"
@@ -57,11 +56,7 @@ func benchEndToEnd(b *testing.B, rate int, unboxed, discard bool) {
 		timed = &timedOutbox{Outbox: box, discard: discard}
 		return timed
 	})
-	conn, err := net.Dial("udp", h.addr(0))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Close()
+	conn := h.rawConn(0)
 	c := &Client{conn: conn, udp: true}
 	// Datagrams are built up front so the sender costs little CPU: the
 	// benchmark measures the listener, not the client.

@@ -49,43 +49,32 @@ func runCommand(st *stats, env commandEnv, body []byte) (command, bool) {
 		reply := make([]byte, 0, 4+len(rest))
 		reply = append(append(reply, "PONG"...), rest...)
 		return command{reply: reply}, true
-	case "STAT":
-		st.v0Commands.Add(1)
-		if !env.trusted {
-			st.v0Untrusted.Add(1)
-			return command{refused: name, untrusted: true}, true
-		}
+	case "STAT", "ENVI", "KILL":
+	default:
+		st.unknownCommand.Add(1)
+		return command{}, false
+	}
+	// The commands only a trusted source may run.
+	st.v0Commands.Add(1)
+	if !env.trusted {
+		st.v0Untrusted.Add(1)
+		return command{refused: name, untrusted: true}, true
+	}
+	switch {
+	case name == "STAT":
 		b, err := json.Marshal(env.snapshot())
 		if err != nil {
 			st.exceptions.Add(1)
 			return command{}, true
 		}
 		return command{reply: b}, true
-	case "ENVI":
-		st.v0Commands.Add(1)
-		if !env.trusted {
-			st.v0Untrusted.Add(1)
-			return command{refused: name, untrusted: true}, true
-		}
-		if !env.allowEnvi {
-			st.v0RefusedCommands.Add(1)
-			return command{refused: name}, true
-		}
+	case name == "ENVI" && env.allowEnvi:
 		return command{reply: redactedEnviron(env.environ())}, true
-	case "KILL":
-		st.v0Commands.Add(1)
-		if !env.trusted {
-			st.v0Untrusted.Add(1)
-			return command{refused: name, untrusted: true}, true
-		}
-		if !env.allowKill || !env.canStop {
-			st.v0RefusedCommands.Add(1)
-			return command{refused: name}, true
-		}
+	case name == "KILL" && env.allowKill && env.canStop:
 		return command{kill: true}, true
 	}
-	st.unknownCommand.Add(1)
-	return command{}, false
+	st.v0RefusedCommands.Add(1)
+	return command{refused: name}, true
 }
 
 // redactedEnviron renders the environment as sorted NAME=value lines, with the

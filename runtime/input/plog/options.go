@@ -1,6 +1,7 @@
 package plog
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -76,24 +77,6 @@ type Settings struct {
 // Merge returns s with every unset field taken from defaults, and every field
 // still unset after that taken from the package defaults.
 func Merge(s, defaults Settings) Settings {
-	pick := func(v, d int) int {
-		if v != 0 {
-			return v
-		}
-		return d
-	}
-	pick64 := func(v, d int64) int64 {
-		if v != 0 {
-			return v
-		}
-		return d
-	}
-	pickDur := func(v, d time.Duration) time.Duration {
-		if v != 0 {
-			return v
-		}
-		return d
-	}
 	pickBool := func(v, d *bool, def bool) *bool {
 		switch {
 		case v != nil:
@@ -106,63 +89,49 @@ func Merge(s, defaults Settings) Settings {
 		return &def
 	}
 	return Settings{
-		ReadBufferBytes: pick(s.ReadBufferBytes, pick(defaults.ReadBufferBytes, defaultReadBufferBytes)),
-		DefragMaxBytes:  pick64(s.DefragMaxBytes, pick64(defaults.DefragMaxBytes, defaultDefragMaxBytes)),
-		DefragMaxAge:    pickDur(s.DefragMaxAge, pickDur(defaults.DefragMaxAge, defaultDefragMaxAge)),
-		HoleDetection:   pickBool(s.HoleDetection, defaults.HoleDetection, true),
-		AllowENVI:       pickBool(s.AllowENVI, defaults.AllowENVI, false),
-		AllowKILL:       pickBool(s.AllowKILL, defaults.AllowKILL, false),
-		MaxLineBytes:    pick(s.MaxLineBytes, pick(defaults.MaxLineBytes, defaultMaxLineBytes)),
-		IdleTimeout:     pickDur(s.IdleTimeout, pickDur(defaults.IdleTimeout, defaultIdleTimeout)),
-		MaxConnections:  pick(s.MaxConnections, pick(defaults.MaxConnections, defaultMaxConnections)),
-		MaxConnectionsPerSource: pick(s.MaxConnectionsPerSource,
-			pick(defaults.MaxConnectionsPerSource, defaultMaxPerSource)),
-		LineBudgetBytes: pick64(s.LineBudgetBytes, pick64(defaults.LineBudgetBytes, defaultLineBudgetBytes)),
-		Workers:         pick(s.Workers, pick(defaults.Workers, 2)),
-		QueueBytes:      pick64(s.QueueBytes, pick64(defaults.QueueBytes, defaultQueueBytes)),
-		BatchMax:        pick(s.BatchMax, pick(defaults.BatchMax, defaultBatchMax)),
-		BatchLinger:     pickDur(s.BatchLinger, pickDur(defaults.BatchLinger, defaultBatchLinger)),
+		ReadBufferBytes:         cmp.Or(s.ReadBufferBytes, defaults.ReadBufferBytes, defaultReadBufferBytes),
+		DefragMaxBytes:          cmp.Or(s.DefragMaxBytes, defaults.DefragMaxBytes, defaultDefragMaxBytes),
+		DefragMaxAge:            cmp.Or(s.DefragMaxAge, defaults.DefragMaxAge, defaultDefragMaxAge),
+		HoleDetection:           pickBool(s.HoleDetection, defaults.HoleDetection, true),
+		AllowENVI:               pickBool(s.AllowENVI, defaults.AllowENVI, false),
+		AllowKILL:               pickBool(s.AllowKILL, defaults.AllowKILL, false),
+		MaxLineBytes:            cmp.Or(s.MaxLineBytes, defaults.MaxLineBytes, defaultMaxLineBytes),
+		IdleTimeout:             cmp.Or(s.IdleTimeout, defaults.IdleTimeout, defaultIdleTimeout),
+		MaxConnections:          cmp.Or(s.MaxConnections, defaults.MaxConnections, defaultMaxConnections),
+		MaxConnectionsPerSource: cmp.Or(s.MaxConnectionsPerSource, defaults.MaxConnectionsPerSource, defaultMaxPerSource),
+		LineBudgetBytes:         cmp.Or(s.LineBudgetBytes, defaults.LineBudgetBytes, defaultLineBudgetBytes),
+		Workers:                 cmp.Or(s.Workers, defaults.Workers, 2),
+		QueueBytes:              cmp.Or(s.QueueBytes, defaults.QueueBytes, defaultQueueBytes),
+		BatchMax:                cmp.Or(s.BatchMax, defaults.BatchMax, defaultBatchMax),
+		BatchLinger:             cmp.Or(s.BatchLinger, defaults.BatchLinger, defaultBatchLinger),
 	}
 }
 
 // validate reports every out-of-range field of merged settings.
 func (s Settings) validate() []string {
+	smallest := (&header{count: 2, length: 2}).maxCost()
+	checks := []struct {
+		out  bool
+		what string
+	}{
+		{s.ReadBufferBytes < 0, "read buffer bytes < 0"},
+		{s.DefragMaxBytes < smallest, "defrag max bytes too small"},
+		{s.DefragMaxAge < 0, "defrag max age < 0"},
+		{s.MaxLineBytes < 1, "max line bytes < 1"},
+		{s.IdleTimeout < 0, "idle timeout < 0"},
+		{s.MaxConnections < 1, "max connections < 1"},
+		{s.MaxConnectionsPerSource < 1, "max connections per source < 1"},
+		{s.LineBudgetBytes < 2*int64(s.MaxLineBytes), "line budget bytes below twice max line bytes"},
+		{s.Workers < 1, "workers < 1"},
+		{s.QueueBytes < 1, "queue bytes < 1"},
+		{s.BatchMax < 1, "batch max < 1"},
+		{s.BatchLinger < 0, "batch linger < 0"},
+	}
 	var bad []string
-	if s.ReadBufferBytes < 0 {
-		bad = append(bad, "read buffer bytes < 0")
-	}
-	if smallest := (&header{count: 2, length: 2}).maxCost(); s.DefragMaxBytes < smallest {
-		bad = append(bad, "defrag max bytes too small")
-	}
-	if s.DefragMaxAge < 0 {
-		bad = append(bad, "defrag max age < 0")
-	}
-	if s.MaxLineBytes < 1 {
-		bad = append(bad, "max line bytes < 1")
-	}
-	if s.IdleTimeout < 0 {
-		bad = append(bad, "idle timeout < 0")
-	}
-	if s.MaxConnections < 1 {
-		bad = append(bad, "max connections < 1")
-	}
-	if s.MaxConnectionsPerSource < 1 {
-		bad = append(bad, "max connections per source < 1")
-	}
-	if s.LineBudgetBytes < 2*int64(s.MaxLineBytes) {
-		bad = append(bad, "line budget bytes below twice max line bytes")
-	}
-	if s.Workers < 1 {
-		bad = append(bad, "workers < 1")
-	}
-	if s.QueueBytes < 1 {
-		bad = append(bad, "queue bytes < 1")
-	}
-	if s.BatchMax < 1 {
-		bad = append(bad, "batch max < 1")
-	}
-	if s.BatchLinger < 0 {
-		bad = append(bad, "batch linger < 0")
+	for _, c := range checks {
+		if c.out {
+			bad = append(bad, c.what)
+		}
 	}
 	return bad
 }

@@ -1,12 +1,10 @@
 package plog
 
 import (
-	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -131,11 +129,7 @@ func TestOriginalFragmenterLayout(t *testing.T) {
 // fragment among them: every message the original client sends arrives.
 func TestOriginalClientMessagesArrive(t *testing.T) {
 	h := newHarness(t, 0, udpOnly())
-	conn, err := net.Dial("udp", h.addr(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := h.rawConn(0)
 	const room = 1400 - headerLen
 	tags := []string{"rk:orig"}
 	var lengths []int
@@ -190,11 +184,7 @@ func TestTagsOnlyLastFragmentMustCarryTags(t *testing.T) {
 	o := udpOnly()
 	o.Listeners[0].Settings.DefragMaxAge = 50 * time.Millisecond
 	h := newHarness(t, 0, o)
-	conn, err := net.Dial("udp", h.addr(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := h.rawConn(0)
 	frags, err := originalFragments(canonicalOfLength(t, "vm-x", 2*176), []string{"rk:x"}, 1, 200)
 	if err != nil || len(frags) != 3 {
 		t.Fatalf("%d fragments: %v", len(frags), err)
@@ -291,12 +281,7 @@ func TestTextNotUTF8IsKeptAsADeadLetter(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.waitStat(0, "unparseable", func(s Snapshot) bool { return s.Unparseable == 1 })
-	testkit.WaitFor(t, 10*time.Second, "a dead letter", func() bool { return h.box.DeadLetterCount() >= 1 })
-	letters, err := h.box.ListDeadLetters(context.Background(), 0, 10)
-	if err != nil || len(letters) != 1 {
-		t.Fatalf("dead letters %d: %v", len(letters), err)
-	}
-	dl := letters[0]
+	dl := h.deadLetter()
 	if string(dl.Body) != string(body) || !dl.Undeliverable || dl.Reason != "not_json" ||
 		dl.Exchange != "plog" || dl.RoutingKey != "latin" {
 		t.Fatalf("dead letter %+v", dl.DeadLetter)

@@ -151,19 +151,11 @@ func TestTCPConnectionsPerSource(t *testing.T) {
 	h := newHarness(t, 0, tcpOnly(Settings{MaxConnectionsPerSource: 3}))
 	var conns []net.Conn
 	for i := 0; i < 3; i++ {
-		c, err := net.Dial("tcp", h.addr(0))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
+		c := h.rawConn(0)
 		conns = append(conns, c)
 	}
 	h.waitStat(0, "three connections", func(s Snapshot) bool { return s.TCPConnections == 3 })
-	extra, err := net.Dial("tcp", h.addr(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer extra.Close()
+	extra := h.rawConn(0)
 	extra.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := extra.Read(make([]byte, 1)); !errors.Is(err, io.EOF) && !isReset(err) {
 		t.Fatalf("a fourth connection from the same source: %v", err)
@@ -177,11 +169,7 @@ func TestTCPConnectionsPerSource(t *testing.T) {
 	// A closed connection frees its place.
 	conns[0].Close()
 	h.waitStat(0, "a place freed", func(s Snapshot) bool { return s.TCPConnections == 2 })
-	again, err := net.Dial("tcp", h.addr(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer again.Close()
+	again := h.rawConn(0)
 	again.Write(append(canonical("again"), '\n'))
 	h.events(2)
 }
@@ -228,16 +216,8 @@ func TestUDPHonestMessagesSurviveAStormOfLargeClaims(t *testing.T) {
 		window    = 32
 	)
 	h := newHarness(t, 0, udpOnly())
-	storm, err := net.Dial("udp", h.addr(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer storm.Close()
-	good, err := net.Dial("udp", h.addr(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer good.Close()
+	storm := h.rawConn(0)
+	good := h.rawConn(0)
 	received := func(s Snapshot) uint64 {
 		var n uint64
 		for _, v := range s.V0Fragments {
@@ -273,13 +253,9 @@ func TestUDPHonestMessagesSurviveAStormOfLargeClaims(t *testing.T) {
 	}
 	want := sent
 	s := h.waitStat(0, "every datagram read", func(s Snapshot) bool { return received(s) >= want })
-	evs := h.events(honest)
+	seen := h.resourceIDs(honest)
 	var ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms1)
-	seen := map[any]bool{}
-	for _, ev := range evs {
-		seen[ev["resource_id"]] = true
-	}
 	if len(seen) != honest {
 		t.Fatalf("%d distinct honest messages of %d", len(seen), honest)
 	}
@@ -357,19 +333,11 @@ func TestTCPLineBudgetBoundsLongPartialLines(t *testing.T) {
 	logs := &testkit.SyncBuffer{}
 	o := tcpOnly(Settings{MaxConnections: 32, MaxConnectionsPerSource: 32, MaxLineBytes: 256 << 10, LineBudgetBytes: budget})
 	h := newLoggedHarness(t, 0, o, zerolog.New(logs))
-	good, err := net.Dial("tcp", h.addr(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer good.Close()
+	good := h.rawConn(0)
 	var wg sync.WaitGroup
 	sent := 0
 	for i := 0; i < hostile; i++ {
-		c, err := net.Dial("tcp", h.addr(0))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
+		c := h.rawConn(0)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -395,11 +363,7 @@ func TestTCPLineBudgetBoundsLongPartialLines(t *testing.T) {
 		return s.TCPLineBudgetClosed == hostile-kept && s.TCPConnections == 1+kept && s.TCPLineBytes == kept*(256<<10)
 	})
 	wg.Wait()
-	evs := h.events(honest)
-	seen := map[any]bool{}
-	for _, ev := range evs {
-		seen[ev["resource_id"]] = true
-	}
+	seen := h.resourceIDs(honest)
 	if len(seen) != honest {
 		t.Fatalf("%d distinct honest events of %d", len(seen), honest)
 	}

@@ -130,6 +130,18 @@ func (h *harness) stop() {
 
 func (h *harness) addr(i int) string { return h.srv.Listeners()[i].Addr.String() }
 
+// rawConn is a socket of its own to listener i, as a client in another
+// language would open it; it is closed when the test ends.
+func (h *harness) rawConn(i int) net.Conn {
+	h.t.Helper()
+	c, err := net.Dial(h.srv.Listeners()[i].Network, h.addr(i))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { c.Close() })
+	return c
+}
+
 func (h *harness) dial(i int) *Client {
 	h.t.Helper()
 	c, err := Dial(h.srv.Listeners()[i].Network, h.addr(i))
@@ -158,6 +170,29 @@ func (h *harness) events(n int) []map[string]any {
 		}
 	}
 	return out
+}
+
+// resourceIDs waits until the outbox holds n events and returns the distinct
+// resource_ids among them.
+func (h *harness) resourceIDs(n int) map[any]bool {
+	h.t.Helper()
+	seen := map[any]bool{}
+	for _, ev := range h.events(n) {
+		seen[ev["resource_id"]] = true
+	}
+	return seen
+}
+
+// deadLetter waits for a dead letter in the outbox and returns it; a second
+// one fails the test.
+func (h *harness) deadLetter() outbox.StoredDeadLetter {
+	h.t.Helper()
+	testkit.WaitFor(h.t, 10*time.Second, "a dead letter", func() bool { return h.box.DeadLetterCount() >= 1 })
+	letters, err := h.box.ListDeadLetters(context.Background(), 0, 10)
+	if err != nil || len(letters) != 1 {
+		h.t.Fatalf("dead letters %d: %v", len(letters), err)
+	}
+	return letters[0]
 }
 
 // waitStat polls listener i's counters until cond holds.
@@ -212,11 +247,7 @@ func TestUDPFragmentedInAndOutOfOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Out of order, with duplicates, from a raw socket.
-	conn, err := net.Dial("udp", h.addr(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := h.rawConn(0)
 	frags, _ := Fragments(77, canonical("vm-2"), nil, 40)
 	if len(frags) < 4 {
 		t.Fatalf("%d fragments", len(frags))
@@ -243,11 +274,7 @@ func TestUDPLostFragmentEvicted(t *testing.T) {
 	o := udpOnly()
 	o.Listeners[0].Settings.DefragMaxAge = 50 * time.Millisecond
 	h := newHarness(t, 0, o)
-	conn, err := net.Dial("udp", h.addr(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := h.rawConn(0)
 	frags, _ := Fragments(5, canonical("lost"), nil, 30)
 	for _, f := range frags[1:] { // the first fragment is lost
 		conn.Write(f)
@@ -263,11 +290,7 @@ func TestUDPLostFragmentEvicted(t *testing.T) {
 
 func TestUDPInvalidDatagramsCounted(t *testing.T) {
 	h := newHarness(t, 0, udpOnly())
-	conn, err := net.Dial("udp", h.addr(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := h.rawConn(0)
 	bad, _ := Fragments(9, []byte("payload"), nil, 100)
 	bad[0][16] ^= 0xff // checksum
 	absurd := (raw{typ: 1, count: 65535, index: 0, fragSize: 65535, length: 2147483646, payload: []byte("x")}).bytes()
@@ -488,10 +511,7 @@ func tcpOnly(s Settings) Options { return Options{Listeners: []Listener{{Network
 
 func TestTCPLines(t *testing.T) {
 	h := newHarness(t, 0, tcpOnly(Settings{MaxLineBytes: 4096}))
-	conn, err := net.Dial("tcp", h.addr(0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := h.rawConn(0)
 	var b bytes.Buffer
 	b.Write(canonical("t1"))
 	b.WriteString("\n\x00reserved for later\n\n")
@@ -520,25 +540,14 @@ func TestTCPLines(t *testing.T) {
 
 func TestTCPSlowClientAndCap(t *testing.T) {
 	h := newHarness(t, 0, tcpOnly(Settings{IdleTimeout: 300 * time.Millisecond, MaxConnections: 2}))
-	slow, err := net.Dial("tcp", h.addr(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer slow.Close()
+	slow := h.rawConn(0)
 	slow.Write([]byte(`{"event_type":`)) // and never finishes the line
 	h.waitStat(0, "slow client", func(s Snapshot) bool { return s.TCPConnections == 1 })
 
-	good, err := net.Dial("tcp", h.addr(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer good.Close()
+	good := h.rawConn(0)
 	h.waitStat(0, "good client", func(s Snapshot) bool { return s.TCPConnections == 2 })
 	// Over the cap: closed at once.
-	extra, err := net.Dial("tcp", h.addr(0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	extra := h.rawConn(0)
 	extra.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := extra.Read(make([]byte, 1)); !errors.Is(err, io.EOF) && !isReset(err) {
 		t.Fatalf("connection over the cap: %v", err)
@@ -692,12 +701,7 @@ func TestTCPFailedMappingDeadLettered(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.waitStat(0, "failed", func(s Snapshot) bool { return s.Failed == 1 })
-	testkit.WaitFor(t, 10*time.Second, "a dead letter", func() bool { return h.box.DeadLetterCount() >= 1 })
-	letters, err := h.box.ListDeadLetters(context.Background(), 0, 10)
-	if err != nil || len(letters) != 1 {
-		t.Fatalf("dead letters %d: %v", len(letters), err)
-	}
-	dl := letters[0]
+	dl := h.deadLetter()
 	if string(dl.Body) != "not json at all" || dl.Reason != "trap" || dl.Module != "broken@1.0.0" ||
 		dl.Exchange != "plog" || dl.RoutingKey != "tcp://"+h.addr(0) {
 		t.Fatalf("dead letter %+v", dl.DeadLetter)
@@ -707,25 +711,45 @@ func TestTCPFailedMappingDeadLettered(t *testing.T) {
 	}
 }
 
-func TestUDPHoleDetection(t *testing.T) {
-	h := newHarness(t, 0, udpOnly())
-	conn, err := net.Dial("udp", h.addr(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+// sendNumbered sends messages numbered 1..n to listener 0, leaving out skip,
+// each dropped on purpose (kt:null) so that only the counters see them.
+func sendNumbered(h *harness, n uint32, skip uint32) int {
+	h.t.Helper()
+	conn := h.rawConn(0)
 	sent := 0
-	for id := uint32(1); id <= 68; id++ {
-		if id == 4 {
-			continue // lost on the way
+	for id := uint32(1); id <= n; id++ {
+		if id == skip {
+			continue
 		}
 		frags, _ := Fragments(id, []byte("x"), []string{"kt:null"}, 100)
 		conn.Write(frags[0])
 		sent++
 	}
-	s := h.waitStat(0, "all received", func(s Snapshot) bool { return s.NullRoute == uint64(sent) })
-	if s.HolesFromNewMessage != 1 {
-		t.Fatalf("holes %d, want 1", s.HolesFromNewMessage)
+	return sent
+}
+
+// A message number skipped on the way is counted as a hole when hole
+// detection is on (the default), and not at all when it is switched off.
+func TestUDPHoleDetection(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		on    *bool  // Settings.HoleDetection
+		holes uint64 // HolesFromNewMessage
+	}{
+		{"on by default", nil, 1},
+		{"off", ptr(false), 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := udpOnly()
+			o.Listeners[0].Settings.HoleDetection = c.on
+			h := newHarness(t, 0, o)
+			sent := sendNumbered(h, 68, 4) // 4 is lost on the way
+			s := h.waitStat(0, "all received", func(s Snapshot) bool { return s.NullRoute == uint64(sent) })
+			if s.HolesFromNewMessage != c.holes || s.HolesFromDeadPort != 0 {
+				t.Fatalf("holes %d from a new message and %d from a dead port, want %d and 0",
+					s.HolesFromNewMessage, s.HolesFromDeadPort, c.holes)
+			}
+		})
 	}
 }
 
@@ -733,10 +757,7 @@ func TestTCPLineLimitBoundary(t *testing.T) {
 	o := tcpOnly(Settings{MaxLineBytes: 10})
 	o.Listeners[0].Mappers = []pipeline.Mapper{echoMapper{"echo"}}
 	h := newHarness(t, 0, o)
-	conn, err := net.Dial("tcp", h.addr(0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := h.rawConn(0)
 	conn.Write([]byte("0123456789\n0123456789A\nok\n0123456789B"))
 	conn.Close()
 	evs := h.events(2)
@@ -775,12 +796,7 @@ func TestCanonicalEventWithoutTimestampGetsReceipt(t *testing.T) {
 	if evs[0]["resource_id"] != "r1" {
 		t.Fatalf("event %v", evs[0])
 	}
-	testkit.WaitFor(t, 10*time.Second, "a dead letter", func() bool { return h.box.DeadLetterCount() >= 1 })
-	letters, err := h.box.ListDeadLetters(context.Background(), 0, 10)
-	if err != nil || len(letters) != 1 {
-		t.Fatalf("dead letters %d: %v", len(letters), err)
-	}
-	dl := letters[0]
+	dl := h.deadLetter()
 	if string(dl.Body) != noProject || dl.Reason != string(runtime.ReasonInvalidEvent) || !strings.Contains(dl.Detail, "project_id") {
 		t.Fatalf("dead letter %+v", dl.DeadLetter)
 	}
