@@ -299,20 +299,14 @@ func benchmarkMap(b *testing.B, eng *runtime.Engine, g runtime.Guard, name strin
 		b.Fatal(err)
 	}
 	defer m.Close(ctx)
-	var idx jsonindex.Index
 	b.SetBytes(int64(len(in)))
-	b.ReportAllocs()
-	cpu0 := testkit.CPUTime()
-	for b.Loop() {
-		if err := idx.Parse(in); err != nil {
-			b.Fatal(err)
-		}
-		res, err := m.Map(ctx, &idx, testSource)
+	testkit.BenchIndexed(b, in, func(idx *jsonindex.Index) error {
+		res, err := m.Map(ctx, idx, testSource)
 		if err != nil || len(res.Events) != 1 {
-			b.Fatalf("events %d, err %v", len(res.Events), err)
+			return fmt.Errorf("events %d, err %w", len(res.Events), err)
 		}
-	}
-	testkit.ReportCPU(b, cpu0)
+		return nil
+	})
 }
 
 // benchInputs are the inputs of the per-module benchmarks, the same as the

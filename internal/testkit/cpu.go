@@ -54,6 +54,25 @@ func BenchMapFile[F any](b *testing.B, file string, mapJSON func(F, []byte) ([]b
 	BenchMap(b, in, mapJSON, f)
 }
 
+// BenchIndexed is a benchmark of a mapper's host: every iteration indexes
+// in, as the host indexes each delivery, and hands the index to call; an
+// error fails the benchmark. Allocations and the CPU time per iteration
+// (cpu-ns/op) are reported.
+func BenchIndexed(b *testing.B, in []byte, call func(*jsonindex.Index) error) {
+	var x jsonindex.Index
+	b.ReportAllocs()
+	cpu0 := CPUTime()
+	for b.Loop() {
+		if err := x.Parse(in); err != nil {
+			b.Fatal(err)
+		}
+		if err := call(&x); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ReportCPU(b, cpu0)
+}
+
 // BenchIndexedParallel runs call in b.RunParallel until the benchmark ends,
 // every goroutine with a jsonindex.Index of in of its own, as a mapper's
 // host indexes a message once before its calls; an error stops that

@@ -310,15 +310,11 @@ func benchMap(b *testing.B, cfg runtime.Config, c benchMode, wasm map[string][]b
 	if err != nil {
 		b.Fatal(err)
 	}
-	var idx jsonindex.Index
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := idx.Parse(in); err != nil {
-			b.Fatal(err)
-		}
-		res, err := m.Map(ctx, &idx, src)
+	testkit.BenchIndexed(b, in, func(idx *jsonindex.Index) error {
+		res, err := m.Map(ctx, idx, src)
 		if err != nil || len(res.Events) != 1 {
-			b.Fatalf("events %d, err %v", len(res.Events), err)
+			return fmt.Errorf("events %d, err %w", len(res.Events), err)
 		}
-	}
+		return nil
+	})
 }
