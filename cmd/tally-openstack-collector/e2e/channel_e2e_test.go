@@ -40,6 +40,30 @@ func channelDir(t *testing.T) string {
 	return d
 }
 
+// newChannelCollector makes a collector on the nova exchange whose channel
+// socket, sock, lies in a directory every user may enter, and the stack
+// around it; the collector is not yet started.
+func newChannelCollector(t *testing.T) (b bins, a *api, c *collector, sock string) {
+	t.Helper()
+	b, v, a := novaStack(t)
+	sock = filepath.Join(channelDir(t), "channel.sock")
+	c = newCollector(t, b, v, a.url(), a.token, "TALLY_OSC_EXCHANGES=nova", "TALLY_OSC_CHANNEL_SOCKET="+sock)
+	return b, a, c, sock
+}
+
+// runPublish runs the publish command of the collector binary bin on the
+// channel socket sock, with args and stdin, and answers its exit code (-1
+// if it did not run) and what it printed.
+func runPublish(bin, sock, stdin string, args ...string) (int, string) {
+	cmd := exec.Command(bin, append([]string{"publish", "--channel", sock}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	if cmd.ProcessState == nil {
+		return -1, fmt.Sprintf("%v\n%s", err, out)
+	}
+	return cmd.ProcessState.ExitCode(), string(out)
+}
+
 func usageLine(id string) string {
 	return fmt.Sprintf(`{"id":%q,"time":"2026-02-01T10:00:00Z","type":"license.checkout","resource_type":"license",`+
 		`"resource_id":"matlab","project_id":"p1","attributes":{"seats":1}}`, id)
@@ -64,9 +88,7 @@ func apiIDs(t *testing.T, a *api) map[string]bool {
 // daemon is stopped, waits for it and exits 0 once all its lines are
 // committed.
 func TestEndToEndChannelSurvivesDaemonRestart(t *testing.T) {
-	b, v, a := novaStack(t)
-	sock := filepath.Join(channelDir(t), "channel.sock")
-	c := newCollector(t, b, v, a.url(), a.token, "TALLY_OSC_EXCHANGES=nova", "TALLY_OSC_CHANNEL_SOCKET="+sock)
+	b, a, c, sock := newChannelCollector(t)
 
 	var mu sync.Mutex
 	acked := map[uint64]bool{}
@@ -342,18 +364,11 @@ func TestEndToEndTapDuringAMQPStream(t *testing.T) {
 // the lines the daemon did not commit (an unclaimed tag, a line that is not
 // JSON).
 func TestEndToEndPublishReportsWhatWasNotCommitted(t *testing.T) {
-	b, v, a := novaStack(t)
-	sock := filepath.Join(channelDir(t), "channel.sock")
-	c := newCollector(t, b, v, a.url(), a.token, "TALLY_OSC_EXCHANGES=nova", "TALLY_OSC_CHANNEL_SOCKET="+sock)
+	b, a, c, sock := newChannelCollector(t)
 	c.start(t)
 	c.waitReady(t)
 
-	run := func(stdin string, args ...string) (int, string) {
-		cmd := exec.Command(b.collector, append([]string{"publish", "--channel", sock}, args...)...)
-		cmd.Stdin = strings.NewReader(stdin)
-		out, _ := cmd.CombinedOutput()
-		return cmd.ProcessState.ExitCode(), string(out)
-	}
+	run := func(stdin string, args ...string) (int, string) { return runPublish(b.collector, sock, stdin, args...) }
 	code, out := run(usageLine("ok-1")+"\nnot json\n"+usageLine("ok-2")+"\n", "usage.license")
 	if code != 1 || !strings.Contains(out, "stdin:2: channel client: invalid message") || !strings.Contains(out, "3 messages, 2 committed") {
 		t.Fatalf("exit %d:\n%s", code, out)
