@@ -8,14 +8,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -29,15 +26,7 @@ import (
 // channelDir is a directory for the socket that every user may enter.
 func channelDir(t *testing.T) string {
 	t.Helper()
-	d, err := os.MkdirTemp("", "tally-e2e-channel-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(d, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
+	return testkit.PublicTempDir(t, "tally-e2e-channel-")
 }
 
 // newChannelCollector makes a collector on the nova exchange whose channel
@@ -401,22 +390,9 @@ func TestEndToEndPublishReportsWhatWasNotCommitted(t *testing.T) {
 // otherUser is a system user of the tests, created once (useradd).
 func otherUser(t *testing.T, name string) client.Cred {
 	t.Helper()
-	if _, err := user.Lookup(name); err != nil {
-		useradd := testkit.LookPath(t, "useradd", "passwd")
-		out, err := exec.Command(useradd, "--system", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", name).CombinedOutput()
-		var ee *exec.ExitError
-		if err != nil && !(errors.As(err, &ee) && ee.ExitCode() == 9) { // 9: created meanwhile
-			t.Fatalf("useradd %s: %v\n%s", name, err, out)
-		}
-	}
-	u, err := user.Lookup(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
-	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
+	uid, gid := testkit.SystemUser(t, name)
 	testkit.LookPath(t, "setpriv", "util-linux")
-	return client.Cred{UID: uint32(uid), GID: uint32(gid)}
+	return client.Cred{UID: uid, GID: gid}
 }
 
 // publicBinary is a copy of bin that every user may run.
