@@ -8,14 +8,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -29,15 +26,31 @@ import (
 // channelDir is a directory for the socket that every user may enter.
 func channelDir(t *testing.T) string {
 	t.Helper()
-	d, err := os.MkdirTemp("", "tally-e2e-channel-")
-	if err != nil {
-		t.Fatal(err)
+	return testkit.PublicTempDir(t, "tally-e2e-channel-")
+}
+
+// newChannelCollector makes a collector on the nova exchange whose channel
+// socket, sock, lies in a directory every user may enter, and the stack
+// around it; the collector is not yet started.
+func newChannelCollector(t *testing.T) (b bins, a *api, c *collector, sock string) {
+	t.Helper()
+	b, v, a := novaStack(t)
+	sock = filepath.Join(channelDir(t), "channel.sock")
+	c = newCollector(t, b, v, a.url(), a.token, "TALLY_OSC_EXCHANGES=nova", "TALLY_OSC_CHANNEL_SOCKET="+sock)
+	return b, a, c, sock
+}
+
+// runPublish runs the publish command of the collector binary bin on the
+// channel socket sock, with args and stdin, and answers its exit code (-1
+// if it did not run) and what it printed.
+func runPublish(bin, sock, stdin string, args ...string) (int, string) {
+	cmd := exec.Command(bin, append([]string{"publish", "--channel", sock}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	if cmd.ProcessState == nil {
+		return -1, fmt.Sprintf("%v\n%s", err, out)
 	}
-	if err := os.Chmod(d, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
+	return cmd.ProcessState.ExitCode(), string(out)
 }
 
 func usageLine(id string) string {
@@ -64,9 +77,7 @@ func apiIDs(t *testing.T, a *api) map[string]bool {
 // daemon is stopped, waits for it and exits 0 once all its lines are
 // committed.
 func TestEndToEndChannelSurvivesDaemonRestart(t *testing.T) {
-	b, v, a := novaStack(t)
-	sock := filepath.Join(channelDir(t), "channel.sock")
-	c := newCollector(t, b, v, a.url(), a.token, "TALLY_OSC_EXCHANGES=nova", "TALLY_OSC_CHANNEL_SOCKET="+sock)
+	b, a, c, sock := newChannelCollector(t)
 
 	var mu sync.Mutex
 	acked := map[uint64]bool{}
@@ -342,18 +353,11 @@ func TestEndToEndTapDuringAMQPStream(t *testing.T) {
 // the lines the daemon did not commit (an unclaimed tag, a line that is not
 // JSON).
 func TestEndToEndPublishReportsWhatWasNotCommitted(t *testing.T) {
-	b, v, a := novaStack(t)
-	sock := filepath.Join(channelDir(t), "channel.sock")
-	c := newCollector(t, b, v, a.url(), a.token, "TALLY_OSC_EXCHANGES=nova", "TALLY_OSC_CHANNEL_SOCKET="+sock)
+	b, a, c, sock := newChannelCollector(t)
 	c.start(t)
 	c.waitReady(t)
 
-	run := func(stdin string, args ...string) (int, string) {
-		cmd := exec.Command(b.collector, append([]string{"publish", "--channel", sock}, args...)...)
-		cmd.Stdin = strings.NewReader(stdin)
-		out, _ := cmd.CombinedOutput()
-		return cmd.ProcessState.ExitCode(), string(out)
-	}
+	run := func(stdin string, args ...string) (int, string) { return runPublish(b.collector, sock, stdin, args...) }
 	code, out := run(usageLine("ok-1")+"\nnot json\n"+usageLine("ok-2")+"\n", "usage.license")
 	if code != 1 || !strings.Contains(out, "stdin:2: channel client: invalid message") || !strings.Contains(out, "3 messages, 2 committed") {
 		t.Fatalf("exit %d:\n%s", code, out)
@@ -386,22 +390,9 @@ func TestEndToEndPublishReportsWhatWasNotCommitted(t *testing.T) {
 // otherUser is a system user of the tests, created once (useradd).
 func otherUser(t *testing.T, name string) client.Cred {
 	t.Helper()
-	if _, err := user.Lookup(name); err != nil {
-		useradd := testkit.LookPath(t, "useradd", "passwd")
-		out, err := exec.Command(useradd, "--system", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", name).CombinedOutput()
-		var ee *exec.ExitError
-		if err != nil && !(errors.As(err, &ee) && ee.ExitCode() == 9) { // 9: created meanwhile
-			t.Fatalf("useradd %s: %v\n%s", name, err, out)
-		}
-	}
-	u, err := user.Lookup(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
-	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
+	uid, gid := testkit.SystemUser(t, name)
 	testkit.LookPath(t, "setpriv", "util-linux")
-	return client.Cred{UID: uint32(uid), GID: uint32(gid)}
+	return client.Cred{UID: uid, GID: gid}
 }
 
 // publicBinary is a copy of bin that every user may run.

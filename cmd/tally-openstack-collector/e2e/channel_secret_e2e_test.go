@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -16,19 +14,15 @@ import (
 // the daemon's socket, both reach the reference Reporting API with the
 // ordinary attribute and without any of those values or names.
 func TestEndToEndChannelCredentialsNeverReachTheAPI(t *testing.T) {
-	b, v, a := novaStack(t)
-	sock := filepath.Join(channelDir(t), "channel.sock")
-	c := newCollector(t, b, v, a.url(), a.token, "TALLY_OSC_EXCHANGES=nova", "TALLY_OSC_CHANNEL_SOCKET="+sock)
+	b, a, c, sock := newChannelCollector(t)
 	c.start(t)
 	c.waitReady(t)
 
 	secrets := []string{"ak-e2e-0123456789abcdef", "c00kie-e2e-fedcba9876", "au-e2e-0123456789abcdef"}
 	publish := func(stdin string, args ...string) {
 		t.Helper()
-		cmd := exec.Command(b.collector, append([]string{"publish", "--channel", sock}, args...)...)
-		cmd.Stdin = strings.NewReader(stdin)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("publish %v: %v\n%s", args, err, out)
+		if code, out := runPublish(b.collector, sock, stdin, args...); code != 0 {
+			t.Fatalf("publish %v: exit %d\n%s", args, code, out)
 		}
 	}
 	publish(`{"id":"sec-json","time":"2026-02-01T10:00:00Z","type":"license.checkout","resource_type":"license",`+

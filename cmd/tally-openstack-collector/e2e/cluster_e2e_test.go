@@ -808,41 +808,39 @@ func TestClusterFailover(t *testing.T) {
 			c.waitReady(t)
 		}
 	}
-	victim := cs[1]
+	// killVictim kills collector 2 with SIGKILL and starts it again.
+	killVictim := func(what string) {
+		t.Helper()
+		victim := cs[1]
+		fault("%s", what)
+		victim.p.kill9(t)
+		victim.start(t)
+		victim.waitReady(t)
+	}
+	// nodeDown stops node with SIGKILL, waits for every collector to be
+	// ready again, lets delta more events through while the node is down
+	// and starts it again.
+	nodeDown := func(node int, role string, delta int64, what string) {
+		t.Helper()
+		fault("stop node %d (%s) with SIGKILL", node, role)
+		e.stopNode(t, node)
+		allReady()
+		q, _ := e.v.queue(t, clusterQueueName)
+		fault("collectors ready again; leader %s", q.Leader)
+		progress(delta, what)
+		fault("start node %d", node)
+		e.startNode(t, node)
+		fault("node %d back", node)
+	}
 
 	progress(1000, "1000 events delivered")
-	fault("kill -9 collector 2")
-	victim.p.kill9(t)
-	victim.start(t)
-	victim.waitReady(t)
-
+	killVictim("kill -9 collector 2")
 	progress(1000, "1000 more events")
-	fault("stop node %d (the queue leader) with SIGKILL", leader)
-	e.stopNode(t, leader)
-	allReady()
-	q, _ = e.v.queue(t, clusterQueueName)
-	fault("collectors ready again; new leader %s", q.Leader)
-	progress(1000, "1000 more events with the leader's node down")
-	fault("start node %d", leader)
-	e.startNode(t, leader)
-	fault("node %d back", leader)
-
+	nodeDown(leader, "the queue leader", 1000, "1000 more events with the leader's node down")
 	progress(500, "500 more events")
-	fault("kill -9 collector 2 again")
-	victim.p.kill9(t)
-	victim.start(t)
-	victim.waitReady(t)
-
+	killVictim("kill -9 collector 2 again")
 	progress(500, "500 more events")
-	fault("stop node %d with SIGKILL", second)
-	e.stopNode(t, second)
-	allReady()
-	q, _ = e.v.queue(t, clusterQueueName)
-	fault("collectors ready again; leader %s", q.Leader)
-	progress(1000, "1000 more events with a second node down")
-	fault("start node %d", second)
-	e.startNode(t, second)
-	fault("node %d back", second)
+	nodeDown(second, "the second to stop", 1000, "1000 more events with a second node down")
 
 	if !published {
 		bulkPublished(<-pubDone)

@@ -97,16 +97,7 @@ func TestEndToEndInputFloodsStayWithinBudget(t *testing.T) {
 		}
 		return got >= len(want), fmt.Sprintf("%d of %d delivered", got, len(want))
 	})
-	events, _ := e.api.events(t)
-	seen := map[string]int{}
-	for _, ev := range events {
-		seen[ev.EventID]++
-	}
-	for id := range want {
-		if seen[id] != 1 {
-			t.Errorf("%s stored %d times, want once", id, seen[id])
-		}
-	}
+	checkStoredOnce(t, e.api, want)
 
 	m := e.c.metrics(t)
 	compiled := int(sum(m, "tally_collector_mapper_builtins_compiled"))

@@ -646,6 +646,24 @@ type storedEvent struct {
 	} `json:"source"`
 }
 
+// checkStoredOnce fails the test for each id of want that the API does not
+// hold exactly once. It answers how many times the API holds each event id,
+// and the API's events as it wrote them.
+func checkStoredOnce(t *testing.T, a *api, want map[string]bool) (seen map[string]int, raw []byte) {
+	t.Helper()
+	events, raw := a.events(t)
+	seen = make(map[string]int, len(events))
+	for _, ev := range events {
+		seen[ev.EventID]++
+	}
+	for id := range want {
+		if seen[id] != 1 {
+			t.Errorf("event %s stored %d times, want once", id, seen[id])
+		}
+	}
+	return seen, raw
+}
+
 // events lists every stored event, and the raw listing for content checks.
 func (a *api) events(tb testing.TB) ([]storedEvent, []byte) {
 	tb.Helper()

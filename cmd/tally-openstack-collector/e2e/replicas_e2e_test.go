@@ -61,15 +61,9 @@ func (c *collector) waitModule(t *testing.T, who, name, want string) {
 func TestEndToEndDecisionsReachEveryReplica(t *testing.T) {
 	const n = 300
 	b, v, a := novaStack(t)
-	var reps [3]*collector
-	var dirs [3]string
-	for i := range reps {
-		dirs[i] = t.TempDir()
-		dropIn(t, dirs[i], "echo_v1", "echo")
-		dropIn(t, dirs[i], "flaky_v1", "flaky")
-		reps[i] = newCollector(t, b, v, a.url(), a.token, "TALLY_OSC_EXCHANGES=nova",
-			"TALLY_OSC_MAPPERS_DIR="+dirs[i], fmt.Sprintf("TALLY_OSC_REPLICA_NAME=collector-%d", i))
-		reps[i].start(t)
+	reps, dirs := newReplicas(t, b, v, a, 3, "echo", "flaky")
+	for _, c := range reps {
+		c.start(t)
 	}
 	start := time.Now()
 	for _, c := range reps {
@@ -78,10 +72,7 @@ func TestEndToEndDecisionsReachEveryReplica(t *testing.T) {
 	t.Logf("%s: three collectors ready", time.Since(start))
 
 	// Promote, with collector-2 down.
-	for i, c := range reps {
-		dropIn(t, dirs[i], "echo_v2", "echo-2")
-		c.waitModule(t, fmt.Sprintf("collector-%d", i), "echo", "migrating:echo@1.0.0->echo@2.0.0")
-	}
+	shadowEcho2(t, reps, dirs)
 	t.Logf("%s: echo@2.0.0 in shadow on all three", time.Since(start))
 	if code, _ := reps[2].p.stop(t, 30*time.Second); code != 0 {
 		t.Fatalf("collector-2 stopped with %d", code)
@@ -151,7 +142,35 @@ func TestEndToEndDecisionsReachEveryReplica(t *testing.T) {
 	// Traffic on the shared queue after the decisions: the three ledgers
 	// balance and add up to what was published.
 	publishToReplicas(t, v, a, "replicas", n)
-	checkReplicaLedgers(t, reps[:], n)
+	checkReplicaLedgers(t, reps, n)
+}
+
+// newReplicas makes n collectors on the nova exchange's queue, not yet
+// started, each with its own outbox, REPLICA_NAME collector-<i> and
+// drop-in directory (dirs[i]) holding version 1 of each of modules, a test
+// module runtime/catalog/testdata/<module>_v1.wasm dropped in as <module>.
+func newReplicas(t *testing.T, b bins, v *vhost, a *api, n int, modules ...string) (reps []*collector, dirs []string) {
+	t.Helper()
+	for i := range n {
+		dir := t.TempDir()
+		for _, m := range modules {
+			dropIn(t, dir, m+"_v1", m)
+		}
+		dirs = append(dirs, dir)
+		reps = append(reps, newCollector(t, b, v, a.url(), a.token, "TALLY_OSC_EXCHANGES=nova",
+			"TALLY_OSC_MAPPERS_DIR="+dir, fmt.Sprintf("TALLY_OSC_REPLICA_NAME=collector-%d", i)))
+	}
+	return reps, dirs
+}
+
+// shadowEcho2 drops echo@2.0.0 into each replica's directory and waits
+// until each runs it in shadow of echo@1.0.0.
+func shadowEcho2(t *testing.T, reps []*collector, dirs []string) {
+	t.Helper()
+	for i, c := range reps {
+		dropIn(t, dirs[i], "echo_v2", "echo-2")
+		c.waitModule(t, fmt.Sprintf("collector-%d", i), "echo", "migrating:echo@1.0.0->echo@2.0.0")
+	}
 }
 
 // publishToReplicas publishes n test.usage notifications on nova and waits
@@ -175,14 +194,7 @@ func publishToReplicas(t *testing.T, v *vhost, a *api, prefix string, n int) {
 func TestEndToEndDecisionKeptWhileTheBrokerIsOutOfReach(t *testing.T) {
 	const n = 200
 	b, v, a := novaStack(t)
-	var reps [2]*collector
-	var dirs [2]string
-	for i := range reps {
-		dirs[i] = t.TempDir()
-		dropIn(t, dirs[i], "echo_v1", "echo")
-		reps[i] = newCollector(t, b, v, a.url(), a.token, "TALLY_OSC_EXCHANGES=nova",
-			"TALLY_OSC_MAPPERS_DIR="+dirs[i], fmt.Sprintf("TALLY_OSC_REPLICA_NAME=collector-%d", i))
-	}
+	reps, dirs := newReplicas(t, b, v, a, 2, "echo")
 	reps[1].start(t)
 	reps[1].waitReady(t)
 	good := reps[0].env
@@ -192,10 +204,7 @@ func TestEndToEndDecisionKeptWhileTheBrokerIsOutOfReach(t *testing.T) {
 		code, _, err := reps[0].get("/mappers")
 		return err == nil && code == 200
 	})
-	for i, c := range reps {
-		dropIn(t, dirs[i], "echo_v2", "echo-2")
-		c.waitModule(t, fmt.Sprintf("collector-%d", i), "echo", "migrating:echo@1.0.0->echo@2.0.0")
-	}
+	shadowEcho2(t, reps, dirs)
 
 	cmd := exec.Command(reps[0].bin, "mappers", "promote", "echo")
 	cmd.Env = reps[0].env
@@ -234,5 +243,5 @@ func TestEndToEndDecisionKeptWhileTheBrokerIsOutOfReach(t *testing.T) {
 		return sum(reps[0].metrics(t), "tally_collector_control_unsent_decisions") == 0
 	})
 	publishToReplicas(t, v, a, "reach", n)
-	checkReplicaLedgers(t, reps[:], n)
+	checkReplicaLedgers(t, reps, n)
 }

@@ -129,6 +129,70 @@ func (s *supervised) deadLetters(t *testing.T) ([]deadLetter, bool) {
 	return l.DeadLetters, true
 }
 
+// runawayBodies is ordinary nova notifications, with the message ids
+// <prefix>-0000-4000-8000-<i in hex>, and after the middle one the
+// notification that makes the test build's nova module loop
+// (<prefix>-0000-4000-8000-1008f00f00f0). want holds the ordinary ids.
+func runawayBodies(t *testing.T, prefix string, ordinary int) (want map[string]bool, bodies [][]byte) {
+	t.Helper()
+	want = map[string]bool{}
+	for i := range ordinary {
+		id := fmt.Sprintf("%s-0000-4000-8000-%012x", prefix, i)
+		want[id] = true
+		bodies = append(bodies, novaNotification(t, id, "compute-host-name"))
+		if i == ordinary/2 {
+			bodies = append(bodies, novaNotification(t, prefix+"-0000-4000-8000-1008f00f00f0", "loop-forever"))
+		}
+	}
+	return want, bodies
+}
+
+// runawayDrained removes from want the ids the API holds, and reports
+// whether it holds them all, the collectors hold a dead letter, and the
+// queue is empty: the end of a runaway scenario.
+func runawayDrained(t *testing.T, a *api, v *vhost, reps []*supervised, want map[string]bool) bool {
+	t.Helper()
+	evs, _ := a.events(t)
+	for _, e := range evs {
+		delete(want, e.EventID)
+	}
+	if len(want) > 0 {
+		return false
+	}
+	dead := 0
+	for _, s := range reps {
+		l, ok := s.deadLetters(t)
+		if !ok {
+			return false
+		}
+		dead += len(l)
+	}
+	ready, unacked := queueDepth(t, v, "tally-notifications")
+	return dead >= 1 && ready == 0 && unacked == 0
+}
+
+// checkOneDeadLetter fails the test unless the collectors hold exactly one
+// dead letter between them, the nova module's, for reason.
+func checkOneDeadLetter(t *testing.T, reps []*supervised, reason string) {
+	t.Helper()
+	dead := 0
+	for _, s := range reps {
+		l, ok := s.deadLetters(t)
+		if !ok {
+			t.Fatalf("%s: GET /deadletters failed", s.name)
+		}
+		for _, d := range l {
+			dead++
+			if d.Reason != reason || !strings.HasPrefix(d.Module, "nova@") {
+				t.Errorf("%s: dead letter %+v, want the nova module's %s", s.name, d, reason)
+			}
+		}
+	}
+	if dead != 1 {
+		t.Fatalf("dead letters = %d, want exactly 1", dead)
+	}
+}
+
 // A built-in module that loops never leaves a frozen process. Two collectors
 // share one queue; among ordinary nova notifications comes one that makes
 // the (test build's) nova module loop for ever.
@@ -254,11 +318,8 @@ func (lp *livezProber) close() {
 // each answers every /livez probe within a second the whole time, garbage
 // collections forced throughout.
 func meteredRunawayScenario(t *testing.T, bin string) {
-	b := buildBinaries(t)
+	b, v, a := novaStack(t)
 	b.collector = bin
-	v := testkit.NewVhost(t)
-	v.DeclareExchanges(t, false, "nova")
-	a := startAPI(t, b)
 	var reps [2]*supervised
 	for i := range reps {
 		pprofAddr := testkit.FreeAddr(t)
@@ -282,52 +343,16 @@ func meteredRunawayScenario(t *testing.T, bin string) {
 	}
 
 	const ordinary = 6000
-	want := map[string]bool{}
-	var bodies [][]byte
-	for i := range ordinary {
-		id := fmt.Sprintf("0000mete-0000-4000-8000-%012x", i)
-		want[id] = true
-		bodies = append(bodies, novaNotification(t, id, "compute-host-name"))
-		if i == ordinary/2 {
-			bodies = append(bodies, novaNotification(t, "0000mete-0000-4000-8000-1008f00f00f0", "loop-forever"))
-		}
-	}
+	want, bodies := runawayBodies(t, "0000mete", ordinary)
 	start := time.Now()
 	v.Publish(t, "nova", "notifications.info", bodies...)
 	testkit.WaitFor(t, 5*time.Minute, "every ordinary notification at the API, the looping one dead-lettered, the queue empty", func() bool {
 		supervise()
-		evs, _ := a.events(t)
-		for _, e := range evs {
-			delete(want, e.EventID)
-		}
-		if len(want) > 0 {
-			return false
-		}
-		dead := 0
-		for _, s := range reps {
-			l, ok := s.deadLetters(t)
-			if !ok {
-				return false
-			}
-			dead += len(l)
-		}
-		ready, unacked := queueDepth(t, v, "tally-notifications")
-		return dead >= 1 && ready == 0 && unacked == 0
+		return runawayDrained(t, a, v, reps[:], want)
 	})
 	t.Logf("%s: every ordinary notification delivered", time.Since(start).Round(time.Millisecond))
 	probes := lp.check(t)
-	dead := 0
 	for _, s := range reps {
-		l, ok := s.deadLetters(t)
-		if !ok {
-			t.Fatalf("%s: GET /deadletters failed", s.name)
-		}
-		for _, d := range l {
-			dead++
-			if d.Reason != "budget" || !strings.HasPrefix(d.Module, "nova@") {
-				t.Errorf("%s: dead letter %+v, want the nova module's budget", s.name, d)
-			}
-		}
 		if s.runs != 1 {
 			t.Errorf("%s ran %d times, want once", s.name, s.runs)
 		}
@@ -335,9 +360,7 @@ func meteredRunawayScenario(t *testing.T, bin string) {
 			t.Errorf("%s took the watched path", s.name)
 		}
 	}
-	if dead != 1 {
-		t.Fatalf("dead letters = %d, want exactly 1", dead)
-	}
+	checkOneDeadLetter(t, reps[:], "budget")
 	t.Logf("figures: no exit; %d /livez probes, each answered within 1 s", probes)
 }
 
@@ -354,11 +377,8 @@ func (s *supervised) forceGC() {
 }
 
 func runawayScenario(t *testing.T, bin string, freeze bool) {
-	b := buildBinaries(t)
+	b, v, a := novaStack(t)
 	b.collector = bin
-	v := testkit.NewVhost(t)
-	v.DeclareExchanges(t, false, "nova")
-	a := startAPI(t, b)
 
 	const watchdog = 3 * time.Second
 	// Silent for longer than this while alive: frozen, and not ended.
@@ -394,16 +414,7 @@ func runawayScenario(t *testing.T, bin string, freeze bool) {
 	}
 
 	const ordinary = 400
-	want := map[string]bool{}
-	var bodies [][]byte
-	for i := range ordinary {
-		id := fmt.Sprintf("0000runa-0000-4000-8000-%012x", i)
-		want[id] = true
-		bodies = append(bodies, novaNotification(t, id, "compute-host-name"))
-		if i == ordinary/2 {
-			bodies = append(bodies, novaNotification(t, "0000runa-0000-4000-8000-1008f00f00f0", "loop-forever"))
-		}
-	}
+	want, bodies := runawayBodies(t, "0000runa", ordinary)
 	start := time.Now()
 	v.Publish(t, "nova", "notifications.info", bodies[:ordinary/2]...)
 	loopAt := time.Now()
@@ -429,44 +440,13 @@ func runawayScenario(t *testing.T, bin string, freeze bool) {
 				servingAgain = time.Since(loopAt)
 			}
 		}
-		evs, _ := a.events(t)
-		for _, e := range evs {
-			delete(want, e.EventID)
-		}
-		if len(want) > 0 {
-			return false
-		}
-		dead := 0
-		for _, s := range reps {
-			l, ok := s.deadLetters(t)
-			if !ok {
-				return false
-			}
-			dead += len(l)
-		}
-		ready, unacked := queueDepth(t, v, "tally-notifications")
-		return dead >= 1 && ready == 0 && unacked == 0
+		return runawayDrained(t, a, v, reps[:], want)
 	})
 	t.Logf("%s: every ordinary notification delivered", time.Since(start).Round(time.Millisecond))
 
 	// Exactly one dead letter, the looping notification, mapped guarded and
 	// stopped at its deadline.
-	dead := 0
-	for _, s := range reps {
-		l, ok := s.deadLetters(t)
-		if !ok {
-			t.Fatalf("%s: GET /deadletters failed", s.name)
-		}
-		for _, d := range l {
-			dead++
-			if d.Reason != "timeout" || !strings.HasPrefix(d.Module, "nova@") {
-				t.Errorf("%s: dead letter %+v, want the nova module's timeout", s.name, d)
-			}
-		}
-	}
-	if dead != 1 {
-		t.Fatalf("dead letters = %d, want exactly 1", dead)
-	}
+	checkOneDeadLetter(t, reps[:], "timeout")
 	// The looping notification cost one exit: the broker marks it
 	// redelivered after the first. (An ordinary call starved past its
 	// deadline on a busy machine would cost one more, and no dead letter.)

@@ -13,7 +13,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -137,15 +136,7 @@ type harness struct {
 // publicDir is a directory every user may enter.
 func publicDir(tb testing.TB) string {
 	tb.Helper()
-	d, err := os.MkdirTemp("", "tally-channel-test-")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := os.Chmod(d, 0o755); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { os.RemoveAll(d) })
-	return d
+	return testkit.PublicTempDir(tb, "tally-channel-test-")
 }
 
 // newHarness opens an outbox and a pipeline; start runs a server.
@@ -339,22 +330,8 @@ func testUser(tb testing.TB, name string) client.Cred {
 	if os.Geteuid() != 0 {
 		tb.Fatal("the channel's credential tests run as root: they create users and run clients as them")
 	}
-	if _, err := user.Lookup(name); err != nil {
-		path := testkit.LookPath(tb, "useradd", "passwd")
-		out, err := exec.Command(path, "--system", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", name).CombinedOutput()
-		// 9: the name exists (another test created it meanwhile).
-		var ee *exec.ExitError
-		if err != nil && !(errors.As(err, &ee) && ee.ExitCode() == 9) {
-			tb.Fatalf("useradd %s: %v\n%s", name, err, out)
-		}
-	}
-	u, err := user.Lookup(name)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
-	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
-	return client.Cred{UID: uint32(uid), GID: uint32(gid)}
+	uid, gid := testkit.SystemUser(tb, name)
+	return client.Cred{UID: uid, GID: gid}
 }
 
 var (
