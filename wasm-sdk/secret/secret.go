@@ -46,11 +46,12 @@ func IsName(name string) bool {
 	if name == "" {
 		return false
 	}
-	for _, f := range fragments {
-		if containsFold(name, f) {
-			return true
-		}
-	}
+	return hasFragment(name) || hasCredentialPart(name)
+}
+
+// hasCredentialPart applies the rules on a name's parts (pass, pwd, key after
+// another part, a last auth ...).
+func hasCredentialPart(name string) bool {
 	ps, pe := nextPart(name, 0)
 	prevS, prevE := -1, -1
 	for ps < pe {
@@ -125,17 +126,55 @@ func is(part, word string) bool {
 	return ok && n == len(part)
 }
 
-// containsFold reports whether s, lower-cased rune by rune, contains sub
-// (lower-case ASCII).
-func containsFold(s, sub string) bool {
-	for i := 0; i < len(s); {
-		if _, ok := matchFold(s[i:], sub); ok {
+// fragmentStarts marks the lower-case ASCII letters a fragment begins with:
+// at an ASCII byte that lower-cases to none of them no fragment can begin.
+var fragmentStarts = func() (m [utf8.RuneSelf]bool) {
+	for _, f := range fragments {
+		m[f[0]] = true
+	}
+	return m
+}()
+
+// hasFragment reports whether name, lower-cased rune by rune, contains one of
+// the fragments. It walks name once, trying the fragments only where one can
+// begin: a name is one pass over its bytes, not one per fragment.
+func hasFragment(name string) bool {
+	for i := 0; i < len(name); {
+		if c := name[i]; c < utf8.RuneSelf {
+			if fragmentStarts[lowerASCII(c)] && fragmentAt(name[i:]) {
+				return true
+			}
+			i++
+			continue
+		}
+		// A rune beyond ASCII may lower-case to a letter a fragment begins
+		// with (U+212A KELVIN SIGN to k).
+		if fragmentAt(name[i:]) {
 			return true
 		}
-		_, w := utf8.DecodeRuneInString(s[i:])
+		_, w := utf8.DecodeRuneInString(name[i:])
 		i += w
 	}
 	return false
+}
+
+// fragmentAt reports whether s, lower-cased rune by rune, begins with one of
+// the fragments.
+func fragmentAt(s string) bool {
+	for _, f := range fragments {
+		if _, ok := matchFold(s, f); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// lowerASCII lower-cases an ASCII letter and leaves any other byte as it is.
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + ('a' - 'A')
+	}
+	return c
 }
 
 // matchFold reports whether s begins with word (lower-case ASCII) once its
@@ -145,6 +184,14 @@ func matchFold(s, word string) (int, bool) {
 	for k := 0; k < len(word); k++ {
 		if i >= len(s) {
 			return 0, false
+		}
+		if c := s[i]; c < utf8.RuneSelf {
+			// ASCII, the usual name: what unicode.ToLower would answer.
+			if lowerASCII(c) != word[k] {
+				return 0, false
+			}
+			i++
+			continue
 		}
 		r, w := utf8.DecodeRuneInString(s[i:])
 		if unicode.ToLower(r) != rune(word[k]) {

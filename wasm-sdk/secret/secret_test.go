@@ -3,6 +3,8 @@ package secret
 import (
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 )
 
 func TestIsName(t *testing.T) {
@@ -55,6 +57,54 @@ func TestParts(t *testing.T) {
 			t.Errorf("parts of %q = %q, want %q", in, g, want)
 		}
 	}
+}
+
+// isNameBefore is the rule as IsName decided it before it walked a name once
+// for all fragments: each fragment searched for on its own, every rune
+// lower-cased by unicode.ToLower. FuzzIsName holds IsName to it.
+func isNameBefore(name string) bool {
+	if name == "" {
+		return false
+	}
+	for _, f := range fragments {
+		for i := 0; i < len(name); {
+			if matchFoldBefore(name[i:], f) {
+				return true
+			}
+			_, w := utf8.DecodeRuneInString(name[i:])
+			i += w
+		}
+	}
+	return hasCredentialPart(name)
+}
+
+func matchFoldBefore(s, word string) bool {
+	i := 0
+	for k := 0; k < len(word); k++ {
+		if i >= len(s) {
+			return false
+		}
+		r, w := utf8.DecodeRuneInString(s[i:])
+		if unicode.ToLower(r) != rune(word[k]) {
+			return false
+		}
+		i += w
+	}
+	return true
+}
+
+// FuzzIsName: IsName decides every name as the rule did before its single
+// walk (isNameBefore), the seeds being TestIsName's names.
+func FuzzIsName(f *testing.F) {
+	for _, n := range []string{"seats", "auth_password", "api\u212aey", "COOKIE", "p\xffassword", "xconnection_info",
+		"Ｐassword", "pass\u0130", "tok\u212aen", "secreT", "credentiaL", "\xff\xfe", "passwd", "passphrase"} {
+		f.Add(n)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		if got, want := IsName(name), isNameBefore(name); got != want {
+			t.Fatalf("IsName(%q) = %v, before %v", name, got, want)
+		}
+	})
 }
 
 // A guest calls IsName for every member it copies: it must not allocate.
