@@ -92,7 +92,7 @@ func TestFilesArePrivateWhateverTheUmask(t *testing.T) {
 		t.Errorf("after appends, files %v: no table was written while the outbox was open", seen)
 	}
 	// Deliver everything: the disk reclaim drops the tables.
-	deleteAll(t, ctx, o, 5000)
+	deleteAll(t, o, 5000)
 	if err := o.Close(); err != nil {
 		t.Fatal(err)
 	}

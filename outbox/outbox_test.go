@@ -38,22 +38,11 @@ func open(t testing.TB, dir string, mod ...func(*outbox.Options)) *outbox.Outbox
 	return o
 }
 
-// deleteAll peeks up to max events at a time and deletes them until the outbox
-// is empty, failing the test on an error.
-func deleteAll(t testing.TB, ctx context.Context, o *outbox.Outbox, max int) {
+// deleteAll deletes the outbox's events, up to max at a time, until it is
+// empty, failing the test on an error.
+func deleteAll(t testing.TB, o *outbox.Outbox, max int) {
 	t.Helper()
-	for {
-		f, l, evs, err := o.Peek(ctx, max)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(evs) == 0 {
-			return
-		}
-		if err := o.Delete(ctx, f, l); err != nil {
-			t.Fatal(err)
-		}
-	}
+	testkit.EachRange(t, o, max, o.Delete)
 }
 
 // events makes n events of about size bytes, the same for the same from+i.
@@ -423,7 +412,7 @@ func TestDiskReclaimedAfterDrain(t *testing.T) {
 		t.Fatalf("filled outbox accepted more: %v", err)
 	}
 	full := o.DiskBytes()
-	deleteAll(t, ctx, o, 500)
+	deleteAll(t, o, 500)
 	if full < 14<<20 { // 24 MB of events, compressed about 1.3:1
 		t.Fatalf("40k events of 600 bytes took only %d bytes: measurement broken", full)
 	}
