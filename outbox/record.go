@@ -48,11 +48,10 @@ func (o *Outbox) SaveRecord(name string, value []byte) error {
 	if err := o.checkSpace(); err != nil {
 		return err
 	}
-	o.writeMu.RLock()
-	defer o.writeMu.RUnlock()
-	if o.closed.Load() {
-		return ErrClosed
+	if err := o.holdOpen(); err != nil {
+		return err
 	}
+	defer o.writeMu.RUnlock()
 	v := append([]byte(nil), value...)
 	if err := o.db.Update(func(txn *badger.Txn) error { return txn.Set(key, v) }); err != nil {
 		return o.refuse(err)
