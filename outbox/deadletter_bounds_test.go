@@ -105,9 +105,7 @@ func TestDeadLetterBytesAndOldestAge(t *testing.T) {
 	if age := o.OldestDeadLetterAge(); age < 3*time.Hour || age > 3*time.Hour+time.Minute {
 		t.Fatalf("oldest age %s", age)
 	}
-	o.Close()
-	o = open(t, dir)
-	defer o.Close()
+	o = reopen(t, o, dir)
 	if o.DeadLetterBytes() != bytes {
 		t.Fatalf("bytes %d after reopen, %d before", o.DeadLetterBytes(), bytes)
 	}

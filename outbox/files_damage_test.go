@@ -173,8 +173,7 @@ func TestDamagedFilesRefusedOrRecovered(t *testing.T) {
 	}{{"after a crash", false, crashed}, {"after a clean stop", true, closed}} {
 		t.Run(run.name, func(t *testing.T) {
 			base := t.TempDir()
-			cmd := exec.Command(os.Args[0])
-			cmd.Env = append(os.Environ(), envDamageDir+"="+base)
+			cmd := child(envDamageDir + "=" + base)
 			if run.close {
 				cmd.Env = append(cmd.Env, envDamageClose+"=1")
 			}

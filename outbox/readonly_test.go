@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -174,8 +173,7 @@ func leftOpenChild(dir string) {
 
 func TestReadOnlyOfAStoreLeftOpen(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "outbox")
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envLeftOpenDir+"="+dir)
+	cmd := child(envLeftOpenDir + "=" + dir)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("child: %v: %s", err, out)
 	}
