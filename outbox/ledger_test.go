@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 )
@@ -44,11 +45,7 @@ func tally(taken time.Time, committed, skipped int) *ledger.Delta {
 
 func readLedger(t *testing.T, o *outbox.Outbox) *ledger.Report {
 	t.Helper()
-	d, err := o.Ledger(context.Background(), time.Time{}, time.Time{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err := ledger.NewReport(d, time.Time{}, time.Time{}, "")
+	rep, err := ledger.NewReport(testkit.WholeLedger(t, o), time.Time{}, time.Time{}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
