@@ -40,33 +40,18 @@ type env struct {
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	srv, err := server.New(server.Options{Token: token, DataDir: tempDir(t), Logger: zerolog.Nop()})
+	srv, err := server.New(server.Options{Token: token, DataDir: testkit.BenchDir(t), Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ts := httptest.NewServer(srv)
-	dir := tempDir(t)
+	dir := testkit.BenchDir(t)
 	ob, err := outbox.Open(outbox.Options{Dir: dir, Logger: zerolog.Nop(), MinFreeBytes: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ts.Close(); srv.Close(); ob.Close() })
 	return &env{srv: srv, ts: ts, ob: ob, dir: dir}
-}
-
-// tempDir is a fresh directory under $TALLY_OSC_BENCH_DIR when set (to
-// compare filesystems in the benchmark), else the test's temp dir.
-func tempDir(t testing.TB) string {
-	root := os.Getenv("TALLY_OSC_BENCH_DIR")
-	if root == "" {
-		return t.TempDir()
-	}
-	d, err := os.MkdirTemp(root, "sender")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
 }
 
 func (e *env) sender(t testing.TB, mod ...func(*sender.Options)) *sender.Sender {
