@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 )
 
@@ -244,7 +245,7 @@ func checkDamaged(t *testing.T, dir string, refuse bool) {
 	}
 	depth := o.Depth()
 	// What is missing is counted as lost, and only that.
-	if lost := gauge(t, reg, "tally_collector_outbox_damaged_events_total"); depth+int64(lost) != damageEvents {
+	if lost := testkit.Metric(t, reg, "tally_collector_outbox_damaged_events_total"); depth+int64(lost) != damageEvents {
 		t.Fatalf("depth %d and %v counted as lost, want %d in all", depth, lost, damageEvents)
 	}
 	dls, err := o.ListDeadLetters(ctx, 0, 10)
@@ -269,25 +270,6 @@ func checkDamaged(t *testing.T, dir string, refuse bool) {
 		t.Fatalf("depth %d after reopen, want %d", o.Depth(), depth+3)
 	}
 	o.Close()
-}
-
-func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name || len(mf.GetMetric()) == 0 {
-			continue
-		}
-		if m := mf.GetMetric()[0]; m.GetCounter() != nil {
-			return m.GetCounter().GetValue()
-		} else {
-			return m.GetGauge().GetValue()
-		}
-	}
-	return 0
 }
 
 // ACCEPT-DAMAGE left in a sound store is removed at Open, so that it cannot

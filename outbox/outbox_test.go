@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
@@ -190,7 +189,7 @@ func TestBoundAnswersErrFullAndWritesNothing(t *testing.T) {
 	if err := o.Append(ctx, events(10, 5, 10)); err != nil {
 		t.Fatalf("append after a drain: %v", err)
 	}
-	if got := testutil.ToFloat64(prometheusGauge(t, reg, "tally_collector_outbox_depth")); got != 10 {
+	if got := testkit.Metric(t, reg, "tally_collector_outbox_depth"); got != 10 {
 		t.Fatalf("depth gauge %v", got)
 	}
 	// A batch larger than the bound still goes into an empty outbox.
@@ -199,23 +198,6 @@ func TestBoundAnswersErrFullAndWritesNothing(t *testing.T) {
 	if err := o2.Append(ctx, events(0, 5, 10)); err != nil {
 		t.Fatalf("oversized batch into an empty outbox: %v", err)
 	}
-}
-
-func prometheusGauge(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name})
-			g.Set(mf.GetMetric()[0].GetGauge().GetValue())
-			return g
-		}
-	}
-	t.Fatalf("metric %s not registered", name)
-	return nil
 }
 
 func TestSecondOpenIsRefusedWithErrLocked(t *testing.T) {
