@@ -6,9 +6,10 @@ package sender_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/http"
 	"net/http/httptest"
-	"sort"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -46,14 +47,8 @@ func labelValues(t *testing.T, reg *prometheus.Registry, name, label string) map
 	return out
 }
 
-func keys(m map[string]float64) string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return strings.Join(ks, " ")
-}
+// keys answers the keys of m, sorted, separated by spaces.
+func keys(m map[string]float64) string { return strings.Join(slices.Sorted(maps.Keys(m)), " ") }
 
 // Every value of the sender's labelled counters is exported at 0 before the
 // first POST, so that increase() sees the first increment, and the gauge of
