@@ -197,12 +197,8 @@ func (o *Outbox) commitTally(ctx context.Context, tally *ledger.Delta) error {
 	if err := o.admitWrite(); err != nil {
 		return err
 	}
-	if err := o.holdOpen(); err != nil {
+	if err := o.update(func(txn *badger.Txn) error { return o.putDelta(txn, tally) }); err != nil {
 		return err
-	}
-	defer o.writeMu.RUnlock()
-	if err := o.db.Update(func(txn *badger.Txn) error { return o.putDelta(txn, tally) }); err != nil {
-		return o.refuse(err)
 	}
 	o.deltaCommitted()
 	return nil

@@ -756,6 +756,19 @@ func (o *Outbox) holdOpen() error {
 	return nil
 }
 
+// update commits what fn writes in one synced transaction under holdOpen;
+// a failure is refused (refuse).
+func (o *Outbox) update(fn func(txn *badger.Txn) error) error {
+	if err := o.holdOpen(); err != nil {
+		return err
+	}
+	defer o.writeMu.RUnlock()
+	if err := o.db.Update(fn); err != nil {
+		return o.refuse(err)
+	}
+	return nil
+}
+
 // admitWrite is checkSpace for a write of events, dead letters or ledger
 // counts: a refusal is also counted and becomes the outbox's health.
 func (o *Outbox) admitWrite() error {
