@@ -116,24 +116,22 @@ func TestDamagedFilesRefusedOrRecovered(t *testing.T) {
 		damage func(t *testing.T, dir string)
 		refuse bool // the damage loses committed data, so Open must refuse
 	}
+	// cut truncates the one file that matches pattern to to(the end of its
+	// data): its tail less n bytes, or half of it.
+	cut := func(pattern string, to func(end int64) int64) func(*testing.T, string) {
+		return func(t *testing.T, dir string) {
+			p := onlyFile(t, dir, pattern)
+			os.Truncate(p, to(dataEnd(t, p)))
+		}
+	}
+	less := func(n int64) func(int64) int64 { return func(end int64) int64 { return end - n } }
+	half := func(end int64) int64 { return end / 2 }
 	crashed := []damage{
 		{"none", func(*testing.T, string) {}, false},
-		{"value log tail cut", func(t *testing.T, dir string) {
-			p := onlyFile(t, dir, "*.vlog")
-			os.Truncate(p, dataEnd(t, p)-1024)
-		}, true},
-		{"value log cut to half", func(t *testing.T, dir string) {
-			p := onlyFile(t, dir, "*.vlog")
-			os.Truncate(p, dataEnd(t, p)/2)
-		}, true},
-		{"memory table tail cut", func(t *testing.T, dir string) {
-			p := onlyFile(t, dir, "*.mem")
-			os.Truncate(p, dataEnd(t, p)-100)
-		}, true},
-		{"memory table cut to half", func(t *testing.T, dir string) {
-			p := onlyFile(t, dir, "*.mem")
-			os.Truncate(p, dataEnd(t, p)/2)
-		}, true},
+		{"value log tail cut", cut("*.vlog", less(1024)), true},
+		{"value log cut to half", cut("*.vlog", half), true},
+		{"memory table tail cut", cut("*.mem", less(100)), true},
+		{"memory table cut to half", cut("*.mem", half), true},
 		{"memory table garbled", func(t *testing.T, dir string) {
 			p := onlyFile(t, dir, "*.mem")
 			garble(t, p, dataEnd(t, p)*3/10, 16)
@@ -162,10 +160,7 @@ func TestDamagedFilesRefusedOrRecovered(t *testing.T) {
 			fi, _ := os.Stat(p)
 			garble(t, p, fi.Size()-3, 1)
 		}, true},
-		{"value log tail cut", func(t *testing.T, dir string) {
-			p := onlyFile(t, dir, "000001.vlog")
-			os.Truncate(p, dataEnd(t, p)-1024)
-		}, true},
+		{"value log tail cut", cut("000001.vlog", less(1024)), true},
 	}
 	for _, run := range []struct {
 		name  string
