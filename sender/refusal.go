@@ -142,9 +142,9 @@ func (s *Sender) probe(ctx context.Context, seq uint64, event []byte, res result
 	if probeLast > last {
 		probeLast = last
 	}
-	pres, wait, stop := s.send(ctx, probe)
+	pres, after, stop := s.send(ctx, probe)
 	if stop {
-		return false, wait, false
+		return false, after, false
 	}
 	switch {
 	case pres.status == http.StatusOK:
