@@ -37,7 +37,7 @@ func BenchmarkAppend(b *testing.B) {
 	}
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {
-			o := open(b, benchDir(b), func(op *outbox.Options) { op.MaxEvents = 1 << 40 })
+			o := open(b, testkit.BenchDir(b), func(op *outbox.Options) { op.MaxEvents = 1 << 40 })
 			defer o.Close()
 			evs, batch := tc.evs, len(tc.evs)
 			ctx := context.Background()
@@ -76,7 +76,7 @@ func BenchmarkAppend(b *testing.B) {
 
 // BenchmarkDrain measures Peek+Delete with the cursor (batches of 500).
 func BenchmarkDrain(b *testing.B) {
-	o := open(b, benchDir(b), func(op *outbox.Options) { op.MaxEvents = 1 << 40 })
+	o := open(b, testkit.BenchDir(b), func(op *outbox.Options) { op.MaxEvents = 1 << 40 })
 	defer o.Close()
 	ctx := context.Background()
 	const n = 100_000
@@ -124,7 +124,7 @@ func BenchmarkResidentMemory(b *testing.B) {
 	for _, n := range sizes {
 		b.Run(fmt.Sprintf("events=%d", n), func(b *testing.B) {
 			for b.Loop() {
-				dir := benchDir(b)
+				dir := testkit.BenchDir(b)
 				o := open(b, dir, func(op *outbox.Options) { op.MaxEvents = int64(n) + 1 })
 				ctx := context.Background()
 				for i := 0; i < n; i += 1000 {
@@ -171,21 +171,6 @@ func residentMiB() (rss, anon float64) {
 	return rss, anon
 }
 
-// benchDir is a fresh directory under $TALLY_OSC_BENCH_DIR (to compare
-// filesystems, e.g. a tmpfs against the disk) or the test's temp dir.
-func benchDir(b *testing.B) string {
-	root := os.Getenv("TALLY_OSC_BENCH_DIR")
-	if root == "" {
-		return b.TempDir()
-	}
-	d, err := os.MkdirTemp(root, "bench")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { os.RemoveAll(d) })
-	return d
-}
-
 // canonicalEvents makes n canonical events shaped like the nova mapper's
 // (random identifiers, a handful of projects, flavors and hosts), the same
 // for the same from+i: what the outbox holds in production, and how well
@@ -218,7 +203,7 @@ func canonicalEvents(from, n int) [][]byte {
 func BenchmarkFootprint(b *testing.B) {
 	const n, batch = 100_000, 50
 	for b.Loop() {
-		dir := benchDir(b)
+		dir := testkit.BenchDir(b)
 		o := open(b, dir, func(op *outbox.Options) { op.MaxEvents = n })
 		ctx := context.Background()
 		var raw int64

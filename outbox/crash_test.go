@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,6 +42,36 @@ func TestMain(m *testing.M) {
 		leftOpenChild(dir)
 	}
 	os.Exit(m.Run())
+}
+
+// child is the test binary as a child process, with env added to its
+// environment: TestMain hands it to the part the variable names.
+func child(env ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), env...)
+	return cmd
+}
+
+// startChild starts cmd and answers its standard output.
+func startChild(t *testing.T, cmd *exec.Cmd) io.Reader {
+	t.Helper()
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// wantKilled waits for cmd and fails the test unless SIGKILL ended it.
+func wantKilled(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	st, _ := cmd.Process.Wait()
+	if ws, ok := st.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("child did not die of SIGKILL: %v", st)
+	}
 }
 
 // kill9Child is the child of TestKill9LosesNoCommittedEvent: it appends and
@@ -97,15 +128,8 @@ func TestKill9LosesNoCommittedEvent(t *testing.T) {
 	deleted := map[int]bool{}  // confirmed deleted
 	inflight := map[int]bool{} // delete started, not confirmed
 	for round := range 4 {
-		cmd := exec.Command(os.Args[0])
-		cmd.Env = append(os.Environ(), envKillDir+"="+dir, envKillStart+"="+strconv.Itoa(acked))
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		cmd := child(envKillDir+"="+dir, envKillStart+"="+strconv.Itoa(acked))
+		out := startChild(t, cmd)
 		lines := make(chan string, 1024)
 		go func() {
 			sc := bufio.NewScanner(out)
@@ -154,15 +178,12 @@ func TestKill9LosesNoCommittedEvent(t *testing.T) {
 				}
 			}
 		}
-		st, _ := cmd.Process.Wait()
-		if ws, ok := st.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
-			t.Fatalf("child did not die of SIGKILL: %v", st)
-		}
+		wantKilled(t, cmd)
 
 		o := open(t, dir)
 		present := map[int]bool{}
 		var prev uint64
-		err = drainAll(o, func(seq uint64, ev []byte) {
+		err := drainAll(o, func(seq uint64, ev []byte) {
 			if seq <= prev {
 				t.Fatalf("sequence order broken: %d after %d", seq, prev)
 			}

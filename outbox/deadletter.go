@@ -75,19 +75,14 @@ func (o *Outbox) AppendDeadLetters(ctx context.Context, letters []DeadLetter) er
 
 // appendDeadLetters is AppendDeadLetters and AppendDeadLettersCounted.
 func (o *Outbox) appendDeadLetters(ctx context.Context, letters []DeadLetter, tally *ledger.Delta) error {
-	if err := ctx.Err(); err != nil {
+	if err := o.usable(ctx); err != nil {
 		return err
-	}
-	if o.closed.Load() {
-		return ErrClosed
 	}
 	values, _, err := encodeDeadLetters(letters, true)
 	if err != nil {
 		return fmt.Errorf("outbox: encode dead letters: %w", err)
 	}
-	if err := o.checkSpace(); err != nil {
-		o.refusedIO.Inc()
-		o.setHealth(err)
+	if err := o.admitWrite(); err != nil {
 		return err
 	}
 	o.deadMu.Lock()
@@ -115,11 +110,10 @@ func (o *Outbox) appendDeadLetters(ctx context.Context, letters []DeadLetter, ta
 	if len(values) == 0 && tally.Empty() {
 		return nil
 	}
-	o.writeMu.RLock()
-	defer o.writeMu.RUnlock()
-	if o.closed.Load() {
-		return ErrClosed
+	if err := o.holdOpen(); err != nil {
+		return err
 	}
+	defer o.writeMu.RUnlock()
 	// Badger refuses a transaction past its limits (15% of a memory table,
 	// about 1.2 MiB with the defaults): letters that together pass them are
 	// written in several transactions, each durable on its own, the ledger's
@@ -411,20 +405,16 @@ func (o *Outbox) DeadLetterCount() int64 { return o.deadCount.Load() }
 // ListDeadLetters returns up to max dead letters with a sequence greater
 // than after, oldest first. Page with after = the last Seq returned.
 func (o *Outbox) ListDeadLetters(ctx context.Context, after uint64, max int) ([]StoredDeadLetter, error) {
-	if err := ctx.Err(); err != nil {
+	if err := o.usable(ctx); err != nil {
 		return nil, err
-	}
-	if o.closed.Load() {
-		return nil, ErrClosed
 	}
 	if max <= 0 {
 		max = 100
 	}
-	o.writeMu.RLock()
-	defer o.writeMu.RUnlock()
-	if o.closed.Load() {
-		return nil, ErrClosed
+	if err := o.holdOpen(); err != nil {
+		return nil, err
 	}
+	defer o.writeMu.RUnlock()
 	var out []StoredDeadLetter
 	err := o.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: min(max, 100), Prefix: []byte{prefixDead}})
@@ -446,17 +436,13 @@ func (o *Outbox) ListDeadLetters(ctx context.Context, after uint64, max int) ([]
 
 // GetDeadLetter returns the dead letter stored under seq, or ErrNotFound.
 func (o *Outbox) GetDeadLetter(ctx context.Context, seq uint64) (StoredDeadLetter, error) {
-	if err := ctx.Err(); err != nil {
+	if err := o.usable(ctx); err != nil {
 		return StoredDeadLetter{}, err
 	}
-	if o.closed.Load() {
-		return StoredDeadLetter{}, ErrClosed
+	if err := o.holdOpen(); err != nil {
+		return StoredDeadLetter{}, err
 	}
-	o.writeMu.RLock()
 	defer o.writeMu.RUnlock()
-	if o.closed.Load() {
-		return StoredDeadLetter{}, ErrClosed
-	}
 	var d StoredDeadLetter
 	err := o.db.View(func(txn *badger.Txn) error {
 		item, err := txn.Get(seqKey(prefixDead, seq))
@@ -478,19 +464,15 @@ func (o *Outbox) GetDeadLetter(ctx context.Context, seq uint64) (StoredDeadLette
 // DeleteDeadLetters removes the given dead letters in one synced
 // transaction and reports how many existed. Unknown sequences are ignored.
 func (o *Outbox) DeleteDeadLetters(ctx context.Context, seqs ...uint64) (int, error) {
-	if err := ctx.Err(); err != nil {
+	if err := o.usable(ctx); err != nil {
 		return 0, err
-	}
-	if o.closed.Load() {
-		return 0, ErrClosed
 	}
 	o.deadMu.Lock()
 	defer o.deadMu.Unlock()
-	o.writeMu.RLock()
-	defer o.writeMu.RUnlock()
-	if o.closed.Load() {
-		return 0, ErrClosed
+	if err := o.holdOpen(); err != nil {
+		return 0, err
 	}
+	defer o.writeMu.RUnlock()
 	n, size, err := o.deleteDead(seqs, nil)
 	if err != nil {
 		return 0, o.refuse(err)
@@ -504,11 +486,8 @@ func (o *Outbox) DeleteDeadLetters(ctx context.Context, seqs ...uint64) (int, er
 // never both, never neither. The bounds do not apply, since one replaces the
 // other; bodies are redacted as by AppendDeadLetters.
 func (o *Outbox) ReplaceDeadLetters(ctx context.Context, stale []uint64, renewed []DeadLetter) error {
-	if err := ctx.Err(); err != nil {
+	if err := o.usable(ctx); err != nil {
 		return err
-	}
-	if o.closed.Load() {
-		return ErrClosed
 	}
 	values, added, err := encodeDeadLetters(renewed, true)
 	if err != nil {
@@ -516,11 +495,10 @@ func (o *Outbox) ReplaceDeadLetters(ctx context.Context, stale []uint64, renewed
 	}
 	o.deadMu.Lock()
 	defer o.deadMu.Unlock()
-	o.writeMu.RLock()
-	defer o.writeMu.RUnlock()
-	if o.closed.Load() {
-		return ErrClosed
+	if err := o.holdOpen(); err != nil {
+		return err
 	}
+	defer o.writeMu.RUnlock()
 	undeliv := make([]bool, len(renewed))
 	for i, l := range renewed {
 		undeliv[i] = l.Undeliverable
@@ -611,11 +589,8 @@ const ReasonRefusedByAPI = "refused_by_reporting_api"
 // ErrInvalidRange. Errors as for AppendDeadLetters, the bounds included: at
 // them the event stays where it is.
 func (o *Outbox) SetAside(ctx context.Context, seq uint64, reason, detail string) error {
-	if err := ctx.Err(); err != nil {
+	if err := o.usable(ctx); err != nil {
 		return err
-	}
-	if o.closed.Load() {
-		return ErrClosed
 	}
 	o.readMu.Lock()
 	defer o.readMu.Unlock()
@@ -636,9 +611,7 @@ func (o *Outbox) SetAside(ctx context.Context, seq uint64, reason, detail string
 	if len(events) != 1 || first != seq {
 		return fmt.Errorf("%w: event %d is not buffered", ErrInvalidRange, seq)
 	}
-	if err := o.checkSpace(); err != nil {
-		o.refusedIO.Inc()
-		o.setHealth(err)
+	if err := o.admitWrite(); err != nil {
 		return err
 	}
 	// The event is canonical, without credentials (the mappers' leak check):

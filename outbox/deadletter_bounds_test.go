@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 )
 
@@ -51,7 +52,7 @@ func TestDeadLetterBounds(t *testing.T) {
 	if o.DeadLetterCount() != 3 || !errors.Is(o.DeadLettersFull(), outbox.ErrDeadLettersFull) {
 		t.Fatalf("count %d, full %v", o.DeadLetterCount(), o.DeadLettersFull())
 	}
-	if gauge(t, reg, "tally_collector_deadletter_full") != 1 || gauge(t, reg, "tally_collector_deadletter_refused_total") != 1 {
+	if testkit.Metric(t, reg, "tally_collector_deadletter_full") != 1 || testkit.Metric(t, reg, "tally_collector_deadletter_refused_total") != 1 {
 		t.Fatal("the bound does not show in the metrics")
 	}
 	// The sender cannot set an event aside either: it stays at the head.
@@ -68,7 +69,7 @@ func TestDeadLetterBounds(t *testing.T) {
 	if n, err := o.DeleteDeadLetters(ctx, 1); n != 1 || err != nil {
 		t.Fatal(n, err)
 	}
-	if o.DeadLettersFull() != nil || gauge(t, reg, "tally_collector_deadletter_full") != 0 {
+	if o.DeadLettersFull() != nil || testkit.Metric(t, reg, "tally_collector_deadletter_full") != 0 {
 		t.Fatal("still full after a removal")
 	}
 	if err := o.SetAside(ctx, 1, outbox.ReasonRefusedByAPI, "HTTP 400"); err != nil {
@@ -105,9 +106,7 @@ func TestDeadLetterBytesAndOldestAge(t *testing.T) {
 	if age := o.OldestDeadLetterAge(); age < 3*time.Hour || age > 3*time.Hour+time.Minute {
 		t.Fatalf("oldest age %s", age)
 	}
-	o.Close()
-	o = open(t, dir)
-	defer o.Close()
+	o = reopen(t, o, dir)
 	if o.DeadLetterBytes() != bytes {
 		t.Fatalf("bytes %d after reopen, %d before", o.DeadLetterBytes(), bytes)
 	}
@@ -194,7 +193,7 @@ func TestAppendDeadLettersLargerThanATransaction(t *testing.T) {
 			t.Errorf("letter %d: body of %d bytes, undeliverable %v; want %d bytes, %v", i, len(l.Body), l.Undeliverable, len(big[i].Body), big[i].Undeliverable)
 		}
 	}
-	if g := gauge(t, reg, "tally_collector_deadletter_undeliverable"); g != 2 {
+	if g := testkit.Metric(t, reg, "tally_collector_deadletter_undeliverable"); g != 2 {
 		t.Errorf("deadletter_undeliverable = %v, want 2", g)
 	}
 	if o.Healthy() != nil {

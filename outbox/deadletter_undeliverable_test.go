@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 )
@@ -54,13 +55,13 @@ func TestUndeliverableLettersHaveTheirOwnBudget(t *testing.T) {
 	if o.DeadLetterCount() != 5 || o.DeadLettersFull() != nil {
 		t.Fatalf("held %d (want the budget, 5), full %v", o.DeadLetterCount(), o.DeadLettersFull())
 	}
-	if got := gauge(t, reg, "tally_collector_deadletter_undeliverable_dropped_total"); got != 7 {
+	if got := testkit.Metric(t, reg, "tally_collector_deadletter_undeliverable_dropped_total"); got != 7 {
 		t.Errorf("dropped_total = %v, want 7", got)
 	}
-	if got := gauge(t, reg, "tally_collector_deadletter_undeliverable"); got != 5 {
+	if got := testkit.Metric(t, reg, "tally_collector_deadletter_undeliverable"); got != 5 {
 		t.Errorf("undeliverable gauge = %v, want 5", got)
 	}
-	if got := gauge(t, reg, "tally_collector_deadletter_full"); got != 0 {
+	if got := testkit.Metric(t, reg, "tally_collector_deadletter_full"); got != 0 {
 		t.Errorf("deadletter_full = %v with only undeliverable letters", got)
 	}
 	for _, want := range []string{`"exchange":"nova"`, `"routing_key":"notifications.info"`, `"size":`, "dropped"} {
@@ -106,9 +107,9 @@ func TestUndeliverableLettersHaveTheirOwnBudget(t *testing.T) {
 	if err := o.AppendDeadLetters(ctx, undeliverable(1, 10)); err != nil {
 		t.Fatal(err)
 	}
-	if o.DeadLetterCount() != 8 || gauge(t, reg, "tally_collector_deadletter_undeliverable_dropped_total") != 1 {
+	if o.DeadLetterCount() != 8 || testkit.Metric(t, reg, "tally_collector_deadletter_undeliverable_dropped_total") != 1 {
 		t.Fatalf("after a restart: held %d, dropped %v", o.DeadLetterCount(),
-			gauge(t, reg, "tally_collector_deadletter_undeliverable_dropped_total"))
+			testkit.Metric(t, reg, "tally_collector_deadletter_undeliverable_dropped_total"))
 	}
 	// A purge gives the budget back.
 	if n, err := o.DeleteDeadLetters(ctx, first); n != 1 || err != nil {
@@ -117,8 +118,8 @@ func TestUndeliverableLettersHaveTheirOwnBudget(t *testing.T) {
 	if err := o.AppendDeadLetters(ctx, undeliverable(1, 10)); err != nil {
 		t.Fatal(err)
 	}
-	if o.DeadLetterCount() != 8 || gauge(t, reg, "tally_collector_deadletter_undeliverable") != 5 {
-		t.Fatalf("after a purge: held %d, undeliverable %v", o.DeadLetterCount(), gauge(t, reg, "tally_collector_deadletter_undeliverable"))
+	if o.DeadLetterCount() != 8 || testkit.Metric(t, reg, "tally_collector_deadletter_undeliverable") != 5 {
+		t.Fatalf("after a purge: held %d, undeliverable %v", o.DeadLetterCount(), testkit.Metric(t, reg, "tally_collector_deadletter_undeliverable"))
 	}
 }
 
@@ -139,7 +140,7 @@ func TestUndeliverableByteBudget(t *testing.T) {
 	if o.DeadLetterBytes() > 10<<10 || o.DeadLetterCount() == 0 {
 		t.Fatalf("held %d letters of %d bytes, budget 10 KiB", o.DeadLetterCount(), o.DeadLetterBytes())
 	}
-	if got := gauge(t, reg, "tally_collector_deadletter_undeliverable_dropped_total"); got != float64(20-o.DeadLetterCount()) {
+	if got := testkit.Metric(t, reg, "tally_collector_deadletter_undeliverable_dropped_total"); got != float64(20-o.DeadLetterCount()) {
 		t.Errorf("dropped_total = %v, want %d", got, 20-o.DeadLetterCount())
 	}
 }

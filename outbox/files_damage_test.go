@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 )
 
@@ -115,24 +116,22 @@ func TestDamagedFilesRefusedOrRecovered(t *testing.T) {
 		damage func(t *testing.T, dir string)
 		refuse bool // the damage loses committed data, so Open must refuse
 	}
+	// cut truncates the one file that matches pattern to to(the end of its
+	// data): its tail less n bytes, or half of it.
+	cut := func(pattern string, to func(end int64) int64) func(*testing.T, string) {
+		return func(t *testing.T, dir string) {
+			p := onlyFile(t, dir, pattern)
+			os.Truncate(p, to(dataEnd(t, p)))
+		}
+	}
+	less := func(n int64) func(int64) int64 { return func(end int64) int64 { return end - n } }
+	half := func(end int64) int64 { return end / 2 }
 	crashed := []damage{
 		{"none", func(*testing.T, string) {}, false},
-		{"value log tail cut", func(t *testing.T, dir string) {
-			p := onlyFile(t, dir, "*.vlog")
-			os.Truncate(p, dataEnd(t, p)-1024)
-		}, true},
-		{"value log cut to half", func(t *testing.T, dir string) {
-			p := onlyFile(t, dir, "*.vlog")
-			os.Truncate(p, dataEnd(t, p)/2)
-		}, true},
-		{"memory table tail cut", func(t *testing.T, dir string) {
-			p := onlyFile(t, dir, "*.mem")
-			os.Truncate(p, dataEnd(t, p)-100)
-		}, true},
-		{"memory table cut to half", func(t *testing.T, dir string) {
-			p := onlyFile(t, dir, "*.mem")
-			os.Truncate(p, dataEnd(t, p)/2)
-		}, true},
+		{"value log tail cut", cut("*.vlog", less(1024)), true},
+		{"value log cut to half", cut("*.vlog", half), true},
+		{"memory table tail cut", cut("*.mem", less(100)), true},
+		{"memory table cut to half", cut("*.mem", half), true},
 		{"memory table garbled", func(t *testing.T, dir string) {
 			p := onlyFile(t, dir, "*.mem")
 			garble(t, p, dataEnd(t, p)*3/10, 16)
@@ -161,10 +160,7 @@ func TestDamagedFilesRefusedOrRecovered(t *testing.T) {
 			fi, _ := os.Stat(p)
 			garble(t, p, fi.Size()-3, 1)
 		}, true},
-		{"value log tail cut", func(t *testing.T, dir string) {
-			p := onlyFile(t, dir, "000001.vlog")
-			os.Truncate(p, dataEnd(t, p)-1024)
-		}, true},
+		{"value log tail cut", cut("000001.vlog", less(1024)), true},
 	}
 	for _, run := range []struct {
 		name  string
@@ -173,8 +169,7 @@ func TestDamagedFilesRefusedOrRecovered(t *testing.T) {
 	}{{"after a crash", false, crashed}, {"after a clean stop", true, closed}} {
 		t.Run(run.name, func(t *testing.T) {
 			base := t.TempDir()
-			cmd := exec.Command(os.Args[0])
-			cmd.Env = append(os.Environ(), envDamageDir+"="+base)
+			cmd := child(envDamageDir + "=" + base)
 			if run.close {
 				cmd.Env = append(cmd.Env, envDamageClose+"=1")
 			}
@@ -245,7 +240,7 @@ func checkDamaged(t *testing.T, dir string, refuse bool) {
 	}
 	depth := o.Depth()
 	// What is missing is counted as lost, and only that.
-	if lost := gauge(t, reg, "tally_collector_outbox_damaged_events_total"); depth+int64(lost) != damageEvents {
+	if lost := testkit.Metric(t, reg, "tally_collector_outbox_damaged_events_total"); depth+int64(lost) != damageEvents {
 		t.Fatalf("depth %d and %v counted as lost, want %d in all", depth, lost, damageEvents)
 	}
 	dls, err := o.ListDeadLetters(ctx, 0, 10)
@@ -270,25 +265,6 @@ func checkDamaged(t *testing.T, dir string, refuse bool) {
 		t.Fatalf("depth %d after reopen, want %d", o.Depth(), depth+3)
 	}
 	o.Close()
-}
-
-func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name || len(mf.GetMetric()) == 0 {
-			continue
-		}
-		if m := mf.GetMetric()[0]; m.GetCounter() != nil {
-			return m.GetCounter().GetValue()
-		} else {
-			return m.GetGauge().GetValue()
-		}
-	}
-	return 0
 }
 
 // ACCEPT-DAMAGE left in a sound store is removed at Open, so that it cannot

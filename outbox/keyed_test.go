@@ -71,14 +71,7 @@ func TestAppendKeyedSameRowsAsUnkeyed(t *testing.T) {
 	}
 	same := func(when string) {
 		t.Helper()
-		a, err := withKeys.Ledger(ctx, time.Time{}, time.Time{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := without.Ledger(ctx, time.Time{}, time.Time{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		a, b := testkit.WholeLedger(t, withKeys), testkit.WholeLedger(t, without)
 		if len(a.Intake) == 0 || !reflect.DeepEqual(a, b) {
 			t.Fatalf("%s: with keys %+v, without %+v", when, readLedger(t, withKeys), readLedger(t, without))
 		}

@@ -191,24 +191,14 @@ func (o *Outbox) commitTally(ctx context.Context, tally *ledger.Delta) error {
 	if tally.Empty() {
 		return nil
 	}
-	if err := ctx.Err(); err != nil {
+	if err := o.usable(ctx); err != nil {
 		return err
 	}
-	if o.closed.Load() {
-		return ErrClosed
-	}
-	if err := o.checkSpace(); err != nil {
-		o.refusedIO.Inc()
-		o.setHealth(err)
+	if err := o.admitWrite(); err != nil {
 		return err
 	}
-	o.writeMu.RLock()
-	defer o.writeMu.RUnlock()
-	if o.closed.Load() {
-		return ErrClosed
-	}
-	if err := o.db.Update(func(txn *badger.Txn) error { return o.putDelta(txn, tally) }); err != nil {
-		return o.refuse(err)
+	if err := o.update(func(txn *badger.Txn) error { return o.putDelta(txn, tally) }); err != nil {
+		return err
 	}
 	o.deltaCommitted()
 	return nil
@@ -327,18 +317,11 @@ func (o *Outbox) countPassed(p *passing, evs []passed, first uint64) (*ledger.De
 	return o.capped(d, false), b
 }
 
-// foldLoop folds the ledger when asked, until Close.
-func (o *Outbox) foldLoop() {
-	defer o.wg.Done()
-	for {
-		select {
-		case <-o.done:
-			return
-		case <-o.foldCh:
-		}
-		if err := o.foldLedger(); err != nil && !o.closed.Load() {
-			o.log.Warn().Err(err).Msg("folding the ledger failed; its deltas stay and are read as they are")
-		}
+// fold folds the ledger (foldLedger) and logs a failure, unless Close
+// caused it: the deltas then stay and are read as they are.
+func (o *Outbox) fold() {
+	if err := o.foldLedger(); err != nil && !o.closed.Load() {
+		o.log.Warn().Err(err).Msg("folding the ledger failed; its deltas stay and are read as they are")
 	}
 }
 
@@ -347,11 +330,10 @@ func (o *Outbox) foldLoop() {
 func (o *Outbox) foldLedger() error {
 	o.foldMu.Lock()
 	defer o.foldMu.Unlock()
-	o.writeMu.RLock()
-	defer o.writeMu.RUnlock()
-	if o.closed.Load() {
-		return ErrClosed
+	if err := o.holdOpen(); err != nil {
+		return err
 	}
+	defer o.writeMu.RUnlock()
 	cutoff := ledger.HourOf(ledgerNow().Add(-o.opts.LedgerRetention))
 	o.rowCap.Forget(cutoff) // the hours whose counts were all written before the retention
 	for {
@@ -528,17 +510,13 @@ func inWindow(hour int64, from, to time.Time) bool {
 // each segment still holding events in the outbox, its hour to segment and,
 // when that answers true, each of its undelivered events to pending.
 func (o *Outbox) readLedger(ctx context.Context, decode func([]byte) error, segment func(hour int64) bool, pending func(hour int64, ev []byte)) error {
-	if err := ctx.Err(); err != nil {
+	if err := o.usable(ctx); err != nil {
 		return err
 	}
-	if o.closed.Load() {
-		return ErrClosed
+	if err := o.holdOpen(); err != nil {
+		return err
 	}
-	o.writeMu.RLock()
 	defer o.writeMu.RUnlock()
-	if o.closed.Load() {
-		return ErrClosed
-	}
 	err := o.db.View(func(txn *badger.Txn) error {
 		if err := readRows(txn, decode, false); err != nil {
 			return err

@@ -86,9 +86,7 @@ func TestLedgerFoldsLongEventTypes(t *testing.T) {
 	}
 	drain(t, o, 7)
 	checkBalanced(t, "delivered", readLedger(t, o))
-	o.Close()
-	o = open(t, dir)
-	defer o.Close()
+	o = reopen(t, o, dir)
 	rep = readLedger(t, o)
 	checkBalanced(t, "reopened", rep)
 	if c := totals(rep); c.Consumed != 40 || c.Delivered != 40 || len(rep.Intake) != 40 {

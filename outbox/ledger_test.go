@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 )
@@ -45,11 +45,7 @@ func tally(taken time.Time, committed, skipped int) *ledger.Delta {
 
 func readLedger(t *testing.T, o *outbox.Outbox) *ledger.Report {
 	t.Helper()
-	d, err := o.Ledger(context.Background(), time.Time{}, time.Time{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err := ledger.NewReport(d, time.Time{}, time.Time{}, "")
+	rep, err := ledger.NewReport(testkit.WholeLedger(t, o), time.Time{}, time.Time{}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,12 +112,8 @@ func TestLedgerCountsWithTheWrites(t *testing.T) {
 		}
 	}
 	check("open")
-	if err := o.Close(); err != nil {
-		t.Fatal(err)
-	}
-	o = open(t, dir) // folds the deltas into hourly sums
+	o = reopen(t, o, dir) // folds the deltas into hourly sums
 	check("reopened")
-	defer o.Close()
 }
 
 // The duplicates the API answers are told apart: a copy (an event delivered
@@ -162,8 +154,7 @@ func TestLedgerAttributesDuplicates(t *testing.T) {
 	deliver(4, 0)
 	// ev-1 again (a redelivered notification), across a restart, in a
 	// batch of late events: the API answers 1 duplicate, which is ev-1's.
-	o.Close()
-	o = open(t, dir)
+	o = reopen(t, o, dir)
 	if err := o.Append(ctx, append(canonical(10, 2, late), canonical(1, 1, early)...)); err != nil {
 		t.Fatal(err)
 	}
@@ -286,16 +277,8 @@ func TestLedgerBalancesAfterKill9MidCommit(t *testing.T) {
 	dir := t.TempDir()
 	next := 0
 	for round := range 4 {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), envLedgerKillDir+"="+dir, envKillStart+"="+strconv.Itoa(next))
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(out)
+		cmd := child(envLedgerKillDir+"="+dir, envKillStart+"="+strconv.Itoa(next))
+		sc := bufio.NewScanner(startChild(t, cmd))
 		committed, killAt := -1, next+40+round*30
 		for sc.Scan() {
 			f := strings.Fields(sc.Text())
@@ -312,10 +295,7 @@ func TestLedgerBalancesAfterKill9MidCommit(t *testing.T) {
 				break
 			}
 		}
-		st, _ := cmd.Process.Wait()
-		if ws, ok := st.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
-			t.Fatalf("child did not die of SIGKILL: %v", st)
-		}
+		wantKilled(t, cmd)
 		next = committed + 1000 // event ids of the next run stay apart
 
 		o := open(t, dir)

@@ -383,12 +383,10 @@ func Open(opts Options) (*Outbox, error) {
 	}
 	o.wit = wit
 	o.durable.Store(o.lastSeq)
-	if err := o.foldLedger(); err != nil {
-		o.log.Warn().Err(err).Msg("folding the ledger failed; its deltas stay and are read as they are")
-	}
+	o.fold()
 	o.wg.Add(3)
-	go o.reclaimLoop()
-	go o.foldLoop()
+	go o.whenAsked(o.reclaimCh, o.reclaim)
+	go o.whenAsked(o.foldCh, o.fold)
 	go o.txnMaker()
 	if o.depth.Load() == 0 {
 		if o.DiskBytes() >= opts.ReclaimAfterBytes+opts.MemTableBytes {
@@ -718,6 +716,70 @@ func (o *Outbox) refuse(err error) error {
 	return err
 }
 
+// whenAsked runs work each time ask is signalled, until Close; it is one of
+// the goroutines Close waits for (wg).
+func (o *Outbox) whenAsked(ask <-chan struct{}, work func()) {
+	defer o.wg.Done()
+	for {
+		select {
+		case <-o.done:
+			return
+		case <-ask:
+		}
+		work()
+	}
+}
+
+// usable answers ctx's error, or ErrClosed once Close has begun: what every
+// call checks before it starts.
+func (o *Outbox) usable(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if o.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// holdOpen takes writeMu's shared side, under which Close cannot close the
+// store, and answers ErrClosed, holding nothing, once Close has begun (it
+// marks the outbox closed before it takes the exclusive side). Every
+// transaction runs under it; the caller gives it back with
+// o.writeMu.RUnlock.
+func (o *Outbox) holdOpen() error {
+	o.writeMu.RLock()
+	if o.closed.Load() {
+		o.writeMu.RUnlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+// update commits what fn writes in one synced transaction under holdOpen;
+// a failure is refused (refuse).
+func (o *Outbox) update(fn func(txn *badger.Txn) error) error {
+	if err := o.holdOpen(); err != nil {
+		return err
+	}
+	defer o.writeMu.RUnlock()
+	if err := o.db.Update(fn); err != nil {
+		return o.refuse(err)
+	}
+	return nil
+}
+
+// admitWrite is checkSpace for a write of events, dead letters or ledger
+// counts: a refusal is also counted and becomes the outbox's health.
+func (o *Outbox) admitWrite() error {
+	err := o.checkSpace()
+	if err != nil {
+		o.refusedIO.Inc()
+		o.setHealth(err)
+	}
+	return err
+}
+
 func (o *Outbox) checkSpace() error {
 	if o.opts.ReadOnly {
 		return fmt.Errorf("%w: %w", ErrRefused, ErrReadOnly)
@@ -825,11 +887,10 @@ func deleteKeys(txn *badger.Txn, keys [][]byte) error {
 // nanoseconds as writtenAt reads it from the entry's value. It is 0 when the
 // outbox is closed, there is no such entry, or writtenAt fails.
 func (o *Outbox) firstWrittenAt(prefix byte, start []byte, writtenAt func(v []byte) (int64, error)) int64 {
-	o.writeMu.RLock()
-	defer o.writeMu.RUnlock()
-	if o.closed.Load() {
+	if o.holdOpen() != nil {
 		return 0
 	}
+	defer o.writeMu.RUnlock()
 	var at int64
 	_ = o.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: []byte{prefix}})
@@ -852,11 +913,8 @@ func (o *Outbox) firstWrittenAt(prefix byte, start []byte, writtenAt func(v []by
 // cursor, never from the start of the key space. An empty outbox returns
 // 0, 0, nil, nil. The returned slices belong to the caller.
 func (o *Outbox) Peek(ctx context.Context, max int) (first, last uint64, events [][]byte, err error) {
-	if err := ctx.Err(); err != nil {
+	if err := o.usable(ctx); err != nil {
 		return 0, 0, nil, err
-	}
-	if o.closed.Load() {
-		return 0, 0, nil, ErrClosed
 	}
 	if max <= 0 {
 		max = 1
@@ -887,11 +945,10 @@ type damage struct {
 // peek reads up to max events from the cursor, stopping before a segment it
 // cannot read (returned as bad). Called with readMu held.
 func (o *Outbox) peek(max int) (first, last uint64, events [][]byte, bad *damage, err error) {
-	o.writeMu.RLock()
-	defer o.writeMu.RUnlock()
-	if o.closed.Load() {
-		return 0, 0, nil, nil, ErrClosed
+	if err := o.holdOpen(); err != nil {
+		return 0, 0, nil, nil, err
 	}
+	defer o.writeMu.RUnlock()
 	head := o.head.Load()
 	// Only what is durable, with everything before it, is read: a segment
 	// still in flight, or written after a commit that failed, is not.
@@ -967,11 +1024,10 @@ func (o *Outbox) peek(max int) (first, last uint64, events [][]byte, bad *damage
 func (o *Outbox) quarantine(d *damage) error {
 	o.deadMu.Lock()
 	defer o.deadMu.Unlock()
-	o.writeMu.RLock()
-	defer o.writeMu.RUnlock()
-	if o.closed.Load() {
-		return ErrClosed
+	if err := o.holdOpen(); err != nil {
+		return err
 	}
+	defer o.writeMu.RUnlock()
 	first := binary.BigEndian.Uint64(d.key[1:])
 	head := o.head.Load()
 	txn := o.db.NewTransaction(true)
@@ -1078,11 +1134,10 @@ func (o *Outbox) Delete(ctx context.Context, first, last uint64) error {
 // in the ledger as p says. Called with readMu held and writeMu not held;
 // newHead must be past the current head.
 func (o *Outbox) advance(newHead uint64, also func(txn *badger.Txn) error, p *passing) error {
-	o.writeMu.RLock()
-	defer o.writeMu.RUnlock()
-	if o.closed.Load() {
-		return ErrClosed
+	if err := o.holdOpen(); err != nil {
+		return err
 	}
+	defer o.writeMu.RUnlock()
 	head := o.head.Load()
 	txn := o.db.NewTransaction(true)
 	defer txn.Discard()

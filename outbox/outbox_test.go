@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
@@ -36,6 +35,32 @@ func open(t testing.TB, dir string, mod ...func(*outbox.Options)) *outbox.Outbox
 		t.Fatalf("open: %v", err)
 	}
 	return o
+}
+
+// reopen closes o, failing the test on an error, and opens dir again; the
+// outbox it answers is closed when the test ends.
+func reopen(t testing.TB, o *outbox.Outbox, dir string) *outbox.Outbox {
+	t.Helper()
+	if err := o.Close(); err != nil {
+		t.Fatal(err)
+	}
+	o = open(t, dir)
+	t.Cleanup(func() { o.Close() })
+	return o
+}
+
+// appendThenPeek appends evs and fails the test unless the undelivered
+// events are then first..last: the sequences go on where they were.
+func appendThenPeek(t testing.TB, o *outbox.Outbox, evs [][]byte, first, last uint64) {
+	t.Helper()
+	ctx := context.Background()
+	if err := o.Append(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	// One more than expected, so that an event past last shows.
+	if f, l, _, err := o.Peek(ctx, int(last-first)+2); err != nil || f != first || l != last {
+		t.Fatalf("after appending %d events the undelivered ones are %d..%d (%v), want %d..%d", len(evs), f, l, err, first, last)
+	}
 }
 
 // deleteAll deletes the outbox's events, up to max at a time, until it is
@@ -86,12 +111,8 @@ func TestAppendPeekDeleteInOrderAcrossRestart(t *testing.T) {
 	if err := o.Delete(ctx, first, last); err != nil {
 		t.Fatal(err)
 	}
-	if err := o.Close(); err != nil {
-		t.Fatal(err)
-	}
 
-	o = open(t, dir)
-	defer o.Close()
+	o = reopen(t, o, dir)
 	if o.Depth() != 11 || o.Bytes() != 1100 {
 		t.Fatalf("after reopen depth %d bytes %d, want 11 and 1100", o.Depth(), o.Bytes())
 	}
@@ -129,26 +150,12 @@ func TestAppendPeekDeleteInOrderAcrossRestart(t *testing.T) {
 }
 
 func TestSequenceNeverReusedAfterDrainAndRestart(t *testing.T) {
-	ctx := context.Background()
 	dir := t.TempDir()
 	o := open(t, dir)
-	if err := o.Append(ctx, events(0, 3, 50)); err != nil {
-		t.Fatal(err)
-	}
-	f, l, _, _ := o.Peek(ctx, 10)
-	if err := o.Delete(ctx, f, l); err != nil {
-		t.Fatal(err)
-	}
-	o.Close()
-	o = open(t, dir)
-	defer o.Close()
-	if err := o.Append(ctx, events(3, 1, 50)); err != nil {
-		t.Fatal(err)
-	}
-	f, l, _, err := o.Peek(ctx, 10)
-	if err != nil || f != 4 || l != 4 {
-		t.Fatalf("after drain+restart the next sequence is %d..%d (%v), want 4", f, l, err)
-	}
+	appendThenPeek(t, o, events(0, 3, 50), 1, 3)
+	deleteAll(t, o, 10)
+	o = reopen(t, o, dir)
+	appendThenPeek(t, o, events(3, 1, 50), 4, 4)
 }
 
 func TestBoundAnswersErrFullAndWritesNothing(t *testing.T) {
@@ -182,7 +189,7 @@ func TestBoundAnswersErrFullAndWritesNothing(t *testing.T) {
 	if err := o.Append(ctx, events(10, 5, 10)); err != nil {
 		t.Fatalf("append after a drain: %v", err)
 	}
-	if got := testutil.ToFloat64(prometheusGauge(t, reg, "tally_collector_outbox_depth")); got != 10 {
+	if got := testkit.Metric(t, reg, "tally_collector_outbox_depth"); got != 10 {
 		t.Fatalf("depth gauge %v", got)
 	}
 	// A batch larger than the bound still goes into an empty outbox.
@@ -191,23 +198,6 @@ func TestBoundAnswersErrFullAndWritesNothing(t *testing.T) {
 	if err := o2.Append(ctx, events(0, 5, 10)); err != nil {
 		t.Fatalf("oversized batch into an empty outbox: %v", err)
 	}
-}
-
-func prometheusGauge(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name})
-			g.Set(mf.GetMetric()[0].GetGauge().GetValue())
-			return g
-		}
-	}
-	t.Fatalf("metric %s not registered", name)
-	return nil
 }
 
 func TestSecondOpenIsRefusedWithErrLocked(t *testing.T) {
@@ -244,9 +234,7 @@ func TestDeadLetters(t *testing.T) {
 	if err := o.Append(ctx, events(0, 1, 10)); err != nil {
 		t.Fatal(err)
 	}
-	o.Close()
-	o = open(t, dir)
-	defer o.Close()
+	o = reopen(t, o, dir)
 	page, err := o.ListDeadLetters(ctx, 0, 2)
 	if err != nil || len(page) != 2 || page[0].Seq != 1 || page[1].Seq != 2 {
 		t.Fatalf("first page %+v %v", page, err)
@@ -313,9 +301,7 @@ func TestSetAsideMovesTheHeadToTheDeadLetters(t *testing.T) {
 	if err := o.SetAside(ctx, 3, outbox.ReasonRefusedByAPI, "HTTP 422"); err != nil {
 		t.Fatal(err)
 	}
-	o.Close()
-	o = open(t, dir)
-	defer o.Close()
+	o = reopen(t, o, dir)
 	if o.Depth() != 2 || o.DeadLetterCount() != 2 {
 		t.Fatalf("after restart: depth %d dead letters %d", o.Depth(), o.DeadLetterCount())
 	}
@@ -424,13 +410,7 @@ func TestDiskReclaimedAfterDrain(t *testing.T) {
 	})
 	t.Logf("disk: empty %d KiB, full %d KiB, drained %d KiB", empty>>10, full>>10, after>>10)
 	// Still fully usable, and sequences continue.
-	if err := o.Append(ctx, events(0, 2, 600)); err != nil {
-		t.Fatal(err)
-	}
-	f, l, _, err := o.Peek(ctx, 10)
-	if err != nil || f != 40_001 || l != 40_002 {
-		t.Fatalf("after reclaim: %d..%d %v", f, l, err)
-	}
+	appendThenPeek(t, o, events(0, 2, 600), 40_001, 40_002)
 }
 
 func TestCorruptedTableGivesClearError(t *testing.T) {

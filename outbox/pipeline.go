@@ -112,11 +112,8 @@ func (o *Outbox) BeginAppendKeyed(ctx context.Context, events []ledger.Keyed, ta
 // to the store in one or more units. The ledger counts the events of each
 // unit in that unit, and tally in the last.
 func (o *Outbox) beginAppend(ctx context.Context, events []ledger.Keyed, taken time.Time, tally *ledger.Delta) *Pending {
-	if err := ctx.Err(); err != nil {
+	if err := o.usable(ctx); err != nil {
 		return settledPending(err)
-	}
-	if o.closed.Load() {
-		return settledPending(ErrClosed)
 	}
 	o.appendMu.Lock()
 	defer o.appendMu.Unlock()
@@ -129,9 +126,7 @@ func (o *Outbox) beginAppend(ctx context.Context, events []ledger.Keyed, taken t
 			return settledPending(fmt.Errorf("%w: %d events buffered, bound %d", ErrFull, d, o.opts.MaxEvents))
 		}
 	}
-	if err := o.checkSpace(); err != nil {
-		o.refusedIO.Inc()
-		o.setHealth(err)
+	if err := o.admitWrite(); err != nil {
 		return settledPending(err)
 	}
 	w := o.newAppendWriter(taken)
@@ -201,10 +196,8 @@ func (o *Outbox) newAppendWriter(taken time.Time) *appendWriter {
 // runs under a write still in flight, and a transaction made ahead.
 func (w *appendWriter) open() error {
 	o := w.o
-	o.writeMu.RLock()
-	if o.closed.Load() {
-		o.writeMu.RUnlock()
-		return ErrClosed
+	if err := o.holdOpen(); err != nil {
+		return err
 	}
 	select {
 	case w.txn = <-o.spareTxn:

@@ -125,20 +125,11 @@ func TestPipelinedFailureFailsEveryLaterAppend(t *testing.T) {
 	if c := totals(readLedger(t, o)); c.Events != 7 || c.Committed != 7 || c.Consumed != 7 {
 		t.Fatalf("ledger: %+v; want 7 events committed and consumed", c)
 	}
-	if err := o.Close(); err != nil {
-		t.Fatal(err)
-	}
-	o = open(t, dir)
-	defer o.Close()
+	o = reopen(t, o, dir)
 	if o.Depth() != 7 {
 		t.Fatalf("depth %d after reopening, want 7", o.Depth())
 	}
-	if err := o.Append(ctx, canonical(14, 1, taken)); err != nil {
-		t.Fatal(err)
-	}
-	if f, l, _, err := o.Peek(ctx, 100); err != nil || f != 1 || l != 8 {
-		t.Fatalf("peek after reopening: %d..%d, %v; want 1..8", f, l, err)
-	}
+	appendThenPeek(t, o, canonical(14, 1, taken), 1, 8)
 }
 
 // A failure that no append follows is withdrawn by Close: the store opens
@@ -164,20 +155,11 @@ func TestPipelinedFailureWithdrawnAtClose(t *testing.T) {
 	if !errors.Is(p2.Err(), outbox.ErrRefused) || !errors.Is(p3.Err(), outbox.ErrRefused) {
 		t.Fatalf("answers %v, %v; want ErrRefused", p2.Err(), p3.Err())
 	}
-	if err := o.Close(); err != nil {
-		t.Fatal(err)
-	}
-	o = open(t, dir)
-	defer o.Close()
+	o = reopen(t, o, dir)
 	if o.Depth() != 3 {
 		t.Fatalf("depth %d after reopening, want 3", o.Depth())
 	}
-	if err := o.Append(ctx, events(9, 1, 100)); err != nil {
-		t.Fatal(err)
-	}
-	if f, l, _, err := o.Peek(ctx, 100); err != nil || f != 1 || l != 4 {
-		t.Fatalf("peek: %d..%d, %v; want 1..4", f, l, err)
-	}
+	appendThenPeek(t, o, events(9, 1, 100), 1, 4)
 }
 
 // Events handed to the store and not yet settled count against the bound.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
 )
@@ -74,11 +74,7 @@ func TestReadOnlyReadsAStoppedStoreAndWritesNothing(t *testing.T) {
 	if rec, err := ro.LoadRecord("catalog"); err != nil || string(rec) != `{"format":1}` {
 		t.Errorf("record %q, %v", rec, err)
 	}
-	d, err := ro.Ledger(ctx, time.Time{}, time.Time{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r := d.Row(ledger.Key{Hour: ledger.HourOf(taken), Source: "nova", Type: "compute.instance.exists"}); r.Consumed != 1 {
+	if r := testkit.WholeLedger(t, ro).Row(ledger.Key{Hour: ledger.HourOf(taken), Source: "nova", Type: "compute.instance.exists"}); r.Consumed != 1 {
 		t.Errorf("the ledger read back counts %d consumed, want 1", r.Consumed)
 	}
 	err = ro.Append(ctx, events(5, 1, 200))
@@ -174,8 +170,7 @@ func leftOpenChild(dir string) {
 
 func TestReadOnlyOfAStoreLeftOpen(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "outbox")
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envLeftOpenDir+"="+dir)
+	cmd := child(envLeftOpenDir + "=" + dir)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("child: %v: %s", err, out)
 	}

@@ -11,10 +11,10 @@ func (o *Outbox) triggerReclaim() {
 	}
 }
 
-// reclaimLoop gives disk space back after deliveries. Segments are small, so
-// they live in the LSM tree itself and deleting them only adds tombstones;
-// neither value-log GC nor the store's own compactions shrink the files
-// once writes stop. Two measures do:
+// reclaim gives disk space back after deliveries, when triggerReclaim asks
+// (whenAsked). Segments are small, so they live in the LSM tree itself and
+// deleting them only adds tombstones; neither value-log GC nor the store's
+// own compactions shrink the files once writes stop. Two measures do:
 //
 //   - when the outbox is empty, every segment key is dropped with DropPrefix,
 //     which removes whole tables. DropPrefix ignores a prefix with no live
@@ -25,25 +25,17 @@ func (o *Outbox) triggerReclaim() {
 //     which drops the tombstones together with the data they hide; it runs
 //     when the delivered bytes reach half of the store's size, so the work
 //     stays proportional to what is given back.
-func (o *Outbox) reclaimLoop() {
-	defer o.wg.Done()
-	for {
-		select {
-		case <-o.done:
-			return
-		case <-o.reclaimCh:
-		}
-		deleted := o.deletedBytes.Load()
-		if deleted < o.opts.ReclaimAfterBytes {
-			continue
-		}
-		if o.depth.Load() == 0 {
-			o.dropEvents(deleted)
-			continue
-		}
-		if deleted >= 64<<20 && deleted >= o.DiskBytes()/2 {
-			o.flatten(deleted)
-		}
+func (o *Outbox) reclaim() {
+	deleted := o.deletedBytes.Load()
+	if deleted < o.opts.ReclaimAfterBytes {
+		return
+	}
+	if o.depth.Load() == 0 {
+		o.dropEvents(deleted)
+		return
+	}
+	if deleted >= 64<<20 && deleted >= o.DiskBytes()/2 {
+		o.flatten(deleted)
 	}
 }
 
@@ -83,11 +75,10 @@ func (o *Outbox) dropEvents(deleted int64) {
 }
 
 func (o *Outbox) flatten(deleted int64) {
-	o.writeMu.RLock()
-	defer o.writeMu.RUnlock()
-	if o.closed.Load() {
+	if o.holdOpen() != nil {
 		return
 	}
+	defer o.writeMu.RUnlock()
 	start := time.Now()
 	if err := o.db.Flatten(1); err != nil {
 		o.log.Warn().Err(err).Msg("outbox compaction failed")

@@ -48,16 +48,8 @@ func (o *Outbox) SaveRecord(name string, value []byte) error {
 	if err := o.checkSpace(); err != nil {
 		return err
 	}
-	o.writeMu.RLock()
-	defer o.writeMu.RUnlock()
-	if o.closed.Load() {
-		return ErrClosed
-	}
 	v := append([]byte(nil), value...)
-	if err := o.db.Update(func(txn *badger.Txn) error { return txn.Set(key, v) }); err != nil {
-		return o.refuse(err)
-	}
-	return nil
+	return o.update(func(txn *badger.Txn) error { return txn.Set(key, v) })
 }
 
 // LoadRecord returns the value stored under name, or nil and no error when

@@ -33,11 +33,7 @@ func TestRecordsSurviveReopenAndStayApartFromEvents(t *testing.T) {
 	if first, last, evs, err := o.Peek(ctx, 100); err != nil || len(evs) != 10 || o.Delete(ctx, first, last) != nil {
 		t.Fatalf("peek and delete: %d events, %v", len(evs), err)
 	}
-	if err := o.Close(); err != nil {
-		t.Fatal(err)
-	}
-	o = open(t, dir)
-	defer o.Close()
+	o = reopen(t, o, dir)
 	if v, err := o.LoadRecord("catalog"); err != nil || !bytes.Equal(v, []byte(`{"a":2}`)) {
 		t.Fatalf("after reopen: %q %v", v, err)
 	}

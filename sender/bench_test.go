@@ -35,7 +35,7 @@ func BenchmarkSenderToLoopbackAPI(b *testing.B) {
 	b.Run("separate-process", func(b *testing.B) {
 		e := newEnv(b)
 		cmd := exec.Command(os.Args[0])
-		cmd.Env = append(os.Environ(), envAPIChild+"="+tempDir(b))
+		cmd.Env = append(os.Environ(), envAPIChild+"="+testkit.BenchDir(b))
 		stdin, _ := cmd.StdinPipe()
 		out, _ := cmd.StdoutPipe()
 		if err := cmd.Start(); err != nil {

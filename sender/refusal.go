@@ -142,15 +142,11 @@ func (s *Sender) probe(ctx context.Context, seq uint64, event []byte, res result
 	if probeLast > last {
 		probeLast = last
 	}
-	pres := s.post(ctx, probe)
-	if ctx.Err() != nil && pres.err != nil {
-		return false, 0, false
+	pres, after, stop := s.send(ctx, probe)
+	if stop {
+		return false, after, false
 	}
-	s.counted(pres)
 	switch {
-	case pres.err != nil:
-		s.log.Warn().Err(pres.err).Int("events", k).Msg("delivery failed; events kept")
-		return false, s.backoff(), false
 	case pres.status == http.StatusOK:
 		s.sentOK(pres, k)
 		empty, wait, wake := s.setAside(ctx, seq, event, res)

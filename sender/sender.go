@@ -445,17 +445,12 @@ func (s *Sender) step(ctx context.Context) (empty bool, wait time.Duration, wake
 	}
 	s.refusal.reached(first)
 	s.lastPost = time.Now()
-	res := s.post(ctx, events)
-	if ctx.Err() != nil && res.err != nil {
-		return false, 0, false // shutting down: the batch stays in the store
+	res, wait, stop := s.send(ctx, events)
+	if stop {
+		return false, wait, false
 	}
-	s.counted(res)
 	n := len(events)
 	switch {
-	case res.err != nil:
-		s.log.Warn().Err(res.err).Int("events", n).Msg("delivery failed; events kept")
-		return false, s.backoff(), false
-
 	case res.status == http.StatusOK:
 		s.sentOK(res, n)
 		if len(res.answer.Rejected) > 0 {
@@ -607,6 +602,23 @@ func (r result) class() string {
 		return classNetwork
 	}
 	return strconv.Itoa(r.status/100) + "xx"
+}
+
+// send posts events as one batch and counts the answer (counted). stop says
+// the step ends here, to be tried again after wait: ctx ended the POST
+// (shutting down: the batch stays in the store, wait 0) or the POST got no
+// answer (the events are kept, wait is the back-off).
+func (s *Sender) send(ctx context.Context, events [][]byte) (res result, wait time.Duration, stop bool) {
+	res = s.post(ctx, events)
+	if ctx.Err() != nil && res.err != nil {
+		return res, 0, true
+	}
+	s.counted(res)
+	if res.err != nil {
+		s.log.Warn().Err(res.err).Int("events", len(events)).Msg("delivery failed; events kept")
+		return res, s.backoff(), true
+	}
+	return res, 0, false
 }
 
 func (s *Sender) post(ctx context.Context, events [][]byte) result {

@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 
 	"github.com/tally-billing/tally-openstack-collector/examples/reporting-api/server"
@@ -41,33 +40,18 @@ type env struct {
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	srv, err := server.New(server.Options{Token: token, DataDir: tempDir(t), Logger: zerolog.Nop()})
+	srv, err := server.New(server.Options{Token: token, DataDir: testkit.BenchDir(t), Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ts := httptest.NewServer(srv)
-	dir := tempDir(t)
+	dir := testkit.BenchDir(t)
 	ob, err := outbox.Open(outbox.Options{Dir: dir, Logger: zerolog.Nop(), MinFreeBytes: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ts.Close(); srv.Close(); ob.Close() })
 	return &env{srv: srv, ts: ts, ob: ob, dir: dir}
-}
-
-// tempDir is a fresh directory under $TALLY_OSC_BENCH_DIR when set (to
-// compare filesystems in the benchmark), else the test's temp dir.
-func tempDir(t testing.TB) string {
-	root := os.Getenv("TALLY_OSC_BENCH_DIR")
-	if root == "" {
-		return t.TempDir()
-	}
-	d, err := os.MkdirTemp(root, "sender")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
 }
 
 func (e *env) sender(t testing.TB, mod ...func(*sender.Options)) *sender.Sender {
@@ -114,11 +98,17 @@ func (e *env) stats(t testing.TB) server.Stats {
 
 func flush(t testing.TB, s *sender.Sender, d time.Duration) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	if err := s.Flush(ctx); err != nil {
+	if err := flushFor(s, d); err != nil {
 		t.Fatalf("flush: %v", err)
 	}
+}
+
+// flushFor lets s drain for d at the most and answers Flush's error: for
+// the tests that leave events in the outbox.
+func flushFor(s *sender.Sender, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return s.Flush(ctx)
 }
 
 // listIDs reads every stored event id through GET /api/v1/events.
@@ -178,43 +168,12 @@ func TestRunDeliversEverythingAndDeletes(t *testing.T) {
 	if ids := listIDs(t, e.ts.URL); len(ids) != 1244 || !ids["id-000000"] || !ids["id-001243"] {
 		t.Fatalf("listing has %d ids", len(ids))
 	}
-	if got := testutil.ToFloat64(mustCounter(t, reg, "tally_collector_sent_events_total")); got != 1244 {
+	if got := testkit.Metric(t, reg, "tally_collector_sent_events_total"); got != 1244 {
 		t.Fatalf("sent counter %v", got)
 	}
 	if s.Ready() != nil {
 		t.Fatalf("not ready: %v", s.Ready())
 	}
-}
-
-func mustCounter(t testing.TB, reg *prometheus.Registry, name string, labels ...string) prometheus.Collector {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			match := true
-			for i := 0; i+1 < len(labels); i += 2 {
-				found := false
-				for _, lp := range m.GetLabel() {
-					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
-						found = true
-					}
-				}
-				match = match && found
-			}
-			if match {
-				c := prometheus.NewCounter(prometheus.CounterOpts{Name: name})
-				c.Add(m.GetCounter().GetValue())
-				return c
-			}
-		}
-	}
-	return prometheus.NewCounter(prometheus.CounterOpts{Name: name}) // absent: zero
 }
 
 func TestOutageThenRecovery(t *testing.T) {
@@ -223,24 +182,20 @@ func TestOutageThenRecovery(t *testing.T) {
 	s := e.sender(t, func(o *sender.Options) { o.Registerer = reg })
 	e.append(t, 0, 250, 50)
 	e.srv.SetFault(&server.Fault{Status: 500}) // until cleared
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	err := s.Flush(ctx)
-	cancel()
+	err := flushFor(s, 300*time.Millisecond)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("flush during an outage: %v", err)
 	}
 	if e.ob.Depth() != 250 {
 		t.Fatalf("events lost during the outage: depth %d", e.ob.Depth())
 	}
-	fails := testutil.ToFloat64(mustCounter(t, reg, "tally_collector_sender_requests_total", "class", "5xx"))
+	fails := testkit.Metric(t, reg, "tally_collector_sender_requests_total", "5xx")
 	if fails < 2 {
 		t.Fatalf("only %v failed requests counted: no retries", fails)
 	}
 	// A network failure (nothing listening) is kept the same way.
 	down := e.sender(t, func(o *sender.Options) { o.URL = "http://127.0.0.1:1" })
-	ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
-	down.Flush(ctx)
-	cancel()
+	_ = flushFor(down, 100*time.Millisecond)
 	if e.ob.Depth() != 250 {
 		t.Fatalf("events lost to a refused connection: depth %d", e.ob.Depth())
 	}
@@ -293,7 +248,7 @@ func TestSingleEventRefusedAlone(t *testing.T) {
 	e.append(t, 0, 1, 70<<10)
 	e.append(t, 1, 3, 10)
 	flush(t, s, 10*time.Second)
-	if got := testutil.ToFloat64(mustCounter(t, reg, "tally_collector_sender_deadlettered_events_total", "status", "413")); got != 1 {
+	if got := testkit.Metric(t, reg, "tally_collector_sender_deadlettered_events_total", "413"); got != 1 {
 		t.Fatalf("dead-lettered %v, want 1", got)
 	}
 	if st := e.stats(t); st.Accepted != 3 || e.ob.Depth() != 0 || e.ob.DeadLetterCount() != 1 {
@@ -303,9 +258,7 @@ func TestSingleEventRefusedAlone(t *testing.T) {
 	// about the event or the destination; the event is kept.
 	e.srv.SetMaxBodyBytes(1 << 10)
 	e.append(t, 10, 1, 2<<10)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	s.Flush(ctx)
-	cancel()
+	_ = flushFor(s, 300*time.Millisecond)
 	if e.ob.Depth() != 1 {
 		t.Fatalf("a 2 KiB event refused alone was not kept: depth %d", e.ob.Depth())
 	}
@@ -313,9 +266,7 @@ func TestSingleEventRefusedAlone(t *testing.T) {
 	// is too small for any of them (an ingress with a small
 	// client_max_body_size): everything is kept, and the sender says so.
 	e.append(t, 11, 20, 100)
-	ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
-	s.Flush(ctx)
-	cancel()
+	_ = flushFor(s, 300*time.Millisecond)
 	if e.ob.Depth() != 21 || e.ob.DeadLetterCount() != 1 {
 		t.Fatalf("events set aside under a destination limit: depth %d dead letters %d", e.ob.Depth(), e.ob.DeadLetterCount())
 	}
@@ -375,7 +326,7 @@ func TestPoisonEventsSetAside(t *testing.T) {
 			if strings.Join(ids, ",") != "id-000037,id-000038,id-000150" {
 				t.Fatalf("dead letters hold %v", ids)
 			}
-			if got := testutil.ToFloat64(mustCounter(t, reg, "tally_collector_sender_deadlettered_events_total", "status", strconv.Itoa(status))); got != 3 {
+			if got := testkit.Metric(t, reg, "tally_collector_sender_deadlettered_events_total", strconv.Itoa(status)); got != 3 {
 				t.Fatalf("dead-lettered counter %v", got)
 			}
 			if s.BatchLimit() != 100 || s.Ready() != nil {
@@ -414,9 +365,7 @@ func TestPoisonAtHeadAndAPIRefusingEverything(t *testing.T) {
 		all = append(all, fmt.Sprintf("id-%06d", i))
 	}
 	e.srv.SetRefusal(&server.Refusal{EventIDs: all, Status: 422})
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	s.Flush(ctx)
-	cancel()
+	_ = flushFor(s, 500*time.Millisecond)
 	if e.ob.Depth() != 9 || e.ob.DeadLetterCount() != 2 {
 		t.Fatalf("events set aside while the API refuses everything: depth %d dead letters %d", e.ob.Depth(), e.ob.DeadLetterCount())
 	}
@@ -448,7 +397,7 @@ func Test413ForOneEventSetAside(t *testing.T) {
 	if st.Accepted != 200 || e.ob.Depth() != 0 || e.ob.DeadLetterCount() != 2 {
 		t.Fatalf("stats %+v depth %d dead letters %d", st, e.ob.Depth(), e.ob.DeadLetterCount())
 	}
-	if got := testutil.ToFloat64(mustCounter(t, reg, "tally_collector_sender_deadlettered_events_total", "status", "413")); got != 2 {
+	if got := testkit.Metric(t, reg, "tally_collector_sender_deadlettered_events_total", "413"); got != 2 {
 		t.Fatalf("dead-lettered counter %v", got)
 	}
 	if s.BatchLimit() != 64 {
@@ -552,7 +501,7 @@ func TestRejectedEventsCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	flush(t, s, 5*time.Second)
-	if got := testutil.ToFloat64(mustCounter(t, reg, "tally_collector_rejected_events_total")); got != 1 {
+	if got := testkit.Metric(t, reg, "tally_collector_rejected_events_total"); got != 1 {
 		t.Fatalf("rejected %v", got)
 	}
 	if st := e.stats(t); st.Accepted != 1 || st.Rejected != 1 || e.ob.Depth() != 0 {
@@ -592,9 +541,7 @@ func TestRedirectNotFollowed(t *testing.T) {
 	e := newEnv(t)
 	s := e.sender(t, func(o *sender.Options) { o.URL = redirector.URL })
 	e.append(t, 0, 3, 10)
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	s.Flush(ctx)
-	cancel()
+	_ = flushFor(s, 200*time.Millisecond)
 	if sawToken.Load() != 0 {
 		t.Fatal("the token followed a redirect to another host")
 	}
@@ -663,9 +610,7 @@ func TestHTTPSWithTestCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	s.Flush(ctx)
-	cancel()
+	_ = flushFor(s, 100*time.Millisecond)
 	if e.ob.Depth() != 30 {
 		t.Fatalf("depth %d with an untrusted certificate", e.ob.Depth())
 	}

@@ -6,9 +6,10 @@ package sender_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/http"
 	"net/http/httptest"
-	"sort"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -46,14 +47,8 @@ func labelValues(t *testing.T, reg *prometheus.Registry, name, label string) map
 	return out
 }
 
-func keys(m map[string]float64) string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return strings.Join(ks, " ")
-}
+// keys answers the keys of m, sorted, separated by spaces.
+func keys(m map[string]float64) string { return strings.Join(slices.Sorted(maps.Keys(m)), " ") }
 
 // Every value of the sender's labelled counters is exported at 0 before the
 // first POST, so that increase() sees the first increment, and the gauge of
@@ -152,7 +147,7 @@ func TestRunOf404sIsNotReady(t *testing.T) {
 		t.Errorf("the error shows the token: %v", err)
 	}
 	gauge := func() float64 {
-		return labelValuesGauge(t, reg, "tally_collector_sender_endpoint_not_found")
+		return testkit.Metric(t, reg, "tally_collector_sender_endpoint_not_found")
 	}
 	if gauge() != 1 {
 		t.Errorf("tally_collector_sender_endpoint_not_found = %v while every POST answers 404", gauge())
@@ -166,21 +161,6 @@ func TestRunOf404sIsNotReady(t *testing.T) {
 	if err := s.Ready(); err != nil || gauge() != 0 {
 		t.Errorf("after a 200: Ready %v, gauge %v", err, gauge())
 	}
-}
-
-func labelValuesGauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("%s not exported", name)
-	return 0
 }
 
 // A URL that already ends in the events route is refused: the sender adds

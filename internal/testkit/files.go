@@ -47,3 +47,20 @@ func ReadFile(tb testing.TB, path string) []byte {
 	}
 	return b
 }
+
+// BenchDir is a new directory under $TALLY_OSC_BENCH_DIR when it is set (to
+// compare filesystems in a benchmark, a tmpfs against the disk), removed
+// when the test ends; else the test's temp dir.
+func BenchDir(tb testing.TB) string {
+	tb.Helper()
+	root := os.Getenv("TALLY_OSC_BENCH_DIR")
+	if root == "" {
+		return tb.TempDir()
+	}
+	d, err := os.MkdirTemp(root, "bench")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}

@@ -26,6 +26,18 @@ func CacheDir(tb testing.TB) string {
 	return filepath.Join(os.TempDir(), "tally-osc-test-wazero-cache")
 }
 
+// CompiledModules answers the files of the modules compiled into the
+// compilation cache dir (wazero keeps them under wazero-<version>/), to
+// tell what a test compiled.
+func CompiledModules(tb testing.TB, dir string) []string {
+	tb.Helper()
+	paths, err := filepath.Glob(filepath.Join(dir, "wazero-*", "*"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return paths
+}
+
 // Logger answers a logger that discards, or writes to stderr when TEST_LOG
 // is set (to read what a failing test's component said).
 func Logger() zerolog.Logger {

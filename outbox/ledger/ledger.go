@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -518,33 +519,11 @@ func rowName(k Key) string {
 }
 
 func cmpKey(a, b Key) int {
-	if c := compare(a.Hour, b.Hour); c != 0 {
-		return c
-	}
-	if c := strings.Compare(a.Source, b.Source); c != 0 {
-		return c
-	}
-	return strings.Compare(a.Type, b.Type)
+	return cmp.Or(cmp.Compare(a.Hour, b.Hour), strings.Compare(a.Source, b.Source), strings.Compare(a.Type, b.Type))
 }
 
 func cmpStoredKey(a, b StoredKey) int {
-	if c := compare(a.Hour, b.Hour); c != 0 {
-		return c
-	}
-	if c := strings.Compare(a.Project, b.Project); c != 0 {
-		return c
-	}
-	return strings.Compare(a.ResourceType, b.ResourceType)
-}
-
-func compare(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
+	return cmp.Or(cmp.Compare(a.Hour, b.Hour), strings.Compare(a.Project, b.Project), strings.Compare(a.ResourceType, b.ResourceType))
 }
 
 // Delta returns the rows of the report back as a delta (for adding up the

@@ -3,7 +3,6 @@ package catalog_test
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -29,16 +28,6 @@ func emptyCacheEngine(t *testing.T) (*runtime.Engine, string) {
 	return e, dir
 }
 
-// compiledEntries counts the modules compiled into the cache under dir.
-func compiledEntries(t *testing.T, dir string) int {
-	t.Helper()
-	m, err := filepath.Glob(filepath.Join(dir, "wazero-*", "*"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(m)
-}
-
 // TestRecordedManifestsCompileNothingAtStart: with the manifests the build
 // recorded, a start compiles no built-in module (nothing in the compilation
 // cache, builtins_compiled 0), routes by the records, and compiles a module
@@ -52,7 +41,7 @@ func TestRecordedManifestsCompileNothingAtStart(t *testing.T) {
 			"echo.wasm":    []byte(`{"name":"echo","version":"1.0.0","event_types":["test.*"],"releases":["2024.1"]}`),
 			"special.wasm": []byte(`{"name":"special","version":"1.0.0","event_types":["test.special"],"releases":["2024.1"]}`),
 		}})
-	if n := compiledEntries(t, dir); n != 0 {
+	if n := len(testkit.CompiledModules(t, dir)); n != 0 {
 		t.Fatalf("%d modules compiled at start, want 0", n)
 	}
 	if compiled, _, _ := gatherLazy(t, reg); compiled != 0 {
@@ -64,7 +53,7 @@ func TestRecordedManifestsCompileNothingAtStart(t *testing.T) {
 	if ev := mapOne(t, newPipeline(c), "test.special", "m1"); ev.Source.Mapper != "special@1.0.0" {
 		t.Fatalf("first notification: %+v", ev)
 	}
-	if n := compiledEntries(t, dir); n != 1 {
+	if n := len(testkit.CompiledModules(t, dir)); n != 1 {
 		t.Fatalf("%d modules compiled after one notification, want 1", n)
 	}
 	if compiled, ok, _ := gatherLazy(t, reg); compiled != 1 || ok != 1 {
