@@ -58,10 +58,7 @@ func TestCompressedNotificationsAreCollected(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ch, err := v.Conn(t).Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := v.Channel(t)
 	for _, b := range [][]byte{[]byte("plainly not compressed"), bomb.Bytes()} {
 		if err := ch.PublishWithContext(context.Background(), "nova", "notifications.info", false, false, amqp.Publishing{
 			ContentType: "application/json", Headers: amqp.Table{"compression": pipeline.CodecGzip}, Body: b,

@@ -245,10 +245,7 @@ func TestQueueTypeMismatch(t *testing.T) {
 	t.Parallel() // its own virtual host
 	v := newVhost(t)
 	v.DeclareExchanges(t, false, "nova")
-	ch, err := v.Conn(t).Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := v.Channel(t)
 	if _, err := ch.QueueDeclare(defaultQueue, true, false, false, false, map[string]any{"x-queue-type": "quorum"}); err != nil {
 		t.Fatal(err)
 	}
@@ -267,10 +264,7 @@ func TestQueueTypeMismatch(t *testing.T) {
 	if n, ok := v.QueueState(t, defaultQueue); !ok || n != 1 {
 		t.Fatalf("queue or its backlog changed: exists %v, %d messages", ok, n)
 	}
-	ch2, err := v.Conn(t).Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch2 := v.Channel(t)
 	if _, err := ch2.QueueDeclare(defaultQueue, true, false, false, false, map[string]any{"x-queue-type": "quorum"}); err != nil {
 		t.Fatalf("queue type changed: %v", err)
 	}

@@ -196,16 +196,14 @@ func mallocs() uint64 {
 // broker's confirmations.
 func fill(b testing.TB, v *vhost, body []byte, n int) {
 	b.Helper()
-	ch, err := v.Conn(b).Channel()
-	if err != nil {
-		b.Fatal(err)
-	}
+	ch := v.Channel(b)
 	defer ch.Close()
 	if err := ch.Confirm(false); err != nil {
 		b.Fatal(err)
 	}
 	var last *amqp.DeferredConfirmation
 	for i := 0; i < n; i++ {
+		var err error
 		last, err = ch.PublishWithDeferredConfirm("", defaultQueue, false, false,
 			amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: body})
 		if err != nil {
@@ -226,10 +224,7 @@ func fill(b testing.TB, v *vhost, body []byte, n int) {
 // delivery meanwhile.
 func bareDrainRate(b *testing.B, v *vhost, n, prefetch int) (rate, allocs float64) {
 	b.Helper()
-	ch, err := v.Conn(b).Channel()
-	if err != nil {
-		b.Fatal(err)
-	}
+	ch := v.Channel(b)
 	defer ch.Close()
 	if err := ch.Qos(prefetch, 0, false); err != nil {
 		b.Fatal(err)

@@ -24,10 +24,7 @@ func TestDumpAgainstBroker(t *testing.T) {
 	v := newVhost(t)
 	v.DeclareExchanges(t, false, "nova", "openstack")
 	// The collector's durable queue, bound on nova: it must keep receiving.
-	ch, err := v.Conn(t).Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := v.Channel(t)
 	if _, err := ch.QueueDeclare(defaultQueue, true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -78,15 +78,7 @@ func TestMain(m *testing.M) {
 // queue when the channel closes.
 func (v *vhost) queuedIDs(t testing.TB, queue string) map[string]bool {
 	t.Helper()
-	c, err := amqp.Dial(v.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ch, err := c.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := v.Channel(t)
 	ids := map[string]bool{}
 	for {
 		m, ok, err := ch.Get(queue, false)
@@ -278,10 +270,7 @@ func classicQueueVhost(t testing.TB) (*vhost, *amqp.Channel) {
 	t.Helper()
 	v := newVhost(t)
 	v.DeclareExchanges(t, false, "nova")
-	ch, err := v.Conn(t).Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := v.Channel(t)
 	if _, err := ch.QueueDeclare(defaultQueue, true, false, false, false, queueArgs(QueueClassic)); err != nil {
 		t.Fatal(err)
 	}
