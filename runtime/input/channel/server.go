@@ -192,29 +192,21 @@ func (s *Server) closeListener() {
 }
 
 func (s *Server) accept(ctx context.Context, readers *sync.WaitGroup) {
-	retry := backoff.New(backoff.Accept)
-	for {
-		nc, err := s.ln.AcceptUnix()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			s.m.exceptions.Inc()
-			s.log.Warn().Err(err).Msg("channel accept failed")
-			time.Sleep(retry.Next())
-			continue
-		}
-		retry.Reset()
+	backoff.Accepting(s.ln.AcceptUnix, func(err error, _ time.Duration) {
+		s.m.exceptions.Inc()
+		s.log.Warn().Err(err).Msg("channel accept failed")
+	}, func(nc *net.UnixConn) bool {
 		c, ok := s.newConn(nc)
 		if !ok {
-			continue
+			return true
 		}
 		readers.Add(1)
 		go func() {
 			defer readers.Done()
 			c.serve(ctx)
 		}()
-	}
+		return true
+	})
 }
 
 // stopReading makes every connection's reader return at its next read;
