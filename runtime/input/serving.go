@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Serving is the start and stop a server of an input (channel, plog) shares
@@ -46,12 +47,15 @@ func (s *Serving) Run(serve func() error) error {
 	return serve()
 }
 
-// Wait returns when ctx is done or Close was called: serve then drains.
-func (s *Serving) Wait(ctx context.Context) {
+// Wait returns when ctx is done or Close was called: serve then drains,
+// bounded by drain: past it, Wait's timer calls cancel (the context of the
+// work serve started). serve defers the returned stop of that timer.
+func (s *Serving) Wait(ctx context.Context, drain time.Duration, cancel context.CancelFunc) (stop func() bool) {
 	select {
 	case <-ctx.Done():
 	case <-s.stop:
 	}
+	return time.AfterFunc(drain, cancel).Stop
 }
 
 // Close stops the server. While Run serves, Close waits for it to return,

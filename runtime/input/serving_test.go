@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 )
 
 var errClosed = errors.New("test: server closed")
@@ -48,7 +49,7 @@ func TestServingCloseWaitsForRun(t *testing.T) {
 	go func() {
 		ran <- s.Run(func() error {
 			close(waiting)
-			s.Wait(context.Background())
+			defer s.Wait(context.Background(), time.Hour, func() { t.Error("the drain bound passed") })()
 			<-release
 			drained = true
 			return errors.New("from serve")
@@ -72,12 +73,23 @@ func TestServingCloseWaitsForRun(t *testing.T) {
 	}
 }
 
-// Wait also returns when the context of Run ends.
+// Wait also returns when the context of Run ends, and past the drain bound
+// it ends the work.
 func TestServingWaitEndsWithTheContext(t *testing.T) {
 	s := NewServing("test", errClosed, func() {})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := s.Run(func() error { s.Wait(ctx); return nil }); err != nil {
+	err := s.Run(func() error {
+		work, cancelWork := context.WithCancel(context.Background())
+		defer cancelWork()
+		stop := s.Wait(ctx, time.Millisecond, cancelWork)
+		<-work.Done() // the drain bound cancels the work
+		if stop() {
+			t.Error("the drain timer had not fired")
+		}
+		return nil
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 }

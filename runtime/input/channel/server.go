@@ -144,9 +144,7 @@ func (s *Server) serve(ctx context.Context) error {
 	go func() { defer readers.Done(); s.accept(work, &readers) }()
 	s.log.Info().Str("socket", s.opts.Socket).Str("mode", fmt.Sprintf("%04o", s.opts.SocketMode)).Msg("channel listening")
 
-	s.life.Wait(ctx)
-	timer := time.AfterFunc(s.opts.DrainTimeout, cancelWork)
-	defer timer.Stop()
+	defer s.life.Wait(ctx, s.opts.DrainTimeout, cancelWork)()
 	s.closeListener()
 	s.stopReading()
 	readers.Wait()

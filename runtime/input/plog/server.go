@@ -258,9 +258,7 @@ func (s *Server) serve(ctx context.Context) error {
 		ev.Msg("plog listener started")
 	}
 
-	s.life.Wait(ctx)
-	timer := time.AfterFunc(s.opts.DrainTimeout, cancelWork)
-	defer timer.Stop()
+	defer s.life.Wait(ctx, s.opts.DrainTimeout, cancelWork)()
 	s.closeSockets()
 	readers.Wait()
 	workers.Wait()
