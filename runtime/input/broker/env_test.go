@@ -143,27 +143,12 @@ func newConsumer(t testing.TB, proc input.Processor, ob input.Outbox, opts Optio
 
 type runningConsumer struct {
 	*Consumer
-	cancel context.CancelFunc
-	done   chan error
+	stop func() // cancels Run and waits for it; later stops return at once
 }
 
 func startConsumer(t testing.TB, c *Consumer) *runningConsumer {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &runningConsumer{Consumer: c, cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- c.Run(ctx) }()
-	t.Cleanup(r.stop)
-	return r
-}
-
-func (r *runningConsumer) stop() {
-	r.cancel()
-	select {
-	case <-r.done:
-	case <-time.After(15 * time.Second):
-		panic("consumer did not stop")
-	}
-	r.done <- nil // later stops return at once
+	return &runningConsumer{Consumer: c, stop: testkit.Background(t, 15*time.Second, c.Run)}
 }
 
 func openOutbox(t testing.TB, dir string, maxEvents int64) *outbox.Outbox {

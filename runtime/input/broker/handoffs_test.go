@@ -59,8 +59,11 @@ func TestHandoffsPerDelivery(t *testing.T) {
 	t.Log(h.report(measured))
 
 	// startConsumer runs Run, and with it the session's loop, on a
-	// goroutine of its own.
-	session := h.waitsOf("broker.startConsumer.func1")
+	// goroutine of its own (testkit.Background's).
+	session := h.waitsOf("testkit.Background.func1")
+	if session == 0 {
+		t.Fatalf("no wait of the session's goroutine in the trace; its entry function is not the one named here:\n%s", h.report(measured))
+	}
 	workers := h.waitsOf("broker.(*sess).worker")
 	own := session + workers + h.waitsOf("broker.(*sess).committer") + h.waitsOf("broker.(*sess).settler")
 	if per := float64(session) / measured; per > 0.25 {
