@@ -18,8 +18,7 @@ import (
 // last acknowledgement.
 func BenchmarkConsume(b *testing.B) {
 	benchVhost.Do(func() {
-		benchVhost.v = newVhost(b)
-		benchVhost.v.DeclareExchanges(b, false, "nova")
+		benchVhost.v = newVhost(b, "nova")
 	})
 	v := benchVhost.v
 	if v == nil {

@@ -31,8 +31,7 @@ func (v *vhost) osloNotifyCompressed(t testing.TB, exchange, compression string,
 // nothing.
 func TestCompressedNotificationsAreCollected(t *testing.T) {
 	t.Parallel() // its own virtual host
-	v := newVhost(t)
-	v.DeclareExchanges(t, false, "nova")
+	v := newVhost(t, "nova")
 	ob := openOutbox(t, t.TempDir(), 100000)
 	c := newConsumer(t, newTestProcessor(t), ob, testOptions(v, &testkit.SyncBuffer{}, "nova"))
 	r := startConsumer(t, c)

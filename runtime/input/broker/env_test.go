@@ -30,8 +30,16 @@ const brokerAddr = testkit.BrokerAddr
 type vhost struct{ *testkit.Vhost }
 
 // newVhost hands the test a virtual host of its own, guest allowed
-// everything in it.
-func newVhost(t testing.TB) *vhost { t.Helper(); return &vhost{testkit.NewVhost(t)} }
+// everything in it, with the topic exchanges named declared as oslo declares
+// them (not durable).
+func newVhost(t testing.TB, exchanges ...string) *vhost {
+	t.Helper()
+	v := &vhost{testkit.NewVhost(t)}
+	if len(exchanges) > 0 {
+		v.DeclareExchanges(t, false, exchanges...)
+	}
+	return v
+}
 
 func vhostByName(name string) *vhost { return &vhost{testkit.VhostByName(name)} }
 
@@ -253,8 +261,7 @@ func eventID(t testing.TB, ev []byte) string {
 // QueueClassic), and a channel on it for publishing.
 func classicQueueVhost(t testing.TB) (*vhost, *amqp.Channel) {
 	t.Helper()
-	v := newVhost(t)
-	v.DeclareExchanges(t, false, "nova")
+	v := newVhost(t, "nova")
 	ch := v.Channel(t)
 	if _, err := ch.QueueDeclare(defaultQueue, true, false, false, false, queueArgs(QueueClassic)); err != nil {
 		t.Fatal(err)

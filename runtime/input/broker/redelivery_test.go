@@ -50,8 +50,7 @@ func TestRedeliveredIsNoFirstDelivery(t *testing.T) {
 	t.Parallel() // its own virtual host
 	for _, qt := range []string{QueueClassic} {
 		t.Run(qt, func(t *testing.T) {
-			v := newVhost(t)
-			v.DeclareExchanges(t, false, "nova")
+			v := newVhost(t, "nova")
 			ob := openOutbox(t, t.TempDir(), 1000)
 			opts := testOptions(v, &testkit.SyncBuffer{}, "nova")
 			opts.QueueType = qt
