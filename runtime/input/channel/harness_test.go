@@ -138,6 +138,14 @@ func publicDir(tb testing.TB) string {
 	return testkit.PublicTempDir(tb, "tally-channel-test-")
 }
 
+// startHarness is newHarness with its server started.
+func startHarness(tb testing.TB, opts Options) *harness {
+	tb.Helper()
+	h := newHarness(tb, opts)
+	h.start()
+	return h
+}
+
 // newHarness opens an outbox and a pipeline; start runs a server.
 func newHarness(tb testing.TB, opts Options) *harness {
 	tb.Helper()
