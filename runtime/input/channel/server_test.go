@@ -2,6 +2,7 @@ package channel
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -224,8 +225,8 @@ func TestRefusals(t *testing.T) {
 	}
 }
 
-// A frame of another protocol version is answered with an Error frame and
-// the connection is closed.
+// A frame of another protocol version is answered with an Error frame, the
+// connection is closed and the error counted.
 func TestUnsupportedVersion(t *testing.T) {
 	h := startHarness(t, Options{})
 	nc, err := net.Dial("unix", h.sock)
@@ -250,6 +251,18 @@ func TestUnsupportedVersion(t *testing.T) {
 	}
 	if _, _, err := r.Next(); err == nil {
 		t.Fatal("connection still open")
+	}
+
+	// A malformed frame after the handshake ends the connection the same
+	// way, naming the frame.
+	rc := dialRaw(t, h.sock, wire.ModeSubscribe)
+	b := wire.AppendUnsubscribe(nil, 7)
+	b = b[:len(b)-2] // half of the id
+	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
+	rc.write(b)
+	text = readUntilClosed(t, rc.nc)
+	if v := h.counter("protocol_errors_total"); v != 2 || !strings.Contains(text, "UNSUBSCRIBE") {
+		t.Errorf("after a malformed frame: error %q, protocol_errors_total %v (want 2)", text, v)
 	}
 }
 
