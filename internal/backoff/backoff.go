@@ -8,10 +8,15 @@
 // the whole step instead of arriving together, and the average wait is half
 // the step. A delay may therefore be short, even zero; callers that need a
 // floor do not use jitter.
+//
+// Accepting is the one accept loop of the collector's listeners, which
+// waits on the Accept schedule after a failed accept.
 package backoff
 
 import (
+	"errors"
 	"math/rand/v2"
+	"net"
 	"time"
 )
 
@@ -89,3 +94,27 @@ func (b *Backoff) Attempts() int { return b.n }
 // retries), back to 5 ms after a connection is accepted. The plog TCP
 // listener and the channel's server both use it.
 var Accept = Policy{Min: 5 * time.Millisecond, Max: time.Second}
+
+// Accepting is a listener's accept loop on the Accept schedule. It hands each
+// connection accept returns to take; after a failed accept it tells failed
+// the error and the wait, and waits. It returns when accept reports
+// net.ErrClosed (the listener was closed) or take returns false.
+func Accepting[C any](accept func() (C, error), failed func(err error, wait time.Duration), take func(C) bool) {
+	retry := New(Accept)
+	for {
+		c, err := accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			d := retry.Next()
+			failed(err, d)
+			time.Sleep(d)
+			continue
+		}
+		retry.Reset()
+		if !take(c) {
+			return
+		}
+	}
+}

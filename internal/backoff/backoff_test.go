@@ -1,8 +1,11 @@
 package backoff
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
+	"net"
+	"slices"
 	"testing"
 	"time"
 )
@@ -117,5 +120,56 @@ func TestAcceptRetriesQuicklyThenCapsAtOneSecond(t *testing.T) {
 		if got[i] != want[i]*time.Millisecond {
 			t.Fatalf("schedule %v", got)
 		}
+	}
+}
+
+// The accept loop waits on the Accept schedule after each failure, starts the
+// schedule over after a connection, and ends when take says so or when the
+// listener is closed.
+func TestAccepting(t *testing.T) {
+	failure := errors.New("too many open files")
+	closed := &net.OpError{Op: "accept", Err: net.ErrClosed}
+	for _, c := range []struct {
+		name  string
+		steps []string // "" a failure, "closed" the listener closed, else a connection
+		taken []string
+		waits []time.Duration // in ms
+	}{
+		{"take ends it", []string{"", "", "a", "", "stop", "b"}, []string{"a", "stop"}, []time.Duration{5, 10, 5}},
+		{"closed ends it", []string{"a", "", "closed", "b"}, []string{"a"}, []time.Duration{5}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var waits []time.Duration
+			var taken []string
+			n := 0
+			Accepting(func() (string, error) {
+				s := c.steps[n]
+				n++
+				switch s {
+				case "":
+					return "", failure
+				case "closed":
+					return "", closed
+				}
+				return s, nil
+			}, func(err error, wait time.Duration) {
+				if !errors.Is(err, failure) {
+					t.Errorf("failed with %v", err)
+				}
+				waits = append(waits, wait)
+			}, func(conn string) bool {
+				taken = append(taken, conn)
+				return conn != "stop"
+			})
+			if !slices.Equal(taken, c.taken) {
+				t.Errorf("taken %v, want %v", taken, c.taken)
+			}
+			for i := range c.waits {
+				c.waits[i] *= time.Millisecond
+			}
+			if !slices.Equal(waits, c.waits) {
+				t.Errorf("waits %v, want %v", waits, c.waits)
+			}
+		})
 	}
 }

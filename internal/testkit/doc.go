@@ -2,6 +2,7 @@
 // when a tool or a service a test needs is missing, the real RabbitMQ and a
 // virtual host of a test's own on it, the lock that keeps broker restarts
 // away from tests that count messages, waiting for a background reaction,
+// running a Run method in the background until the test stops it,
 // the compiled-module cache and the modules compiled into one, the test
 // modules built by make test-wasm, delivering every event an outbox holds
 // (DeliverAll) and reading every row of its ledger (WholeLedger); a

@@ -104,19 +104,40 @@ func (v *Vhost) OsloURL() string {
 // Conn opens a connection to the virtual host, closed when the test ends.
 func (v *Vhost) Conn(tb testing.TB) *amqp.Connection {
 	tb.Helper()
-	c, err := amqp.DialConfig(v.URL(), amqp.Config{Properties: amqp.Table{"connection_name": "tally-test"}})
+	return Dial(tb, v.URL())
+}
+
+// Dial opens a connection to the broker at url, as whichever account url
+// names; it is closed when the test ends.
+func Dial(tb testing.TB, url string) *amqp.Connection {
+	tb.Helper()
+	c, err := amqp.DialConfig(url, amqp.Config{Properties: amqp.Table{"connection_name": "tally-test"}})
 	if err != nil {
-		tb.Fatalf("dial %s: %v", v.Name, err)
+		tb.Fatalf("dial the broker: %v", err)
 	}
 	tb.Cleanup(func() { c.Close() })
 	return c
 }
 
-// channel opens a connection to the vhost (see Conn) and a channel on it;
-// the caller closes the connection.
-func (v *Vhost) channel(tb testing.TB) (*amqp.Connection, *amqp.Channel) {
+// Channel opens a connection to the virtual host (see Conn) and a channel on
+// it.
+func (v *Vhost) Channel(tb testing.TB) *amqp.Channel {
 	tb.Helper()
-	c := v.Conn(tb)
+	return Channel(tb, v.URL())
+}
+
+// Channel opens a connection to url (see Dial) and a channel on it.
+func Channel(tb testing.TB, url string) *amqp.Channel {
+	tb.Helper()
+	_, ch := dialChannel(tb, url)
+	return ch
+}
+
+// dialChannel is Channel with the connection, for a caller that closes it
+// before the test ends.
+func dialChannel(tb testing.TB, url string) (*amqp.Connection, *amqp.Channel) {
+	tb.Helper()
+	c := Dial(tb, url)
 	ch, err := c.Channel()
 	if err != nil {
 		tb.Fatal(err)
@@ -128,7 +149,7 @@ func (v *Vhost) channel(tb testing.TB) (*amqp.Connection, *amqp.Channel) {
 // asked).
 func (v *Vhost) DeclareExchanges(tb testing.TB, durable bool, names ...string) {
 	tb.Helper()
-	c, ch := v.channel(tb)
+	c, ch := dialChannel(tb, v.URL())
 	defer c.Close()
 	for _, n := range names {
 		if err := ch.ExchangeDeclare(n, amqp.ExchangeTopic, durable, false, false, false, nil); err != nil {
@@ -141,7 +162,7 @@ func (v *Vhost) DeclareExchanges(tb testing.TB, durable bool, names ...string) {
 // broker's confirmation of each.
 func (v *Vhost) Publish(tb testing.TB, exchange, key string, bodies ...[]byte) {
 	tb.Helper()
-	c, ch := v.channel(tb)
+	c, ch := dialChannel(tb, v.URL())
 	defer c.Close()
 	if err := ch.Confirm(false); err != nil {
 		tb.Fatal(err)
@@ -164,15 +185,8 @@ func (v *Vhost) Publish(tb testing.TB, exchange, key string, bodies ...[]byte) {
 // exists (a passive declare, so it costs no rabbitmqctl call).
 func (v *Vhost) QueueState(tb testing.TB, queue string) (ready int, exists bool) {
 	tb.Helper()
-	c, err := amqp.Dial(v.URL())
-	if err != nil {
-		tb.Fatal(err)
-	}
+	c, ch := dialChannel(tb, v.URL())
 	defer c.Close()
-	ch, err := c.Channel()
-	if err != nil {
-		tb.Fatal(err)
-	}
 	q, err := ch.QueueDeclarePassive(queue, false, false, false, false, nil)
 	var ae *amqp.Error
 	if errors.As(err, &ae) && ae.Code == amqp.NotFound {

@@ -1,6 +1,8 @@
 package testkit
 
 import (
+	"context"
+	"sync"
 	"testing"
 	"time"
 )
@@ -38,4 +40,30 @@ func WaitUntil(tb testing.TB, d time.Duration, what string, look func() (done bo
 		time.Sleep(pause)
 		pause = min(pause*5/4, 100*time.Millisecond)
 	}
+}
+
+// Background calls run (a Run method) in a goroutine of its own, with a
+// context that the returned stop cancels; stop then waits at most limit for
+// run to return, and fails the test when it does not. The test's end stops
+// it too, and a stop after the first returns at once.
+func Background(tb testing.TB, limit time.Duration, run func(context.Context) error) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = run(ctx) // the callers' own tests look at what Run did
+	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(limit):
+				tb.Errorf("Run did not return within %s of its context's end", limit)
+			}
+		})
+	}
+	tb.Cleanup(stop)
+	return stop
 }

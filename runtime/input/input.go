@@ -5,8 +5,10 @@
 // that implement them (*pipeline.Pipeline, *outbox.Outbox); the checks below
 // keep the implementations in step.
 //
-// Each input package documents its own flow (commit, then acknowledge); this
-// package holds no code.
+// It also holds the one piece of code the servers of the channel and plog
+// inputs share: Serving, their start and stop (Run serves once; Close may
+// come before, during or after it). Each input package documents its own
+// flow (commit, then acknowledge).
 package input
 
 import (

@@ -38,11 +38,7 @@ func TestNarrowAccount(t *testing.T) {
 	testkit.WaitFor(t, 15*time.Second, "consumed", func() bool { return outboxIDs(t, ob)["narrow-1"] == 1 })
 
 	// The topic permission keeps the account to the notification keys.
-	conn, err := amqp.Dial(narrowURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := testkit.Dial(t, narrowURL)
 	for _, key := range []string{"#", "conductor", "notifications.*"} {
 		ch, err := conn.Channel()
 		if err != nil {

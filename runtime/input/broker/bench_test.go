@@ -18,8 +18,7 @@ import (
 // last acknowledgement.
 func BenchmarkConsume(b *testing.B) {
 	benchVhost.Do(func() {
-		benchVhost.v = newVhost(b)
-		benchVhost.v.DeclareExchanges(b, false, "nova")
+		benchVhost.v = newVhost(b, "nova")
 	})
 	v := benchVhost.v
 	if v == nil {
@@ -32,15 +31,7 @@ func BenchmarkConsume(b *testing.B) {
 	r := startConsumer(b, c)
 	testkit.WaitFor(b, 30*time.Second, "ready", func() bool { return r.Ready() == nil })
 	body := readTestdata(b, "wire/v2_nova_001.body")
-	conn, err := amqp.Dial(v.URL())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		b.Fatal(err)
-	}
+	ch := v.Channel(b)
 	before := testutil.ToFloat64(c.m.acked)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

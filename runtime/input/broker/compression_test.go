@@ -31,8 +31,7 @@ func (v *vhost) osloNotifyCompressed(t testing.TB, exchange, compression string,
 // nothing.
 func TestCompressedNotificationsAreCollected(t *testing.T) {
 	t.Parallel() // its own virtual host
-	v := newVhost(t)
-	v.DeclareExchanges(t, false, "nova")
+	v := newVhost(t, "nova")
 	ob := openOutbox(t, t.TempDir(), 100000)
 	c := newConsumer(t, newTestProcessor(t), ob, testOptions(v, &testkit.SyncBuffer{}, "nova"))
 	r := startConsumer(t, c)
@@ -58,10 +57,7 @@ func TestCompressedNotificationsAreCollected(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ch, err := v.Conn(t).Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := v.Channel(t)
 	for _, b := range [][]byte{[]byte("plainly not compressed"), bomb.Bytes()} {
 		if err := ch.PublishWithContext(context.Background(), "nova", "notifications.info", false, false, amqp.Publishing{
 			ContentType: "application/json", Headers: amqp.Table{"compression": pipeline.CodecGzip}, Body: b,

@@ -145,10 +145,8 @@ func (c *Consumer) sinceEpoch() int64 { return max(int64(time.Since(c.epoch)), 1
 // backoff and full jitter (a delay uniform in [0, step], the step doubling
 // from ReconnectMin to ReconnectMax). It returns nil when ctx is done.
 func (c *Consumer) Run(ctx context.Context) error {
-	if !c.running.CompareAndSwap(false, true) {
-		return fmt.Errorf("%w: run called twice", ErrOptions)
-	}
 	return reconnectLoop{
+		running: &c.running,
 		bo:      c.opts.reconnectBackoff(),
 		session: c.session,
 		ended: func(ctx context.Context, err error) {
@@ -169,12 +167,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 // session is one connection's life: connect, check, declare, probe, bind,
 // consume. It reports whether it reached consuming.
 func (c *Consumer) session(ctx context.Context) (consumed bool, err error) {
-	cn, err := dial(&c.opts, c.eps, connectionName("consumer"), c.log)
+	cn, end, err := dialSession(ctx, &c.opts, c.eps, "consumer", c.log, c.opts.StopBudget+c.opts.CloseTimeout)
 	if err != nil {
 		return false, err
 	}
-	defer cn.closeWithin(c.opts.CloseTimeout, c.log)
-	defer cn.guard(ctx, c.opts.StopBudget+c.opts.CloseTimeout)()
+	defer end()
 	c.m.blocked.Set(0)
 	c.m.paused.Set(0)
 	log := c.log.With().Str("broker", cn.ep.redact).Logger()
@@ -184,13 +181,8 @@ func (c *Consumer) session(ctx context.Context) (consumed bool, err error) {
 	s.connClosed = cn.NotifyClose(make(chan *amqp.Error, 1))
 	s.blocked = cn.NotifyBlocked(make(chan amqp.Blocking, 4))
 
-	if c.opts.QueueType == QueueQuorum {
-		if err := checkQuorumSupport(cn); err != nil {
-			return false, err
-		}
-	}
-	if s.ch, err = cn.Channel(); err != nil {
-		return false, fmt.Errorf("open channel: %w", err)
+	if s.ch, err = cn.openChannel(c.opts.QueueType); err != nil {
+		return false, err
 	}
 	s.chClosed = s.ch.NotifyClose(make(chan *amqp.Error, 1))
 	if err := s.ch.Qos(c.opts.Prefetch, 0, false); err != nil {

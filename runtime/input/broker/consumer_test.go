@@ -22,8 +22,7 @@ import (
 // and mapper failures along the way.
 func TestConsumeCommitThenAck(t *testing.T) {
 	t.Parallel() // its own virtual host
-	v := newVhost(t)
-	v.DeclareExchanges(t, false, "nova", "neutron", "openstack")
+	v := newVhost(t, "nova", "neutron", "openstack")
 	ob := openOutbox(t, t.TempDir(), 1000)
 	logs := &testkit.SyncBuffer{}
 	opts := testOptions(v, logs, "nova", "neutron", "openstack", "glance")
@@ -185,8 +184,7 @@ func TestNoExchangePresent(t *testing.T) {
 // bound, nothing consumed) until every listed one exists.
 func TestRequireExchanges(t *testing.T) {
 	t.Parallel() // its own virtual host
-	v := newVhost(t)
-	v.DeclareExchanges(t, false, "nova")
+	v := newVhost(t, "nova")
 	ob := openOutbox(t, t.TempDir(), 100)
 	logs := &testkit.SyncBuffer{}
 	opts := testOptions(v, logs, "nova", "neutron")
@@ -219,8 +217,7 @@ func TestRequireExchanges(t *testing.T) {
 // ends before anything is declared and says which setting to use.
 func TestQuorumRefusedOnOldBroker(t *testing.T) {
 	t.Parallel() // its own virtual host
-	v := newVhost(t)
-	v.DeclareExchanges(t, false, "nova")
+	v := newVhost(t, "nova")
 	c0 := v.Conn(t)
 	if major, ok := majorVersion(fmt.Sprint(c0.Properties["version"])); !ok || major >= 4 {
 		testkit.Missing(t, "the broker on %s is RabbitMQ %v, which supports quorum queues with x-delivery-limit -1: "+
@@ -243,12 +240,8 @@ func TestQuorumRefusedOnOldBroker(t *testing.T) {
 // A queue that exists with the other type: reported, nothing deleted, retried.
 func TestQueueTypeMismatch(t *testing.T) {
 	t.Parallel() // its own virtual host
-	v := newVhost(t)
-	v.DeclareExchanges(t, false, "nova")
-	ch, err := v.Conn(t).Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := newVhost(t, "nova")
+	ch := v.Channel(t)
 	if _, err := ch.QueueDeclare(defaultQueue, true, false, false, false, map[string]any{"x-queue-type": "quorum"}); err != nil {
 		t.Fatal(err)
 	}
@@ -267,10 +260,7 @@ func TestQueueTypeMismatch(t *testing.T) {
 	if n, ok := v.QueueState(t, defaultQueue); !ok || n != 1 {
 		t.Fatalf("queue or its backlog changed: exists %v, %d messages", ok, n)
 	}
-	ch2, err := v.Conn(t).Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch2 := v.Channel(t)
 	if _, err := ch2.QueueDeclare(defaultQueue, true, false, false, false, map[string]any{"x-queue-type": "quorum"}); err != nil {
 		t.Fatalf("queue type changed: %v", err)
 	}
@@ -280,8 +270,7 @@ func TestQueueTypeMismatch(t *testing.T) {
 // stay and carry their notifications.
 func TestRefusedBinding(t *testing.T) {
 	t.Parallel() // its own virtual host
-	v := newVhost(t)
-	v.DeclareExchanges(t, false, "nova")
+	v := newVhost(t, "nova")
 	testkit.Rabbitmqctl(t, "set_topic_permissions", "-p", v.Name, "guest", "nova", ".*",
 		`^notifications\.(audit|debug|info|warn|critical|sample)$`)
 	ob := openOutbox(t, t.TempDir(), 100)

@@ -159,10 +159,8 @@ func NewControl(opts ControlOptions) (*Control, error) {
 		CloseTimeout: opts.CloseTimeout, QueueType: opts.QueueType, Queue: opts.Exchange + "." + opts.Replica}
 	d.setDefaults()
 	var problems []string
-	eps, err := parseTransportURL(opts.TransportURL)
+	eps, err := linkEndpoints(opts.TransportURL, opts.TLS)
 	if err != nil {
-		problems = append(problems, err.Error())
-	} else if err := CheckTLS(opts.TransportURL, opts.TLS); err != nil {
 		problems = append(problems, err.Error())
 	}
 	if err := CheckControlName(opts.Replica); err != nil {
@@ -345,10 +343,8 @@ func (l *Control) setUp(up bool, err error) {
 // nil when ctx is done. A link that fails does not affect the consumer:
 // decisions then wait, on both sides, until it is back.
 func (l *Control) Run(ctx context.Context) error {
-	if !l.running.CompareAndSwap(false, true) {
-		return fmt.Errorf("%w: run called twice", ErrOptions)
-	}
 	return reconnectLoop{
+		running: &l.running,
 		bo:      l.dopts.reconnectBackoff(),
 		session: l.session,
 		ended:   func(_ context.Context, err error) { l.setUp(false, err) },
@@ -361,22 +357,16 @@ func (l *Control) Run(ctx context.Context) error {
 // session is one connection of the link: declare, bind, consume, then
 // publish and deliver until the connection ends.
 func (l *Control) session(ctx context.Context) (consumed bool, err error) {
-	cn, err := dial(&l.dopts, l.eps, connectionName("control"), l.log)
+	cn, end, err := dialSession(ctx, &l.dopts, l.eps, "control", l.log, l.dopts.CloseTimeout)
 	if err != nil {
 		return false, err
 	}
-	defer cn.closeWithin(l.dopts.CloseTimeout, l.log)
-	defer cn.guard(ctx, l.dopts.CloseTimeout)()
+	defer end()
 	log := l.log.With().Str("broker", cn.ep.redact).Logger()
 	connClosed := cn.NotifyClose(make(chan *amqp.Error, 1))
-	if l.dopts.QueueType == QueueQuorum {
-		if err := checkQuorumSupport(cn); err != nil {
-			return false, err
-		}
-	}
-	ch, err := cn.Channel()
+	ch, err := cn.openChannel(l.dopts.QueueType)
 	if err != nil {
-		return false, fmt.Errorf("open channel: %w", err)
+		return false, err
 	}
 	chClosed := ch.NotifyClose(make(chan *amqp.Error, 1))
 	if err := ch.ExchangeDeclare(l.opts.Exchange, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {

@@ -326,16 +326,8 @@ func TestControlNarrowAccount(t *testing.T) {
 		t.Error("the password reached a log")
 	}
 	// The account may not declare other exchanges.
-	conn, err := amqp.Dial(narrowURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = ch.ExchangeDeclare("tally-other", amqp.ExchangeFanout, true, false, false, false, nil)
+	ch := testkit.Channel(t, narrowURL)
+	err := ch.ExchangeDeclare("tally-other", amqp.ExchangeFanout, true, false, false, false, nil)
 	var ae *amqp.Error
 	if !errors.As(err, &ae) || ae.Code != amqp.AccessRefused {
 		t.Errorf("declaring another exchange: %v, want ACCESS_REFUSED", err)

@@ -112,9 +112,9 @@ func benchDrain(b *testing.B, proc input.Processor) {
 	only := os.Getenv("TALLY_BENCH_ONLY")
 	if only != "consumer" {
 		fill(b, v, body, n)
-		tr := startTrace(b)
+		tr := startBenchTrace(b)
 		bare, bareAllocs = bareDrainRate(b, v, n, prefetch)
-		tr.stop()
+		_ = tr.stop()
 		if tr.path != "" {
 			h := readHandoffs(b, tr.path)
 			fmt.Print("bare consumer: ", h.report(float64(n)))
@@ -153,10 +153,10 @@ func benchDrain(b *testing.B, proc input.Processor) {
 	// variant) is not a delivery's cost.
 	acked0 := testutil.ToFloat64(c.m.acked)
 	m0, polls0 := mallocs(), polls
-	tr := startTrace(b)
+	tr := startBenchTrace(b)
 	var t1 time.Time
 	waitForTight(b, 10*time.Minute, func() bool { return acked() >= float64(n) }, &t1)
-	tr.stop()
+	_ = tr.stop()
 	measured := float64(n) - acked0
 	allocs := (float64(mallocs()-m0) - float64(polls-polls0)*perPoll) / measured
 	b.StopTimer()
@@ -196,16 +196,14 @@ func mallocs() uint64 {
 // broker's confirmations.
 func fill(b testing.TB, v *vhost, body []byte, n int) {
 	b.Helper()
-	ch, err := v.Conn(b).Channel()
-	if err != nil {
-		b.Fatal(err)
-	}
+	ch := v.Channel(b)
 	defer ch.Close()
 	if err := ch.Confirm(false); err != nil {
 		b.Fatal(err)
 	}
 	var last *amqp.DeferredConfirmation
 	for i := 0; i < n; i++ {
+		var err error
 		last, err = ch.PublishWithDeferredConfirm("", defaultQueue, false, false,
 			amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: body})
 		if err != nil {
@@ -226,10 +224,7 @@ func fill(b testing.TB, v *vhost, body []byte, n int) {
 // delivery meanwhile.
 func bareDrainRate(b *testing.B, v *vhost, n, prefetch int) (rate, allocs float64) {
 	b.Helper()
-	ch, err := v.Conn(b).Channel()
-	if err != nil {
-		b.Fatal(err)
-	}
+	ch := v.Channel(b)
 	defer ch.Close()
 	if err := ch.Qos(prefetch, 0, false); err != nil {
 		b.Fatal(err)

@@ -21,13 +21,9 @@ import (
 // queue left behind; the durable queue keeps its own copy.
 func TestDumpAgainstBroker(t *testing.T) {
 	t.Parallel() // its own virtual host
-	v := newVhost(t)
-	v.DeclareExchanges(t, false, "nova", "openstack")
+	v := newVhost(t, "nova", "openstack")
 	// The collector's durable queue, bound on nova: it must keep receiving.
-	ch, err := v.Conn(t).Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := v.Channel(t)
 	if _, err := ch.QueueDeclare(defaultQueue, true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}

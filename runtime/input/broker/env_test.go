@@ -30,8 +30,16 @@ const brokerAddr = testkit.BrokerAddr
 type vhost struct{ *testkit.Vhost }
 
 // newVhost hands the test a virtual host of its own, guest allowed
-// everything in it.
-func newVhost(t testing.TB) *vhost { t.Helper(); return &vhost{testkit.NewVhost(t)} }
+// everything in it, with the topic exchanges named declared as oslo declares
+// them (not durable).
+func newVhost(t testing.TB, exchanges ...string) *vhost {
+	t.Helper()
+	v := &vhost{testkit.NewVhost(t)}
+	if len(exchanges) > 0 {
+		v.DeclareExchanges(t, false, exchanges...)
+	}
+	return v
+}
 
 func vhostByName(name string) *vhost { return &vhost{testkit.VhostByName(name)} }
 
@@ -78,15 +86,7 @@ func TestMain(m *testing.M) {
 // queue when the channel closes.
 func (v *vhost) queuedIDs(t testing.TB, queue string) map[string]bool {
 	t.Helper()
-	c, err := amqp.Dial(v.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ch, err := c.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := v.Channel(t)
 	ids := map[string]bool{}
 	for {
 		m, ok, err := ch.Get(queue, false)
@@ -151,27 +151,12 @@ func newConsumer(t testing.TB, proc input.Processor, ob input.Outbox, opts Optio
 
 type runningConsumer struct {
 	*Consumer
-	cancel context.CancelFunc
-	done   chan error
+	stop func() // cancels Run and waits for it; later stops return at once
 }
 
 func startConsumer(t testing.TB, c *Consumer) *runningConsumer {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &runningConsumer{Consumer: c, cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- c.Run(ctx) }()
-	t.Cleanup(r.stop)
-	return r
-}
-
-func (r *runningConsumer) stop() {
-	r.cancel()
-	select {
-	case <-r.done:
-	case <-time.After(15 * time.Second):
-		panic("consumer did not stop")
-	}
-	r.done <- nil // later stops return at once
+	return &runningConsumer{Consumer: c, stop: testkit.Background(t, 15*time.Second, c.Run)}
 }
 
 func openOutbox(t testing.TB, dir string, maxEvents int64) *outbox.Outbox {
@@ -276,12 +261,8 @@ func eventID(t testing.TB, ev []byte) string {
 // QueueClassic), and a channel on it for publishing.
 func classicQueueVhost(t testing.TB) (*vhost, *amqp.Channel) {
 	t.Helper()
-	v := newVhost(t)
-	v.DeclareExchanges(t, false, "nova")
-	ch, err := v.Conn(t).Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := newVhost(t, "nova")
+	ch := v.Channel(t)
 	if _, err := ch.QueueDeclare(defaultQueue, true, false, false, false, queueArgs(QueueClassic)); err != nil {
 		t.Fatal(err)
 	}

@@ -211,8 +211,7 @@ func TestKillBetweenCommitAndAck(t *testing.T) {
 // it holds; it resumes once the outbox has room, and nothing is lost.
 func TestBackPressureAtBound(t *testing.T) {
 	t.Parallel() // its own virtual host
-	v := newVhost(t)
-	v.DeclareExchanges(t, false, "nova")
+	v := newVhost(t, "nova")
 	ob := openOutbox(t, t.TempDir(), 5)
 	opts := testOptions(v, &testkit.SyncBuffer{}, "nova")
 	opts.BatchMax = 5
@@ -267,8 +266,7 @@ func TestBackPressureAtBound(t *testing.T) {
 // requeued about once per second; once it accepts again everything arrives.
 func TestRefusedInsertRequeues(t *testing.T) {
 	t.Parallel() // its own virtual host
-	v := newVhost(t)
-	v.DeclareExchanges(t, false, "nova")
+	v := newVhost(t, "nova")
 	dir := t.TempDir()
 	refusing, err := openChildOutboxWithReserve(dir, 1<<62) // "disk full": every insert refused
 	if err != nil {
@@ -319,8 +317,7 @@ func (p slowProcessor) Process(ctx context.Context, msg pipeline.Message) pipeli
 // the new one), and every confirmed notification reaches the outbox.
 func TestCloseAllConnectionsMidStream(t *testing.T) {
 	t.Parallel() // its own virtual host
-	v := newVhost(t)
-	v.DeclareExchanges(t, false, "nova")
+	v := newVhost(t, "nova")
 	ob := openOutbox(t, t.TempDir(), 100000)
 	logs := &testkit.SyncBuffer{}
 	c := newConsumer(t, slowProcessor{newTestProcessor(t), 3 * time.Millisecond}, ob, testOptions(v, logs, "nova"))

@@ -36,18 +36,10 @@ func TestHandoffsPerDelivery(t *testing.T) {
 	acked := func() float64 { return testutil.ToFloat64(c.m.acked) }
 	testkit.WaitFor(t, time.Minute, "first acknowledgement", func() bool { return acked() > 0 })
 	acked0 := acked()
-	path := filepath.Join(t.TempDir(), "drain.trace")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := trace.Start(f); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(trace.Stop) // when the drain fails; stopping twice is harmless
+	tr := startTrace(t)
+	t.Cleanup(func() { _ = tr.stop() }) // when the drain fails; a second stop does nothing
 	testkit.WaitFor(t, 5*time.Minute, "queue drained", func() bool { return acked() >= n })
-	trace.Stop()
-	if err := f.Close(); err != nil {
+	if err := tr.stop(); err != nil {
 		t.Fatal(err)
 	}
 	r.stop()
@@ -55,12 +47,15 @@ func TestHandoffsPerDelivery(t *testing.T) {
 	if measured < n/2 {
 		t.Fatalf("only %.0f deliveries in the trace", measured)
 	}
-	h := readHandoffs(t, path)
+	h := readHandoffs(t, tr.path)
 	t.Log(h.report(measured))
 
 	// startConsumer runs Run, and with it the session's loop, on a
-	// goroutine of its own.
-	session := h.waitsOf("broker.startConsumer.func1")
+	// goroutine of its own (testkit.Background's).
+	session := h.waitsOf("testkit.Background.func1")
+	if session == 0 {
+		t.Fatalf("no wait of the session's goroutine in the trace; its entry function is not the one named here:\n%s", h.report(measured))
+	}
 	workers := h.waitsOf("broker.(*sess).worker")
 	own := session + workers + h.waitsOf("broker.(*sess).committer") + h.waitsOf("broker.(*sess).settler")
 	if per := float64(session) / measured; per > 0.25 {
@@ -74,34 +69,46 @@ func TestHandoffsPerDelivery(t *testing.T) {
 	}
 }
 
-// benchTrace is an execution trace of part of a benchmark, taken when
-// TALLY_BENCH_TRACE=1.
-type benchTrace struct {
+// drainTrace is an execution trace of part of a test or benchmark, written
+// to path.
+type drainTrace struct {
 	path string
 	f    *os.File
 }
 
-func startTrace(b *testing.B) *benchTrace {
-	b.Helper()
-	if os.Getenv("TALLY_BENCH_TRACE") != "1" {
-		return &benchTrace{}
-	}
-	path := filepath.Join(b.TempDir(), "drain.trace")
+// startTrace starts an execution trace into a file of the test's own.
+func startTrace(tb testing.TB) *drainTrace {
+	tb.Helper()
+	path := filepath.Join(tb.TempDir(), "drain.trace")
 	f, err := os.Create(path)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := trace.Start(f); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	return &benchTrace{path: path, f: f}
+	return &drainTrace{path: path, f: f}
 }
 
-func (t *benchTrace) stop() {
-	if t.f != nil {
-		trace.Stop()
-		_ = t.f.Close()
+// startBenchTrace is startTrace when TALLY_BENCH_TRACE=1, and no trace (an
+// empty path) otherwise.
+func startBenchTrace(b *testing.B) *drainTrace {
+	b.Helper()
+	if os.Getenv("TALLY_BENCH_TRACE") != "1" {
+		return &drainTrace{}
 	}
+	return startTrace(b)
+}
+
+// stop ends the trace and closes its file; a second stop does nothing.
+func (t *drainTrace) stop() error {
+	if t.f == nil {
+		return nil
+	}
+	trace.Stop()
+	err := t.f.Close()
+	t.f = nil
+	return err
 }
 
 // handoffs is what an execution trace says about the hand-offs between

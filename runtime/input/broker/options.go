@@ -187,10 +187,8 @@ func (o *Options) setDefaults() {
 // validate lists every problem at once.
 func (o *Options) validate() ([]endpoint, error) {
 	var problems []string
-	eps, err := parseTransportURL(o.TransportURL)
+	eps, err := linkEndpoints(o.TransportURL, o.TLS)
 	if err != nil {
-		problems = append(problems, err.Error())
-	} else if err := CheckTLS(o.TransportURL, o.TLS); err != nil {
 		problems = append(problems, err.Error())
 	}
 	if len(o.Exchanges) == 0 {

@@ -3,6 +3,8 @@ package broker
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -14,6 +16,8 @@ import (
 // session, and when it ends, wait a delay of the backoff and run another,
 // until ctx is done.
 type reconnectLoop struct {
+	// running is set by the first run; a second run returns ErrOptions.
+	running *atomic.Bool
 	// bo gives the delays; it is reset after a session that reached its
 	// steady state (session's first result), so a link that ran for a while
 	// reconnects quickly and a broker that refuses at once is asked less
@@ -34,6 +38,9 @@ type reconnectLoop struct {
 
 // run is the loop. It returns nil when ctx is done.
 func (r reconnectLoop) run(ctx context.Context) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("%w: run called twice", ErrOptions)
+	}
 	for {
 		steady, err := r.session(ctx)
 		r.ended(ctx, err)

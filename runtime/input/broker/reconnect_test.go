@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,7 +39,8 @@ func TestReconnectLoop(t *testing.T) {
 	var attempts []int
 	n := 0
 	err := reconnectLoop{
-		bo: bo,
+		running: new(atomic.Bool),
+		bo:      bo,
 		session: func(context.Context) (bool, error) {
 			attempts = append(attempts, bo.Attempts())
 			if n == len(results) {
@@ -90,7 +92,8 @@ func TestReconnectLoopStopsDuringTheWait(t *testing.T) {
 	log := zerolog.New(cancelWriter(cancel))
 	stopped := false
 	err := reconnectLoop{
-		bo: backoff.New(backoff.Policy{Min: time.Hour, Max: time.Hour}),
+		running: new(atomic.Bool),
+		bo:      backoff.New(backoff.Policy{Min: time.Hour, Max: time.Hour}),
 		session: func(context.Context) (bool, error) {
 			return false, errors.New("refused")
 		},
@@ -100,6 +103,34 @@ func TestReconnectLoopStopsDuringTheWait(t *testing.T) {
 	}.run(ctx)
 	if err != nil || !stopped {
 		t.Errorf("run = %v, stopped %v; want nil and true", err, stopped)
+	}
+}
+
+// A loop runs once: Run called again (the consumer's or the link's) returns
+// ErrOptions without a session.
+func TestReconnectLoopRunsOnce(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	log := zerolog.Nop()
+	sessions := 0
+	loop := reconnectLoop{
+		running: new(atomic.Bool),
+		bo:      backoff.New(backoff.Policy{Min: time.Hour, Max: time.Hour}),
+		session: func(context.Context) (bool, error) {
+			sessions++
+			return false, context.Canceled
+		},
+		ended: func(context.Context, error) {},
+		log:   &log,
+	}
+	if err := loop.run(ctx); err != nil {
+		t.Fatalf("first run = %v, want nil", err)
+	}
+	if err := loop.run(ctx); !errors.Is(err, ErrOptions) {
+		t.Errorf("second run = %v, want ErrOptions", err)
+	}
+	if sessions != 1 {
+		t.Errorf("%d sessions, want 1", sessions)
 	}
 }
 

@@ -50,8 +50,7 @@ func TestRedeliveredIsNoFirstDelivery(t *testing.T) {
 	t.Parallel() // its own virtual host
 	for _, qt := range []string{QueueClassic} {
 		t.Run(qt, func(t *testing.T) {
-			v := newVhost(t)
-			v.DeclareExchanges(t, false, "nova")
+			v := newVhost(t, "nova")
 			ob := openOutbox(t, t.TempDir(), 1000)
 			opts := testOptions(v, &testkit.SyncBuffer{}, "nova")
 			opts.QueueType = qt
@@ -67,13 +66,11 @@ func TestRedeliveredIsNoFirstDelivery(t *testing.T) {
 			}
 			// The broker delivers "again" once to a consumer that gives it back.
 			v.Publish(t, "nova", "notifications.info", body("again"))
-			ch, err := v.Conn(t).Channel()
-			if err != nil {
-				t.Fatal(err)
-			}
+			ch := v.Channel(t)
 			var d amqp.Delivery
 			testkit.WaitFor(t, 10*time.Second, "the first delivery", func() bool {
 				var ok bool
+				var err error
 				d, ok, err = ch.Get(defaultQueue, false)
 				if err != nil {
 					t.Fatal(err)
@@ -88,7 +85,7 @@ func TestRedeliveredIsNoFirstDelivery(t *testing.T) {
 			}
 			v.Publish(t, "nova", "notifications.info", body("fresh"))
 
-			c, err = New(rec, ob, opts)
+			c, err := New(rec, ob, opts)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -64,6 +64,21 @@ func dial(opts *Options, eps []endpoint, name string, log zerolog.Logger) (*conn
 	return nil, errors.Join(errs...)
 }
 
+// dialSession dials the connection of one session (dial) and guards it
+// (guard, with bound); the session defers end, which releases the guard and
+// closes the connection (closeWithin, Options.CloseTimeout).
+func dialSession(ctx context.Context, opts *Options, eps []endpoint, name string, log zerolog.Logger, bound time.Duration) (cn *conn, end func(), err error) {
+	cn, err = dial(opts, eps, connectionName(name), log)
+	if err != nil {
+		return nil, nil, err
+	}
+	release := cn.guard(ctx, bound)
+	return cn, func() {
+		release()
+		cn.closeWithin(opts.CloseTimeout, log)
+	}, nil
+}
+
 // closeWithin closes the connection, waiting at most timeout for the
 // broker's connection.close-ok: past it the socket is closed (its I/O
 // deadline passes), whatever the broker does. A broker that blocked the
@@ -124,6 +139,21 @@ func checkQuorumSupport(c *conn) error {
 		return fmt.Errorf("%w: broker is RabbitMQ %s; set QUEUE_TYPE=classic (TALLY_OSC_QUEUE_TYPE=classic) or upgrade the broker to 4.0 or later", ErrQuorumUnsupported, c.version)
 	}
 	return nil
+}
+
+// openChannel opens a session's channel, once the broker is known to hold
+// the queue type (checkQuorumSupport).
+func (c *conn) openChannel(queueType string) (*amqp.Channel, error) {
+	if queueType == QueueQuorum {
+		if err := checkQuorumSupport(c); err != nil {
+			return nil, err
+		}
+	}
+	ch, err := c.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("open channel: %w", err)
+	}
+	return ch, nil
 }
 
 // queueArgs are the declare arguments for the queue type. classic sends no

@@ -350,6 +350,20 @@ func parseTransportURL(raw string) ([]endpoint, error) {
 	return u.endpoints(), nil
 }
 
+// linkEndpoints is the check of a link's URL and TLS files that the
+// consumer's and the control link's options share (ParseTransportURL,
+// CheckTLS), and the endpoints to try in order.
+func linkEndpoints(raw string, files tlsfiles.Files) ([]endpoint, error) {
+	eps, err := parseTransportURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckTLS(raw, files); err != nil {
+		return nil, err
+	}
+	return eps, nil
+}
+
 // TLSSettings name the broker's TLS files in the hints of a refused
 // handshake (tlsfiles.Files.Explain).
 var TLSSettings = tlsfiles.Names{

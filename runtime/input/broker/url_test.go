@@ -11,8 +11,7 @@ import (
 // oslo's multi-host form: the first host refuses, the second is used.
 func TestFailoverToSecondHost(t *testing.T) {
 	t.Parallel() // its own virtual host
-	v := newVhost(t)
-	v.DeclareExchanges(t, false, "nova")
+	v := newVhost(t, "nova")
 	logs := &testkit.SyncBuffer{}
 	opts := testOptions(v, logs, "nova")
 	opts.TransportURL = "rabbit://guest:guest@127.0.0.1:1,guest:guest@" + brokerAddr + "/" + v.Name

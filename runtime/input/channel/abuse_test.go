@@ -84,8 +84,7 @@ func unsentBytes(t testing.TB, nc net.Conn) int {
 // returns (with either cancel value) instead of waiting for the callback
 // that called it.
 func TestCloseFromInsideCallback(t *testing.T) {
-	h := newHarness(t, Options{})
-	h.start()
+	h := startHarness(t, Options{})
 	for _, cancel := range []bool{false, true} {
 		t.Run(fmt.Sprintf("delivery/cancel=%v", cancel), func(t *testing.T) {
 			closed := make(chan error, 1)
@@ -143,8 +142,7 @@ func TestCloseFromInsideCallback(t *testing.T) {
 // gets in, and a slot given back is taken again.
 func TestConnectionsPerUIDBounded(t *testing.T) {
 	other := testUser(t, "tally-chan-a")
-	h := newHarness(t, Options{MaxConnectionsPerUID: 3})
-	h.start()
+	h := startHarness(t, Options{MaxConnectionsPerUID: 3})
 	var held []*rawConn
 	for range 3 {
 		held = append(held, dialRaw(t, h.sock, wire.ModeSubscribe))
@@ -176,8 +174,7 @@ func TestConnectionsPerUIDBounded(t *testing.T) {
 // reason and counted; replacing an id in use, or subscribing after an
 // unsubscription, is taken.
 func TestSubscriptionLimit(t *testing.T) {
-	h := newHarness(t, Options{Hub: HubOptions{MaxSubscriptions: 4}})
-	h.start()
+	h := startHarness(t, Options{Hub: HubOptions{MaxSubscriptions: 4}})
 	rc := dialRaw(t, h.sock, wire.ModeSubscribe)
 	status := func(id uint32) wire.SubStatus {
 		t.Helper()
@@ -225,8 +222,7 @@ func TestSubscriptionLimit(t *testing.T) {
 // A connection that does not complete its HELLO within HelloTimeout is
 // closed and its slot given back: silent, or with a HELLO cut short.
 func TestHelloTimeout(t *testing.T) {
-	h := newHarness(t, Options{HelloTimeout: time.Second})
-	h.start()
+	h := startHarness(t, Options{HelloTimeout: time.Second})
 	silent, err := net.Dial("unix", h.sock)
 	if err != nil {
 		t.Fatal(err)
@@ -251,8 +247,7 @@ func TestHelloTimeout(t *testing.T) {
 // silent connection, and one that stops in the middle of a frame, are
 // answered an Error frame and closed.
 func TestIdleReadDeadline(t *testing.T) {
-	h := newHarness(t, Options{IdleTimeout: 300 * time.Millisecond})
-	h.start()
+	h := startHarness(t, Options{IdleTimeout: 300 * time.Millisecond})
 	silent := dialRaw(t, h.sock, wire.ModeSubscribe)
 	stalled := dialRaw(t, h.sock, wire.ModePublish)
 	hdr := binary.BigEndian.AppendUint32(nil, 1000)
@@ -274,8 +269,7 @@ func TestIdleReadDeadline(t *testing.T) {
 // released, everything is committed.
 func TestByteBudget(t *testing.T) {
 	const budget = 16 << 10
-	h := newHarness(t, Options{QueueBytes: budget})
-	h.start()
+	h := startHarness(t, Options{QueueBytes: budget})
 	h.proc.hold()
 	released := false
 	defer func() {
@@ -338,8 +332,7 @@ func TestByteBudget(t *testing.T) {
 // arrives.
 func TestAnnouncedFrameDoesNotAllocate(t *testing.T) {
 	const conns = 32
-	h := newHarness(t, Options{MaxConnectionsPerUID: conns, IdleTimeout: time.Hour})
-	h.start()
+	h := startHarness(t, Options{MaxConnectionsPerUID: conns, IdleTimeout: time.Hour})
 	var ncs []net.Conn
 	for range conns {
 		ncs = append(ncs, dialRaw(t, h.sock, wire.ModePublish).nc)
@@ -387,8 +380,7 @@ func TestAnnouncedFrameDoesNotAllocate(t *testing.T) {
 // of the idle timeout WELCOME announces): a tap that receives nothing for
 // many idle timeouts is never cut off.
 func TestClientKeepsIdleConnectionOpen(t *testing.T) {
-	h := newHarness(t, Options{IdleTimeout: 4 * time.Second})
-	h.start()
+	h := startHarness(t, Options{IdleTimeout: 4 * time.Second})
 	c := h.client(client.Options{Mode: client.ModeBidir})
 	ctx := testCtx(t)
 	subscribe(t, ctx, c, `^nothing$`, false, func(client.Delivery) {})

@@ -55,8 +55,7 @@ func serverOn(h *harness, sock string) (*Server, error) {
 // goes on serving; a socket file nobody answers on (a daemon that died) is
 // taken over.
 func TestSocketServedByAnotherDaemonIsRefused(t *testing.T) {
-	h := newHarness(t, Options{})
-	h.start()
+	h := startHarness(t, Options{})
 	c := h.client(client.Options{})
 	publishFlush(t, c, "before")
 	if srv, err := serverOn(h, h.sock); !errors.Is(err, ErrSocketInUse) {
@@ -88,8 +87,7 @@ func TestSocketServedByAnotherDaemonIsRefused(t *testing.T) {
 // At most 256 connections in all (the default), whoever opens them: the
 // 257th gets an Error frame and is closed, and is counted.
 func TestConnectionTotalIsBounded(t *testing.T) {
-	h := newHarness(t, Options{MaxConnectionsPerUID: 1000}) // one uid may take every place here
-	h.start()
+	h := startHarness(t, Options{MaxConnectionsPerUID: 1000}) // one uid may take every place here
 	for range defaultMaxConnections {
 		dialRaw(t, h.sock, wire.ModeSubscribe)
 	}
@@ -108,8 +106,7 @@ func TestConnectionTotalIsBounded(t *testing.T) {
 // Data over wire.MaxData, sent by a client that does not check it, is
 // refused by the daemon as too_large and counted; the connection goes on.
 func TestDaemonRefusesTooLarge(t *testing.T) {
-	h := newHarness(t, Options{})
-	h.start()
+	h := startHarness(t, Options{})
 	rc := dialRaw(t, h.sock, wire.ModePublish)
 	me := uint32(syscall.Getuid())
 	pubs := []wire.Publish{
@@ -202,8 +199,7 @@ func TestLoggerHandedInReceivesConnectionEvents(t *testing.T) {
 // ldms_msg_chan_new there: the new client connects and publishes while the
 // callback that made it still runs.
 func TestNewFromInsideCallback(t *testing.T) {
-	h := newHarness(t, Options{})
-	h.start()
+	h := startHarness(t, Options{})
 	ctx := testCtx(t)
 	type made struct {
 		c   *client.Client

@@ -77,7 +77,6 @@ func (c *conn) serve(ctx context.Context) {
 		ft, p, err := r.Next()
 		if err != nil {
 			if errors.Is(err, wire.ErrVersion) || errors.Is(err, wire.ErrFrameTooLarge) || errors.Is(err, wire.ErrMalformed) {
-				c.srv.m.protocolErrors.Inc()
 				c.fail(err.Error())
 				return
 			}
@@ -93,7 +92,6 @@ func (c *conn) serve(ctx context.Context) {
 		switch ft {
 		case wire.FramePublish:
 			if err := wire.ParsePublish(p, &pub); err != nil {
-				c.srv.m.protocolErrors.Inc()
 				c.fail(err.Error())
 				return
 			}
@@ -103,7 +101,6 @@ func (c *conn) serve(ctx context.Context) {
 		case wire.FrameSubscribe:
 			s, err := wire.ParseSubscribe(p)
 			if err != nil {
-				c.srv.m.protocolErrors.Inc()
 				c.fail(err.Error())
 				return
 			}
@@ -111,7 +108,6 @@ func (c *conn) serve(ctx context.Context) {
 		case wire.FrameUnsubscribe:
 			id, err := wire.ParseUnsubscribe(p)
 			if err != nil {
-				c.srv.m.protocolErrors.Inc()
 				c.fail(err.Error())
 				return
 			}
@@ -153,19 +149,16 @@ func (c *conn) handshake(r *wire.Reader) bool {
 	ft, p, err := r.Next()
 	if err != nil {
 		if errors.Is(err, wire.ErrVersion) {
-			c.srv.m.protocolErrors.Inc()
 			c.fail(fmt.Sprintf("unsupported protocol version; this daemon speaks version %d", wire.Version))
 		}
 		return false
 	}
 	if ft != wire.FrameHello {
-		c.srv.m.protocolErrors.Inc()
 		c.fail(fmt.Sprintf("expected HELLO, got %s", ft))
 		return false
 	}
 	h, err := wire.ParseHello(p)
 	if err != nil {
-		c.srv.m.protocolErrors.Inc()
 		c.fail(err.Error())
 		return false
 	}
@@ -177,8 +170,10 @@ func (c *conn) handshake(r *wire.Reader) bool {
 	return true
 }
 
-// fail sends an Error frame and ends the connection.
+// fail ends the connection on a protocol error: counted, logged, and told
+// to the client in an Error frame.
 func (c *conn) fail(text string) {
+	c.srv.m.protocolErrors.Inc()
 	c.log.Warn().Str("reason", text).Msg("channel connection closed on a protocol error")
 	c.q.pushCtrl(wire.AppendError(nil, text))
 	c.srv.hub.remove(c.sub)

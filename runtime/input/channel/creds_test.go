@@ -24,8 +24,7 @@ const (
 func TestImpersonation(t *testing.T) {
 	a := testUser(t, userA)
 	b := testUser(t, userB)
-	h := newHarness(t, Options{})
-	h.start()
+	h := startHarness(t, Options{})
 
 	// a as b: dropped.
 	p := runAs(t, a, "publish", "CHANNEL_SOCKET="+h.sock, "CHANNEL_TAG=usage", "CHANNEL_COUNT=5",
@@ -91,8 +90,7 @@ func TestImpersonation(t *testing.T) {
 func TestPermissionsAcrossUsers(t *testing.T) {
 	a := testUser(t, userA)
 	b := testUser(t, userB)
-	h := newHarness(t, Options{})
-	h.start()
+	h := startHarness(t, Options{})
 
 	tapA := runAs(t, a, "tap", "CHANNEL_SOCKET="+h.sock, "CHANNEL_REGEX=^license\\.")
 	tapB := runAs(t, b, "tap", "CHANNEL_SOCKET="+h.sock, "CHANNEL_REGEX=^license\\.")
@@ -165,8 +163,7 @@ func TestSlowSubscriberIsBounded(t *testing.T) {
 	// The bound is the default: room for a burst of a whole commit (512 KiB
 	// of events at most) for a subscriber that reads.
 	const bound = defaultSubscriberQueueBytes
-	h := newHarness(t, Options{})
-	h.start()
+	h := startHarness(t, Options{})
 
 	// The slow one: subscribes by hand and never reads again.
 	slow := dialRaw(t, h.sock, wire.ModeSubscribe)

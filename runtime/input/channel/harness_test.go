@@ -127,16 +127,23 @@ type harness struct {
 	reg    *prometheus.Registry
 	opts   Options
 	// wrap, when set, stands between the server and the outbox.
-	wrap   func(input.Outbox) input.Outbox
-	srv    *Server
-	cancel context.CancelFunc
-	done   chan error
+	wrap    func(input.Outbox) input.Outbox
+	srv     *Server
+	stopRun func()
 }
 
 // publicDir is a directory every user may enter.
 func publicDir(tb testing.TB) string {
 	tb.Helper()
 	return testkit.PublicTempDir(tb, "tally-channel-test-")
+}
+
+// startHarness is newHarness with its server started.
+func startHarness(tb testing.TB, opts Options) *harness {
+	tb.Helper()
+	h := newHarness(tb, opts)
+	h.start()
+	return h
 }
 
 // newHarness opens an outbox and a pipeline; start runs a server.
@@ -203,9 +210,7 @@ func (h *harness) start() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	h.srv, h.cancel, h.done = srv, cancel, make(chan error, 1)
-	go func() { h.done <- srv.Run(ctx) }()
+	h.srv, h.stopRun = srv, testkit.Background(h.t, 20*time.Second, srv.Run)
 }
 
 // stop ends the server as a daemon's graceful stop does.
@@ -213,12 +218,7 @@ func (h *harness) stop() {
 	if h.srv == nil {
 		return
 	}
-	h.cancel()
-	select {
-	case <-h.done:
-	case <-time.After(20 * time.Second):
-		h.t.Error("Run did not return")
-	}
+	h.stopRun()
 	h.srv = nil
 }
 

@@ -118,15 +118,9 @@ func (s *subscription) matches(et string) bool {
 
 // newHub returns a Hub; Run fans out.
 func newHub(opts HubOptions) *Hub {
-	if opts.SubscriberQueueBytes <= 0 {
-		opts.SubscriberQueueBytes = defaultSubscriberQueueBytes
-	}
-	if opts.PendingBytes <= 0 {
-		opts.PendingBytes = defaultHubPendingBytes
-	}
-	if opts.MaxSubscriptions <= 0 {
-		opts.MaxSubscriptions = defaultMaxSubscriptions
-	}
+	setDefault(&opts.SubscriberQueueBytes, defaultSubscriberQueueBytes)
+	setDefault(&opts.PendingBytes, defaultHubPendingBytes)
+	setDefault(&opts.MaxSubscriptions, defaultMaxSubscriptions)
 	h := &Hub{
 		opts: opts,
 		log:  opts.Logger,

@@ -64,8 +64,7 @@ func publishFlush(t *testing.T, c *client.Client, ids ...string) {
 // removed the subscription, and nothing reaches it afterwards; the daemon
 // answers an unknown id as not subscribed.
 func TestUnsubscribeIsAnswered(t *testing.T) {
-	h := newHarness(t, Options{})
-	h.start()
+	h := startHarness(t, Options{})
 	ctx := testCtx(t)
 	c := h.client(client.Options{Mode: client.ModeBidir})
 	var gone, kept collector
@@ -110,8 +109,7 @@ func TestUnsubscribeIsAnswered(t *testing.T) {
 // A client lists its subscriptions (the seed's subscr_json): match, kind,
 // and the daemon's answer.
 func TestListSubscriptions(t *testing.T) {
-	h := newHarness(t, Options{Hub: HubOptions{MaxSubscriptions: 2}})
-	h.start()
+	h := startHarness(t, Options{Hub: HubOptions{MaxSubscriptions: 2}})
 	ctx := testCtx(t)
 	c := h.client(client.Options{Mode: client.ModeSubscribe})
 	a, _ := c.Subscribe(`^a\.`, false, func(client.Delivery) {})
@@ -178,8 +176,7 @@ func TestFindAndListByName(t *testing.T) {
 // (the seed's get_data), within its bound; past it they are counted as
 // missed.
 func TestPollingSubscription(t *testing.T) {
-	h := newHarness(t, Options{})
-	h.start()
+	h := startHarness(t, Options{})
 	ctx := testCtx(t)
 	c := h.client(client.Options{Mode: client.ModeBidir})
 	s := subscribe(t, ctx, c, `^license\.`, false, nil)
@@ -247,8 +244,7 @@ func TestPollingSubscription(t *testing.T) {
 // An exact subscription takes the name alone; an expression of the same
 // text takes more: it is unanchored, and its dot matches any character.
 func TestExactSubscription(t *testing.T) {
-	h := newHarness(t, Options{})
-	h.start()
+	h := startHarness(t, Options{})
 	ctx := testCtx(t)
 	c := h.client(client.Options{Mode: client.ModeBidir})
 	var exact, regex collector
@@ -279,8 +275,7 @@ func TestExactSubscription(t *testing.T) {
 // process, and of a publisher run as another user in a child process.
 func TestDeliveryCarriesPublisherPID(t *testing.T) {
 	other := testUser(t, "tally-chan-a")
-	h := newHarness(t, Options{})
-	h.start()
+	h := startHarness(t, Options{})
 	ctx := testCtx(t)
 	c := h.client(client.Options{Mode: client.ModeBidir})
 	var mu sync.Mutex
@@ -308,8 +303,7 @@ func TestDeliveryCarriesPublisherPID(t *testing.T) {
 // json.RawMessage or any other value JSON. The daemon maps each by the type
 // it was sent with.
 func TestMessageTypeInferred(t *testing.T) {
-	h := newHarness(t, Options{})
-	h.start()
+	h := startHarness(t, Options{})
 	c := h.client(client.Options{})
 	msgs := []client.Message{
 		{Tag: "usage", Value: map[string]any{"id": "v-map", "type": "license.checkout", "resource_type": "license", "resource_id": "r", "project_id": "p"}},
@@ -356,8 +350,7 @@ func TestMessageTypeInferred(t *testing.T) {
 // the test holds does not delay the daemon's answers: publishes are
 // settled (and OnSettled called) while the callback is still blocked.
 func TestBlockedCallbackDoesNotDelayAnswers(t *testing.T) {
-	h := newHarness(t, Options{})
-	h.start()
+	h := startHarness(t, Options{})
 	ctx := testCtx(t)
 	var settled atomic.Int64
 	c := h.client(client.Options{Mode: client.ModeBidir, OnSettled: func(client.Settlement) { settled.Add(1) }})
@@ -438,8 +431,7 @@ func TestSetQueueLimit(t *testing.T) {
 // one, answer ErrMode; the daemon itself refuses a PUBLISH on a connection
 // opened to subscribe only.
 func TestModeIsEnforced(t *testing.T) {
-	h := newHarness(t, Options{})
-	h.start()
+	h := startHarness(t, Options{})
 	sub := h.client(client.Options{Mode: client.ModeSubscribe})
 	if _, err := sub.Publish(client.Message{Tag: "usage", Type: client.JSON, Data: usage("m")}); !errors.Is(err, client.ErrMode) {
 		t.Fatalf("publish on a subscribe-only client: %v", err)
@@ -470,8 +462,7 @@ func TestModeIsEnforced(t *testing.T) {
 // inside a subscription callback and from OnSettled return, and take
 // effect.
 func TestOperationsFromInsideCallbacks(t *testing.T) {
-	h := newHarness(t, Options{})
-	h.start()
+	h := startHarness(t, Options{})
 	ctx := testCtx(t)
 	var c *client.Client
 	var fromSettled atomic.Bool

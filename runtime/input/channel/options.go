@@ -92,40 +92,27 @@ func (o *Options) setDefaults() {
 	if o.SocketMode == 0 {
 		o.SocketMode = defaultSocketMode
 	}
-	if o.Workers <= 0 {
-		o.Workers = runtime.GOMAXPROCS(0)
-	}
-	if o.QueueBytes <= 0 {
-		o.QueueBytes = defaultQueueBytes
-	}
-	if o.BatchMax <= 0 {
-		o.BatchMax = defaultBatchMax
-	}
+	setDefault(&o.Workers, runtime.GOMAXPROCS(0))
+	setDefault(&o.QueueBytes, defaultQueueBytes)
+	setDefault(&o.BatchMax, defaultBatchMax)
 	if o.BatchLinger == 0 {
 		o.BatchLinger = defaultBatchLinger
 	}
-	if o.RetryMin <= 0 {
-		o.RetryMin = defaultRetryMin
-	}
-	if o.RetryMax <= 0 {
-		o.RetryMax = defaultRetryMax
-	}
-	if o.DrainTimeout <= 0 {
-		o.DrainTimeout = defaultDrainTimeout
-	}
-	if o.MaxConnections <= 0 {
-		o.MaxConnections = defaultMaxConnections
-	}
-	if o.MaxConnectionsPerUID <= 0 {
-		o.MaxConnectionsPerUID = defaultMaxConnectionsPerUID
-	}
-	if o.IdleTimeout <= 0 {
-		o.IdleTimeout = defaultIdleTimeout
-	}
-	if o.HelloTimeout <= 0 {
-		o.HelloTimeout = defaultHelloTimeout
-	}
+	setDefault(&o.RetryMin, defaultRetryMin)
+	setDefault(&o.RetryMax, defaultRetryMax)
+	setDefault(&o.DrainTimeout, defaultDrainTimeout)
+	setDefault(&o.MaxConnections, defaultMaxConnections)
+	setDefault(&o.MaxConnectionsPerUID, defaultMaxConnectionsPerUID)
+	setDefault(&o.IdleTimeout, defaultIdleTimeout)
+	setDefault(&o.HelloTimeout, defaultHelloTimeout)
 	o.Hub.Logger = o.Logger
+}
+
+// setDefault sets an option that is zero or negative to its default.
+func setDefault[T int | int64 | time.Duration](p *T, def T) {
+	if *p <= 0 {
+		*p = def
+	}
 }
 
 func (o *Options) validate() error {

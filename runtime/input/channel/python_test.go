@@ -21,8 +21,7 @@ import (
 // document describes is enough to write a client.
 func TestPythonClientFromTheDocument(t *testing.T) {
 	py := testkit.LookPath(t, "python3", "python3")
-	h := newHarness(t, Options{})
-	h.start()
+	h := startHarness(t, Options{})
 	script := testkit.RepoPath(t, "examples/channel/channel_publish.py")
 	in := string(usage("py-1")) + "\n\n" + string(usage("py-2")) + "\n" + `{"broken` + "\n"
 	cmd := exec.Command(py, script, "--socket", h.sock, "--tag", "usage.license", "--type", "JSON", "--perm", "0444")
@@ -126,8 +125,7 @@ func TestPythonClientSurvivesDaemonRestart(t *testing.T) {
 // polling one by exact name, each delivery with the publisher's pid; then
 // both are unsubscribed with the daemon's answer.
 func TestPythonClientTaps(t *testing.T) {
-	h := newHarness(t, Options{})
-	h.start()
+	h := startHarness(t, Options{})
 	p, _ := pythonDriver(t, "tap", "CHANNEL_SOCKET="+h.sock, "CHANNEL_COUNT=3",
 		`CHANNEL_REGEX=^license\.`, "CHANNEL_EXACT=license.checkout")
 	sub := p.next(t, "subscribed")

@@ -8,13 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/tally-billing/tally-openstack-collector/internal/backoff"
+	"github.com/tally-billing/tally-openstack-collector/runtime/input"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/channel/wire"
 )
 
@@ -38,10 +38,7 @@ type Server struct {
 	perUID map[uint32]int // connections of each uid
 	closed bool
 
-	stopOnce  sync.Once
-	stop      chan struct{}
-	done      chan struct{}
-	ran       atomic.Bool
+	life      *input.Serving
 	closeOnce sync.Once
 }
 
@@ -65,9 +62,8 @@ func New(opts Options) (*Server, error) {
 		commits: make(chan *item, queueSlots),
 		conns:   make(map[*conn]struct{}),
 		perUID:  make(map[uint32]int),
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
 	}
+	s.life = input.NewServing("channel", ErrClosed, s.closeListener)
 	s.budget.init(opts.QueueBytes)
 	m, err := newMetrics(s, opts.Registerer)
 	if err != nil {
@@ -127,16 +123,10 @@ func (s *Server) Tap() *Hub { return s.hub }
 // settles what was received (mapping, committing, acknowledging), bounded
 // by Options.DrainTimeout, and returns nil. It may be called once.
 func (s *Server) Run(ctx context.Context) error {
-	if !s.ran.CompareAndSwap(false, true) {
-		return fmt.Errorf("channel: run twice: %w", ErrClosed)
-	}
-	defer close(s.done)
-	select {
-	case <-s.stop:
-		s.closeListener()
-		return ErrClosed
-	default:
-	}
+	return s.life.Run(func() error { return s.serve(ctx) })
+}
+
+func (s *Server) serve(ctx context.Context) error {
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
 	hubCtx, stopHub := context.WithCancel(context.Background())
@@ -154,12 +144,7 @@ func (s *Server) Run(ctx context.Context) error {
 	go func() { defer readers.Done(); s.accept(work, &readers) }()
 	s.log.Info().Str("socket", s.opts.Socket).Str("mode", fmt.Sprintf("%04o", s.opts.SocketMode)).Msg("channel listening")
 
-	select {
-	case <-ctx.Done():
-	case <-s.stop:
-	}
-	timer := time.AfterFunc(s.opts.DrainTimeout, cancelWork)
-	defer timer.Stop()
+	defer s.life.Wait(ctx, s.opts.DrainTimeout, cancelWork)()
 	s.closeListener()
 	s.stopReading()
 	readers.Wait()
@@ -173,48 +158,28 @@ func (s *Server) Run(ctx context.Context) error {
 
 // Close stops the server. When Run is serving, Close waits for it to drain,
 // bounded by ctx. It is safe to call more than once and without Run.
-func (s *Server) Close(ctx context.Context) error {
-	s.stopOnce.Do(func() { close(s.stop) })
-	if !s.ran.Load() {
-		s.closeListener()
-		return nil
-	}
-	select {
-	case <-s.done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("channel: close: %w", ctx.Err())
-	}
-}
+func (s *Server) Close(ctx context.Context) error { return s.life.Close(ctx) }
 
 func (s *Server) closeListener() {
 	s.closeOnce.Do(func() { _ = s.ln.Close() })
 }
 
 func (s *Server) accept(ctx context.Context, readers *sync.WaitGroup) {
-	retry := backoff.New(backoff.Accept)
-	for {
-		nc, err := s.ln.AcceptUnix()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			s.m.exceptions.Inc()
-			s.log.Warn().Err(err).Msg("channel accept failed")
-			time.Sleep(retry.Next())
-			continue
-		}
-		retry.Reset()
+	backoff.Accepting(s.ln.AcceptUnix, func(err error, _ time.Duration) {
+		s.m.exceptions.Inc()
+		s.log.Warn().Err(err).Msg("channel accept failed")
+	}, func(nc *net.UnixConn) bool {
 		c, ok := s.newConn(nc)
 		if !ok {
-			continue
+			return true
 		}
 		readers.Add(1)
 		go func() {
 			defer readers.Done()
 			c.serve(ctx)
 		}()
-	}
+		return true
+	})
 }
 
 // stopReading makes every connection's reader return at its next read;

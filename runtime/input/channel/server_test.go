@@ -2,6 +2,7 @@ package channel
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,8 +23,7 @@ import (
 // Messages published as JSON and as STRING are mapped by the built-in
 // channel module, committed, and only then acknowledged as Committed.
 func TestPublishCommitsThenAcknowledges(t *testing.T) {
-	h := newHarness(t, Options{})
-	h.start()
+	h := startHarness(t, Options{})
 	var mu sync.Mutex
 	settled := map[uint64]client.Settlement{}
 	c := h.client(client.Options{OnSettled: func(s client.Settlement) {
@@ -94,8 +94,7 @@ func TestPublishCommitsThenAcknowledges(t *testing.T) {
 // A tag no module claims is settled Skipped (nothing to commit); a module
 // failure is settled DeadLettered once the dead letter is committed.
 func TestSkippedAndDeadLettered(t *testing.T) {
-	h := newHarness(t, Options{})
-	h.start()
+	h := startHarness(t, Options{})
 	var mu sync.Mutex
 	var got []client.Settlement
 	c := h.client(client.Options{OnSettled: func(s client.Settlement) { mu.Lock(); got = append(got, s); mu.Unlock() }})
@@ -182,8 +181,7 @@ func (rc *rawConn) acks(n int) map[uint64]wire.AckEntry {
 // Each malformed message is refused with its reason and counted; the
 // connection goes on.
 func TestRefusals(t *testing.T) {
-	h := newHarness(t, Options{})
-	h.start()
+	h := startHarness(t, Options{})
 	rc := dialRaw(t, h.sock, wire.ModePublish)
 	me := uint32(syscall.Getuid())
 	pubs := []wire.Publish{
@@ -227,11 +225,10 @@ func TestRefusals(t *testing.T) {
 	}
 }
 
-// A frame of another protocol version is answered with an Error frame and
-// the connection is closed.
+// A frame of another protocol version is answered with an Error frame, the
+// connection is closed and the error counted.
 func TestUnsupportedVersion(t *testing.T) {
-	h := newHarness(t, Options{})
-	h.start()
+	h := startHarness(t, Options{})
 	nc, err := net.Dial("unix", h.sock)
 	if err != nil {
 		t.Fatal(err)
@@ -255,13 +252,24 @@ func TestUnsupportedVersion(t *testing.T) {
 	if _, _, err := r.Next(); err == nil {
 		t.Fatal("connection still open")
 	}
+
+	// A malformed frame after the handshake ends the connection the same
+	// way, naming the frame.
+	rc := dialRaw(t, h.sock, wire.ModeSubscribe)
+	b := wire.AppendUnsubscribe(nil, 7)
+	b = b[:len(b)-2] // half of the id
+	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
+	rc.write(b)
+	text = readUntilClosed(t, rc.nc)
+	if v := h.counter("protocol_errors_total"); v != 2 || !strings.Contains(text, "UNSUBSCRIBE") {
+		t.Errorf("after a malformed frame: error %q, protocol_errors_total %v (want 2)", text, v)
+	}
 }
 
 // A client that half-closes after publishing still gets every answer: the
 // daemon ends the connection once all are written.
 func TestHalfCloseGetsEveryAnswer(t *testing.T) {
-	h := newHarness(t, Options{})
-	h.start()
+	h := startHarness(t, Options{})
 	rc := dialRaw(t, h.sock, wire.ModePublish)
 	var b []byte
 	for i := range 50 {
@@ -289,8 +297,7 @@ func TestHalfCloseGetsEveryAnswer(t *testing.T) {
 // as JSON, with the publisher's credentials and bits; the raw form of a
 // JSON message is its redacted body.
 func TestTapSeesMappedAndRaw(t *testing.T) {
-	h := newHarness(t, Options{})
-	h.start()
+	h := startHarness(t, Options{})
 	var mu sync.Mutex
 	var mapped, raw []client.Delivery
 	sub := h.client(client.Options{Mode: client.ModeSubscribe})
@@ -449,8 +456,7 @@ func TestQueueBound(t *testing.T) {
 // Close with drain waits until the daemon settled everything (here: while
 // the pipeline is held); Close with cancel abandons the queue at once.
 func TestCloseDrainAndCancel(t *testing.T) {
-	h := newHarness(t, Options{})
-	h.start()
+	h := startHarness(t, Options{})
 	c := h.client(client.Options{})
 	h.proc.hold()
 	for i := range 20 {
@@ -510,8 +516,7 @@ func TestCloseDrainAndCancel(t *testing.T) {
 // A second server on the same registry is refused at New, naming a metric,
 // and leaves its socket unbound.
 func TestMetricsRegisteredOnce(t *testing.T) {
-	h := newHarness(t, Options{})
-	h.start()
+	h := startHarness(t, Options{})
 	o := Options{Socket: h.sock + "2", Processor: h.proc, Outbox: h.box, Registerer: h.reg}
 	if _, err := New(o); !errors.Is(err, imetrics.ErrDuplicate) || !strings.Contains(err.Error(), "tally_collector_channel_") {
 		t.Fatalf("second server on one registry: %v", err)
@@ -525,8 +530,7 @@ func TestMetricsRegisteredOnce(t *testing.T) {
 // sent again on the new connection, and what is committed after the restart
 // reaches it.
 func TestSubscriptionSurvivesRestart(t *testing.T) {
-	h := newHarness(t, Options{})
-	h.start()
+	h := startHarness(t, Options{})
 	var mu sync.Mutex
 	var got []string
 	sub := h.client(client.Options{Mode: client.ModeBidir})

@@ -18,6 +18,7 @@ import (
 	imetrics "github.com/tally-billing/tally-openstack-collector/internal/metrics"
 	"github.com/tally-billing/tally-openstack-collector/outbox"
 	"github.com/tally-billing/tally-openstack-collector/outbox/ledger"
+	"github.com/tally-billing/tally-openstack-collector/runtime/input"
 	"github.com/tally-billing/tally-openstack-collector/runtime/pipeline"
 )
 
@@ -41,11 +42,8 @@ type Server struct {
 	opts      Options
 	log       zerolog.Logger
 	listeners []*listener
-	stopOnce  sync.Once
+	life      *input.Serving
 	killOnce  sync.Once
-	stop      chan struct{}
-	done      chan struct{}
-	ran       atomic.Bool
 	closeOnce sync.Once
 	trusted   []netip.Prefix // Options.TrustedSources, or loopback
 }
@@ -122,10 +120,9 @@ func New(opts Options) (*Server, error) {
 	s := &Server{
 		opts:    opts,
 		log:     opts.Logger,
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
 		trusted: opts.TrustedSources,
 	}
+	s.life = input.NewServing("plog", ErrClosed, s.closeSockets)
 	if len(s.trusted) == 0 {
 		s.trusted = defaultTrusted
 	}
@@ -226,15 +223,10 @@ func (l *listener) snapshot() Snapshot { return l.st.snapshot(l.srv.opts.Version
 // bounded by Options.DrainTimeout, and returns nil. It may be called once; it
 // returns ErrClosed at once when Close came first.
 func (s *Server) Run(ctx context.Context) error {
-	if !s.ran.CompareAndSwap(false, true) {
-		return fmt.Errorf("plog: run twice: %w", ErrClosed)
-	}
-	defer close(s.done)
-	select {
-	case <-s.stop:
-		return ErrClosed
-	default:
-	}
+	return s.life.Run(func() error { return s.serve(ctx) })
+}
+
+func (s *Server) serve(ctx context.Context) error {
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
 
@@ -266,12 +258,7 @@ func (s *Server) Run(ctx context.Context) error {
 		ev.Msg("plog listener started")
 	}
 
-	select {
-	case <-ctx.Done():
-	case <-s.stop:
-	}
-	timer := time.AfterFunc(s.opts.DrainTimeout, cancelWork)
-	defer timer.Stop()
+	defer s.life.Wait(ctx, s.opts.DrainTimeout, cancelWork)()
 	s.closeSockets()
 	readers.Wait()
 	workers.Wait()
@@ -281,19 +268,7 @@ func (s *Server) Run(ctx context.Context) error {
 
 // Close stops the listeners. When Run is serving, Close waits for it to drain,
 // bounded by ctx. It is safe to call more than once and without Run.
-func (s *Server) Close(ctx context.Context) error {
-	s.stopOnce.Do(func() { close(s.stop) })
-	if !s.ran.Load() {
-		s.closeSockets()
-		return nil
-	}
-	select {
-	case <-s.done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("plog: close: %w", ctx.Err())
-	}
-}
+func (s *Server) Close(ctx context.Context) error { return s.life.Close(ctx) }
 
 func (s *Server) closeSockets() {
 	s.closeOnce.Do(func() {

@@ -36,13 +36,12 @@ func canonical(id string) []byte {
 
 // harness runs a Server over the real pipeline and a real Badger outbox.
 type harness struct {
-	t      testing.TB
-	srv    *Server
-	box    *outbox.Outbox
-	reg    *prometheus.Registry
-	proc   *gate
-	cancel context.CancelFunc
-	done   chan error
+	t    testing.TB
+	srv  *Server
+	box  *outbox.Outbox
+	reg  *prometheus.Registry
+	proc *gate
+	stop func() // ends Run as a daemon's graceful stop does
 }
 
 // gate wraps the real pipeline and can hold every call, to build up pressure.
@@ -112,20 +111,9 @@ func newLoggedHarness(t testing.TB, maxEvents int64, opts Options, log zerolog.L
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	h := &harness{t: t, srv: srv, box: box, reg: reg, proc: g, cancel: cancel, done: make(chan error, 1)}
-	go func() { h.done <- srv.Run(ctx) }()
-	t.Cleanup(h.stop)
+	h := &harness{t: t, srv: srv, box: box, reg: reg, proc: g}
+	h.stop = testkit.Background(t, 10*time.Second, srv.Run)
 	return h
-}
-
-func (h *harness) stop() {
-	h.cancel()
-	select {
-	case <-h.done:
-	case <-time.After(10 * time.Second):
-		h.t.Error("Run did not return")
-	}
 }
 
 func (h *harness) addr(i int) string { return h.srv.Listeners()[i].Addr.String() }

@@ -19,41 +19,32 @@ import (
 // closed at once (counted in tcp_refused_connections or
 // tcp_refused_per_source) rather than left waiting.
 func (l *listener) acceptTCP(ctx context.Context) {
-	retry := backoff.New(backoff.Accept)
 	defer func() {
 		l.closeConns()
 		for l.st.tcpConnections.Load() > 0 {
 			time.Sleep(time.Millisecond)
 		}
 	}()
-	for {
-		c, err := l.tcp.Accept()
-		if err != nil {
-			if isClosed(err) {
-				return
-			}
-			l.st.exceptions.Add(1)
-			l.log.Warn().Err(err).Msg("plog tcp accept failed")
-			time.Sleep(retry.Next())
-			continue
-		}
-		retry.Reset()
+	backoff.Accepting(l.tcp.Accept, func(err error, _ time.Duration) {
+		l.st.exceptions.Add(1)
+		l.log.Warn().Err(err).Msg("plog tcp accept failed")
+	}, func(c net.Conn) bool {
 		if l.st.tcpConnections.Load() >= int64(l.set.MaxConnections) {
 			l.st.tcpRefused.Add(1)
 			_ = c.Close()
-			continue
+			return true
 		}
 		closed, overSource := l.trackConn(c)
 		if closed {
 			_ = c.Close()
-			return
+			return false
 		}
 		if overSource {
 			l.st.tcpRefusedPerSource.Add(1)
 			l.cmdLog.Warn().Stringer("from", c.RemoteAddr()).Int("cap", l.set.MaxConnectionsPerSource).
 				Msg("plog tcp connection refused: too many from this source")
 			_ = c.Close()
-			continue
+			return true
 		}
 		l.st.tcpConnections.Add(1)
 		go func() {
@@ -62,7 +53,8 @@ func (l *listener) acceptTCP(ctx context.Context) {
 			defer c.Close()
 			l.serveConn(ctx, c)
 		}()
-	}
+		return true
+	})
 }
 
 // tcpReadBuffer is each connection's read buffer. A line that fits in it is

@@ -41,32 +41,21 @@ const (
 	FramePing        FrameType = 11 // C→S, keeps an idle connection open; not answered
 )
 
-func (f FrameType) String() string {
-	switch f {
-	case FrameHello:
-		return "HELLO"
-	case FrameWelcome:
-		return "WELCOME"
-	case FramePublish:
-		return "PUBLISH"
-	case FrameAck:
-		return "ACK"
-	case FrameSubscribe:
-		return "SUBSCRIBE"
-	case FrameUnsubscribe:
-		return "UNSUBSCRIBE"
-	case FrameSubStatus:
-		return "SUB_STATUS"
-	case FrameDeliver:
-		return "DELIVER"
-	case FrameError:
-		return "ERROR"
-	case FrameUnsubStatus:
-		return "UNSUB_STATUS"
-	case FramePing:
-		return "PING"
+var frameNames = [...]string{
+	FrameHello: "HELLO", FrameWelcome: "WELCOME", FramePublish: "PUBLISH", FrameAck: "ACK",
+	FrameSubscribe: "SUBSCRIBE", FrameUnsubscribe: "UNSUBSCRIBE", FrameSubStatus: "SUB_STATUS",
+	FrameDeliver: "DELIVER", FrameError: "ERROR", FrameUnsubStatus: "UNSUB_STATUS", FramePing: "PING",
+}
+
+func (f FrameType) String() string { return spell(frameNames[:], f, "frame") }
+
+// spell is the name of an enumeration's value v in names, or kind(v) for a
+// value names does not spell.
+func spell[T ~uint8](names []string, v T, kind string) string {
+	if int(v) < len(names) && names[v] != "" {
+		return names[v]
 	}
-	return fmt.Sprintf("frame(%d)", uint8(f))
+	return fmt.Sprintf("%s(%d)", kind, uint8(v))
 }
 
 // Type is the type of a message's data.
@@ -79,15 +68,9 @@ const (
 	JSON Type = 2
 )
 
-func (t Type) String() string {
-	switch t {
-	case String:
-		return "STRING"
-	case JSON:
-		return "JSON"
-	}
-	return fmt.Sprintf("type(%d)", uint8(t))
-}
+var typeNames = [...]string{String: "STRING", JSON: "JSON"}
+
+func (t Type) String() string { return spell(typeNames[:], t, "type") }
 
 // ParseType reads "STRING" or "JSON" (any letter case).
 func ParseType(s string) (Type, bool) {
@@ -141,19 +124,9 @@ const (
 	Refused Status = 3
 )
 
-func (s Status) String() string {
-	switch s {
-	case Committed:
-		return "committed"
-	case DeadLettered:
-		return "dead_lettered"
-	case Skipped:
-		return "skipped"
-	case Refused:
-		return "refused"
-	}
-	return fmt.Sprintf("status(%d)", uint8(s))
-}
+var statusNames = [...]string{Committed: "committed", DeadLettered: "dead_lettered", Skipped: "skipped", Refused: "refused"}
+
+func (s Status) String() string { return spell(statusNames[:], s, "status") }
 
 // Hello opens a connection.
 type Hello struct {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"reflect"
 	"runtime"
@@ -190,6 +191,24 @@ func TestParseType(t *testing.T) {
 	}
 	if _, ok := ParseType("xml"); ok {
 		t.Fatal("xml accepted")
+	}
+}
+
+// The spellings in logs and errors, and the fallback for a value the
+// protocol does not define.
+func TestNames(t *testing.T) {
+	for _, c := range []struct {
+		got  fmt.Stringer
+		want string
+	}{
+		{FrameHello, "HELLO"}, {FrameSubStatus, "SUB_STATUS"}, {FramePing, "PING"},
+		{FrameType(0), "frame(0)"}, {FrameType(12), "frame(12)"},
+		{String, "STRING"}, {JSON, "JSON"}, {Type(0), "type(0)"}, {Type(3), "type(3)"},
+		{Committed, "committed"}, {DeadLettered, "dead_lettered"}, {Refused, "refused"}, {Status(4), "status(4)"},
+	} {
+		if s := c.got.String(); s != c.want {
+			t.Errorf("%#v spelt %q, want %q", c.got, s, c.want)
+		}
 	}
 }
 
