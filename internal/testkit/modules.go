@@ -26,6 +26,25 @@ func CacheDir(tb testing.TB) string {
 	return filepath.Join(os.TempDir(), "tally-osc-test-wazero-cache")
 }
 
+// CacheEntries answers the compiled modules in the compilation cache dir
+// (one directory a wazero version, one file a module), by path.
+func CacheEntries(tb testing.TB, dir string) map[string]os.FileInfo {
+	tb.Helper()
+	paths, err := filepath.Glob(filepath.Join(dir, "wazero-*", "*"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := map[string]os.FileInfo{}
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		out[p] = st
+	}
+	return out
+}
+
 // Logger answers a logger that discards, or writes to stderr when TEST_LOG
 // is set (to read what a failing test's component said).
 func Logger() zerolog.Logger {

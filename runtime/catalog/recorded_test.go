@@ -3,7 +3,6 @@ package catalog_test
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -32,11 +31,7 @@ func emptyCacheEngine(t *testing.T) (*runtime.Engine, string) {
 // compiledEntries counts the modules compiled into the cache under dir.
 func compiledEntries(t *testing.T, dir string) int {
 	t.Helper()
-	m, err := filepath.Glob(filepath.Join(dir, "wazero-*", "*"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(m)
+	return len(testkit.CacheEntries(t, dir))
 }
 
 // TestRecordedManifestsCompileNothingAtStart: with the manifests the build
