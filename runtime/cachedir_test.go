@@ -3,30 +3,11 @@ package runtime_test
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"testing"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
 )
-
-// cacheEntries answers the compiled modules in the compilation cache dir,
-// by path, with their sizes.
-func cacheEntries(t *testing.T, dir string) map[string]os.FileInfo {
-	t.Helper()
-	paths, err := filepath.Glob(filepath.Join(dir, "wazero-*", "*"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]os.FileInfo{}
-	for _, p := range paths {
-		st, err := os.Stat(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[p] = st
-	}
-	return out
-}
 
 func loadAndClose(t *testing.T, dir string, cfg runtime.Config, wasm []byte) {
 	t.Helper()
@@ -53,7 +34,7 @@ func cachedNoop(t *testing.T) (string, []byte, map[string]os.FileInfo) {
 	dir := t.TempDir()
 	wasm := wat(t, "noop")
 	loadAndClose(t, dir, runtime.Config{}, wasm)
-	entries := cacheEntries(t, dir)
+	entries := testkit.CacheEntries(t, dir)
 	if len(entries) == 0 {
 		t.Fatal("no entry in the compilation cache after a load")
 	}
@@ -66,7 +47,7 @@ func cachedNoop(t *testing.T) (string, []byte, map[string]os.FileInfo) {
 func TestCompilationCacheReused(t *testing.T) {
 	dir, wasm, first := cachedNoop(t)
 	loadAndClose(t, dir, runtime.Config{}, wasm)
-	again := cacheEntries(t, dir)
+	again := testkit.CacheEntries(t, dir)
 	if len(again) != len(first) {
 		t.Fatalf("%d entries after a second load, want the %d of the first", len(again), len(first))
 	}
@@ -76,7 +57,7 @@ func TestCompilationCacheReused(t *testing.T) {
 		}
 	}
 	loadAndClose(t, dir, runtime.Config{Metered: true}, wasm)
-	if metered := cacheEntries(t, dir); len(metered) <= len(first) {
+	if metered := testkit.CacheEntries(t, dir); len(metered) <= len(first) {
 		t.Fatalf("%d entries after a metered load, want more than the %d unmetered", len(metered), len(first))
 	}
 }
@@ -91,7 +72,7 @@ func TestCompilationCacheTruncatedEntry(t *testing.T) {
 		}
 	}
 	loadAndClose(t, dir, runtime.Config{}, wasm)
-	for p, st := range cacheEntries(t, dir) {
+	for p, st := range testkit.CacheEntries(t, dir) {
 		if want := whole[p]; want == nil || st.Size() != want.Size() {
 			t.Fatalf("entry %s is %d bytes after the module was compiled again, want %d", p, st.Size(), whole[p].Size())
 		}
@@ -113,7 +94,7 @@ func TestCompilationCacheDamagedEntry(t *testing.T) {
 		}
 	}
 	loadAndClose(t, dir, runtime.Config{}, wasm)
-	if got := cacheEntries(t, dir); len(got) != len(whole) {
+	if got := testkit.CacheEntries(t, dir); len(got) != len(whole) {
 		t.Fatalf("%d entries, want %d", len(got), len(whole))
 	}
 }

@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
 	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonindex"
 )
@@ -84,16 +85,12 @@ func TestFieldsAgreeWithField(t *testing.T) {
 			`"\u0064up":{"k":[2]},"list":[1,{"k":"v"},{"k":"w","k":"x"}],"instance_id":"i","a":{"b":"n"},`+pad(n/2)+
 			`"image_meta":{"base_image_ref":"r","base_image_ref":"r2"},"e\u005cf":"t","nova_object.data":{"uuid":"u"},"state":"on"}}`)
 	}
-	files, err := filepath.Glob("../mappers/*/testdata/*.in.json")
-	if err != nil || len(files) < 100 {
-		t.Fatalf("fixture corpus: %d files, %v", len(files), err)
+	files := testkit.ReadGlob(t, "../mappers/*/testdata/*.in.json")
+	if len(files) < 100 {
+		t.Fatalf("fixture corpus: %d files", len(files))
 	}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		docs = append(docs, string(b))
+	for _, p := range slices.Sorted(maps.Keys(files)) {
+		docs = append(docs, string(files[p]))
 	}
 	checked := 0
 	for _, doc := range docs {

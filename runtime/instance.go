@@ -580,25 +580,31 @@ func appendSource(b []byte, in *jsonindex.Index, src Source, mapper string) sour
 
 // Host module "tally".
 
+// hostFuncs are the functions of the host module (docs/abi.md): every
+// parameter an i32, the result as listed.
+var hostFuncs = []struct {
+	name    string
+	fn      api.GoModuleFunc
+	params  []string
+	results []api.ValueType
+}{
+	{"log", hostLog, []string{"level", "ptr", "len"}, nil},
+	{"field", hostField, []string{"path_ptr", "path_len"}, []api.ValueType{i64}},
+	{"fields", hostFields, []string{"paths_ptr", "count", "out_ptr"}, []api.ValueType{i32}},
+	{"emit", hostEmit, []string{"ops_ptr", "count"}, []api.ValueType{i32}},
+}
+
 func instantiateHost(ctx context.Context, rt wazero.Runtime) error {
-	_, err := rt.NewHostModuleBuilder(hostModule).
-		NewFunctionBuilder().
-		WithGoModuleFunction(api.GoModuleFunc(hostLog), []api.ValueType{i32, i32, i32}, nil).
-		WithParameterNames("level", "ptr", "len").
-		Export("log").
-		NewFunctionBuilder().
-		WithGoModuleFunction(api.GoModuleFunc(hostField), []api.ValueType{i32, i32}, []api.ValueType{i64}).
-		WithParameterNames("path_ptr", "path_len").
-		Export("field").
-		NewFunctionBuilder().
-		WithGoModuleFunction(api.GoModuleFunc(hostFields), []api.ValueType{i32, i32, i32}, []api.ValueType{i32}).
-		WithParameterNames("paths_ptr", "count", "out_ptr").
-		Export("fields").
-		NewFunctionBuilder().
-		WithGoModuleFunction(api.GoModuleFunc(hostEmit), []api.ValueType{i32, i32}, []api.ValueType{i32}).
-		WithParameterNames("ops_ptr", "count").
-		Export("emit").
-		Instantiate(ctx)
+	b := rt.NewHostModuleBuilder(hostModule)
+	for _, f := range hostFuncs {
+		params := make([]api.ValueType, len(f.params))
+		for i := range params {
+			params[i] = i32
+		}
+		b = b.NewFunctionBuilder().WithGoModuleFunction(f.fn, params, f.results).
+			WithParameterNames(f.params...).Export(f.name)
+	}
+	_, err := b.Instantiate(ctx)
 	return err
 }
 

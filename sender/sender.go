@@ -744,59 +744,32 @@ func newTokenSource(token, file string, log zerolog.Logger) (*tokenfile.Source, 
 
 func newMetrics() metrics {
 	m := metrics{
-		sent: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tally_collector_sent_events_total",
-			Help: "Events delivered to the Reporting API (in batches answered 200), including duplicates and rejections.",
-		}),
-		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tally_collector_duplicate_events_total",
-			Help: "Delivered events the Reporting API already held (resends after a crash, redeliveries).",
-		}),
-		rejected: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tally_collector_rejected_events_total",
-			Help: "Delivered events the Reporting API refused individually; they are in its dead-letter view.",
-		}),
-		setAside: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tally_collector_sender_deadlettered_events_total",
-			Help: "Events the Reporting API refused on their own, moved to the local dead-letter area, by status (400, 413, 422).",
-		}, []string{"status"}),
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tally_collector_sender_requests_total",
-			Help: "POSTs to the Reporting API by outcome: the answer's status class (2xx, 3xx, 4xx, 5xx), or no answer: network (connection refused or reset, DNS, TLS) or timeout (none within the request timeout).",
-		}, []string{"class"}),
-		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "tally_collector_sender_batch_events",
-			Help:    "Events per delivered batch.",
-			Buckets: []float64{1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500},
-		}),
-		batchLimit: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "tally_collector_sender_batch_limit_events",
-			Help: "Current batch limit: BATCH_MAX, or less after the Reporting API answered 413.",
-		}),
-		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "tally_collector_sender_request_duration_seconds",
-			Help:    "Time from sending a POST to reading its answer.",
-			Buckets: prometheus.ExponentialBuckets(0.005, 3, 9),
-		}),
-		yielding: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "tally_collector_sender_yielding",
-			Help: "1 while the sender holds back to make room for a backlogged intake (at most one batch per interval), 0 otherwise.",
-		}),
-		yieldSeconds: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tally_collector_sender_yield_seconds_total",
-			Help: "Time the sender waited before a batch to make room for a backlogged intake.",
-		}),
-		endpointNotFound: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "tally_collector_sender_endpoint_not_found",
-			Help: fmt.Sprintf("1 while the Reporting API answers 404 to every POST (%d or more in a row): REPORTING_URL does not lead to the events route; 0 otherwise.", notFoundRun),
-		}),
-	}
-	// Every value exists from the start, so that increase() sees the first.
-	for _, c := range requestClasses {
-		m.requests.WithLabelValues(c)
-	}
-	for _, st := range refusedStatuses {
-		m.setAside.WithLabelValues(st)
+		sent: imetrics.Counter("tally_collector_sent_events_total",
+			"Events delivered to the Reporting API (in batches answered 200), including duplicates and rejections."),
+		duplicates: imetrics.Counter("tally_collector_duplicate_events_total",
+			"Delivered events the Reporting API already held (resends after a crash, redeliveries)."),
+		rejected: imetrics.Counter("tally_collector_rejected_events_total",
+			"Delivered events the Reporting API refused individually; they are in its dead-letter view."),
+		setAside: imetrics.CounterVec("tally_collector_sender_deadlettered_events_total",
+			"Events the Reporting API refused on their own, moved to the local dead-letter area, by status (400, 413, 422).",
+			imetrics.By("status", refusedStatuses...)),
+		requests: imetrics.CounterVec("tally_collector_sender_requests_total",
+			"POSTs to the Reporting API by outcome: the answer's status class (2xx, 3xx, 4xx, 5xx), or no answer: network (connection refused or reset, DNS, TLS) or timeout (none within the request timeout).",
+			imetrics.By("class", requestClasses...)),
+		batchSize: imetrics.Histogram("tally_collector_sender_batch_events",
+			"Events per delivered batch.",
+			[]float64{1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500}),
+		batchLimit: imetrics.Gauge("tally_collector_sender_batch_limit_events",
+			"Current batch limit: BATCH_MAX, or less after the Reporting API answered 413."),
+		duration: imetrics.Histogram("tally_collector_sender_request_duration_seconds",
+			"Time from sending a POST to reading its answer.",
+			prometheus.ExponentialBuckets(0.005, 3, 9)),
+		yielding: imetrics.Gauge("tally_collector_sender_yielding",
+			"1 while the sender holds back to make room for a backlogged intake (at most one batch per interval), 0 otherwise."),
+		yieldSeconds: imetrics.Counter("tally_collector_sender_yield_seconds_total",
+			"Time the sender waited before a batch to make room for a backlogged intake."),
+		endpointNotFound: imetrics.Gauge("tally_collector_sender_endpoint_not_found",
+			fmt.Sprintf("1 while the Reporting API answers 404 to every POST (%d or more in a row): REPORTING_URL does not lead to the events route; 0 otherwise.", notFoundRun)),
 	}
 	return m
 }

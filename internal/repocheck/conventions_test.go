@@ -51,11 +51,19 @@ func isErrorConstructor(e ast.Expr) bool {
 	return ok && (pkg.Name == "errors" && sel.Sel.Name == "New" || pkg.Name == "fmt" && sel.Sel.Name == "Errorf")
 }
 
+// metricsPkg is the package whose functions declare a metric from its name.
+const metricsPkg = module + "/internal/metrics"
+
+// declaring are the functions of metricsPkg that declare a metric from its
+// name, their first argument, and whether it is a counter.
+var declaring = map[string]bool{"Counter": true, "CounterVec": true, "Gauge": false, "Histogram": false}
+
 // TestMetricNames: "Metric names start with tally_collector_; counters end in
-// _total" (docs/architecture.md). It reads the Name of every Prometheus
-// options literal in the tree: a string, or a call of a function of the same
-// package that returns a string literal followed by its argument (the
-// prefix helpers some packages keep).
+// _total" (docs/architecture.md). It reads the name of every metric declared
+// by a function of internal/metrics (a string), and the Name of every
+// Prometheus options literal in the tree outside internal/metrics: a string,
+// or a call of a function of the same package that returns a string literal
+// followed by its argument (the prefix helpers some packages keep).
 func TestMetricNames(t *testing.T) {
 	files := tree(t)
 	// prefixes: "dir.func" -> the literal a helper returns before its argument.
@@ -78,10 +86,39 @@ func TestMetricNames(t *testing.T) {
 		}
 	}
 	checked := 0
+	check := func(f goFile, name string, counter bool) {
+		checked++
+		if !strings.HasPrefix(name, "tally_collector_") {
+			t.Errorf("%s/%s: metric %s does not start with tally_collector_", f.dir, f.name, name)
+		}
+		if counter && !strings.HasSuffix(name, "_total") {
+			t.Errorf("%s/%s: counter %s does not end in _total", f.dir, f.name, name)
+		}
+		if !counter && strings.HasSuffix(name, "_total") {
+			t.Errorf("%s/%s: %s ends in _total but is not a counter", f.dir, f.name, name)
+		}
+	}
 	for _, f := range files {
+		metricsName := importName(f.file, metricsPkg)
 		ast.Inspect(f.file, func(n ast.Node) bool {
+			if call, ok := n.(*ast.CallExpr); ok && metricsName != "" {
+				sel, ok := call.Fun.(*ast.SelectorExpr)
+				if !ok {
+					return true
+				}
+				counter, declares := declaring[sel.Sel.Name]
+				if x, isIdent := sel.X.(*ast.Ident); !isIdent || x.Name != metricsName || !declares || len(call.Args) == 0 {
+					return true
+				}
+				if name, ok := stringLit(call.Args[0]); ok {
+					check(f, name, counter)
+				} else {
+					t.Errorf("%s/%s: a metric's name is not a string this check can read", f.dir, f.name)
+				}
+				return true
+			}
 			cl, ok := n.(*ast.CompositeLit)
-			if !ok {
+			if !ok || f.dir == "internal/metrics" { // its functions pass on the name their callers give
 				return true
 			}
 			sel, ok := cl.Type.(*ast.SelectorExpr)
@@ -122,16 +159,7 @@ func TestMetricNames(t *testing.T) {
 					t.Errorf("%s/%s: a metric's Name is not a string this check can read", f.dir, f.name)
 					continue
 				}
-				checked++
-				if !strings.HasPrefix(name, "tally_collector_") {
-					t.Errorf("%s/%s: metric %s does not start with tally_collector_", f.dir, f.name, name)
-				}
-				if sel.Sel.Name == "CounterOpts" && !strings.HasSuffix(name, "_total") {
-					t.Errorf("%s/%s: counter %s does not end in _total", f.dir, f.name, name)
-				}
-				if sel.Sel.Name != "CounterOpts" && strings.HasSuffix(name, "_total") {
-					t.Errorf("%s/%s: %s ends in _total but is not a counter", f.dir, f.name, name)
-				}
+				check(f, name, sel.Sel.Name == "CounterOpts")
 			}
 			return true
 		})
@@ -139,6 +167,20 @@ func TestMetricNames(t *testing.T) {
 	if checked < 50 {
 		t.Fatalf("checked only %d metric names: the check no longer sees them", checked)
 	}
+}
+
+// importName is the name under which f imports path; "" when it does not.
+func importName(f *ast.File, path string) string {
+	for _, imp := range f.Imports {
+		if p, _ := strconv.Unquote(imp.Path.Value); p != path {
+			continue
+		}
+		if imp.Name != nil {
+			return imp.Name.Name
+		}
+		return path[strings.LastIndexByte(path, '/')+1:]
+	}
+	return ""
 }
 
 func stringLit(e ast.Expr) (string, bool) {

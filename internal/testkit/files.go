@@ -64,3 +64,18 @@ func BenchDir(tb testing.TB) string {
 	tb.Cleanup(func() { os.RemoveAll(d) })
 	return d
 }
+
+// ReadGlob answers the content of every file that matches pattern, by path,
+// or fails the test when none does.
+func ReadGlob(tb testing.TB, pattern string) map[string][]byte {
+	tb.Helper()
+	paths, err := filepath.Glob(pattern)
+	if err != nil || len(paths) == 0 {
+		tb.Fatalf("%s: %v (%d files)", pattern, err, len(paths))
+	}
+	out := make(map[string][]byte, len(paths))
+	for _, p := range paths {
+		out[p] = ReadFile(tb, p)
+	}
+	return out
+}

@@ -26,16 +26,23 @@ func CacheDir(tb testing.TB) string {
 	return filepath.Join(os.TempDir(), "tally-osc-test-wazero-cache")
 }
 
-// CompiledModules answers the files of the modules compiled into the
-// compilation cache dir (wazero keeps them under wazero-<version>/), to
-// tell what a test compiled.
-func CompiledModules(tb testing.TB, dir string) []string {
+// CacheEntries answers the compiled modules in the compilation cache dir
+// (one directory a wazero version, one file a module), by path.
+func CacheEntries(tb testing.TB, dir string) map[string]os.FileInfo {
 	tb.Helper()
 	paths, err := filepath.Glob(filepath.Join(dir, "wazero-*", "*"))
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return paths
+	out := map[string]os.FileInfo{}
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		out[p] = st
+	}
+	return out
 }
 
 // Logger answers a logger that discards, or writes to stderr when TEST_LOG

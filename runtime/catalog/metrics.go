@@ -21,55 +21,31 @@ type metrics struct {
 
 func newMetrics() *metrics {
 	m := &metrics{
-		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tally_collector_mapper_reloads_total",
-			Help: "Reloads of the drop-in mapper directory that changed something or failed, by result (ok, error).",
-		}, []string{"result"}),
-		shadow: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tally_collector_mapper_shadow_comparisons_total",
-			Help: "Calls of a candidate mapper in shadow compared with the active one, by mapper name and result (match, difference).",
-		}, []string{"mapper", "result"}),
-		migrations: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "tally_collector_mapper_migrations",
-			Help: "Mapper migrations in progress (a candidate in shadow).",
-		}),
-		lastOK: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "tally_collector_mapper_last_reload_ok",
-			Help: "1 when the last reload of the drop-in mapper directory took every change, 0 when it rejected something or failed.",
-		}),
-		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tally_collector_mapper_files_skipped_total",
-			Help: "Files of the drop-in mapper directory skipped without being read, by reason (not_regular, too_large, outside_dir, unreadable); counted again only when the file's stat changes.",
-		}, []string{"reason"}),
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tally_collector_mapper_decisions_received_total",
-			Help: "Promote and abort decisions of other replicas, by action (promote, abort) and result (applied, deferred, ignored); a deferred decision counts again when its candidate appears.",
-		}, []string{"action", "result"}),
-		deferred: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "tally_collector_mapper_decisions_deferred",
-			Help: "Decisions of other replicas kept until their candidate reaches this one.",
-		}),
-		builtinsCompiled: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "tally_collector_mapper_builtins_compiled",
-			Help: "Built-in mapper modules compiled and in memory; the others are compiled when the first notification they claim arrives.",
-		}),
-		builtinCompiles: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tally_collector_mapper_builtin_compiles_total",
-			Help: "Built-in mapper modules compiled on first use, by result (ok, error); after an error the module's notifications are dead-lettered with reason load, and compiling is tried again 30s later.",
-		}, []string{"result"}),
+		reloads: imetrics.CounterVec("tally_collector_mapper_reloads_total",
+			"Reloads of the drop-in mapper directory that changed something or failed, by result (ok, error).",
+			imetrics.By("result", "ok", "error")),
+		shadow: imetrics.CounterVec("tally_collector_mapper_shadow_comparisons_total",
+			"Calls of a candidate mapper in shadow compared with the active one, by mapper name and result (match, difference).",
+			imetrics.By("mapper"), imetrics.By("result")),
+		migrations: imetrics.Gauge("tally_collector_mapper_migrations",
+			"Mapper migrations in progress (a candidate in shadow)."),
+		lastOK: imetrics.Gauge("tally_collector_mapper_last_reload_ok",
+			"1 when the last reload of the drop-in mapper directory took every change, 0 when it rejected something or failed."),
+		skipped: imetrics.CounterVec("tally_collector_mapper_files_skipped_total",
+			"Files of the drop-in mapper directory skipped without being read, by reason (not_regular, too_large, outside_dir, unreadable); counted again only when the file's stat changes.",
+			imetrics.By("reason", "not_regular", "too_large", "outside_dir", "unreadable")),
+		decisions: imetrics.CounterVec("tally_collector_mapper_decisions_received_total",
+			"Promote and abort decisions of other replicas, by action (promote, abort) and result (applied, deferred, ignored); a deferred decision counts again when its candidate appears.",
+			imetrics.By("action", DecisionPromote, DecisionAbort),
+			imetrics.By("result", DecisionApplied, DecisionDeferred, DecisionIgnored)),
+		deferred: imetrics.Gauge("tally_collector_mapper_decisions_deferred",
+			"Decisions of other replicas kept until their candidate reaches this one."),
+		builtinsCompiled: imetrics.Gauge("tally_collector_mapper_builtins_compiled",
+			"Built-in mapper modules compiled and in memory; the others are compiled when the first notification they claim arrives."),
+		builtinCompiles: imetrics.CounterVec("tally_collector_mapper_builtin_compiles_total",
+			"Built-in mapper modules compiled on first use, by result (ok, error); after an error the module's notifications are dead-lettered with reason load, and compiling is tried again 30s later.",
+			imetrics.By("result", "ok", "error")),
 	}
-	for _, a := range []string{DecisionPromote, DecisionAbort} {
-		for _, r := range []string{DecisionApplied, DecisionDeferred, DecisionIgnored} {
-			m.decisions.WithLabelValues(a, r)
-		}
-	}
-	m.builtinCompiles.WithLabelValues("ok")
-	m.builtinCompiles.WithLabelValues("error")
-	for _, r := range []string{"not_regular", "too_large", "outside_dir", "unreadable"} {
-		m.skipped.WithLabelValues(r)
-	}
-	m.reloads.WithLabelValues("ok")
-	m.reloads.WithLabelValues("error")
 	m.lastOK.Set(1)
 	return m
 }

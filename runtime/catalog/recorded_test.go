@@ -41,7 +41,7 @@ func TestRecordedManifestsCompileNothingAtStart(t *testing.T) {
 			"echo.wasm":    []byte(`{"name":"echo","version":"1.0.0","event_types":["test.*"],"releases":["2024.1"]}`),
 			"special.wasm": []byte(`{"name":"special","version":"1.0.0","event_types":["test.special"],"releases":["2024.1"]}`),
 		}})
-	if n := len(testkit.CompiledModules(t, dir)); n != 0 {
+	if n := len(testkit.CacheEntries(t, dir)); n != 0 {
 		t.Fatalf("%d modules compiled at start, want 0", n)
 	}
 	if compiled, _, _ := gatherLazy(t, reg); compiled != 0 {
@@ -53,7 +53,7 @@ func TestRecordedManifestsCompileNothingAtStart(t *testing.T) {
 	if ev := mapOne(t, newPipeline(c), "test.special", "m1"); ev.Source.Mapper != "special@1.0.0" {
 		t.Fatalf("first notification: %+v", ev)
 	}
-	if n := len(testkit.CompiledModules(t, dir)); n != 1 {
+	if n := len(testkit.CacheEntries(t, dir)); n != 1 {
 		t.Fatalf("%d modules compiled after one notification, want 1", n)
 	}
 	if compiled, ok, _ := gatherLazy(t, reg); compiled != 1 || ok != 1 {

@@ -3,12 +3,13 @@ package pipeline
 import (
 	"bytes"
 	"encoding/json"
-	"os"
-	"path/filepath"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime/fixture"
 	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonindex"
 )
@@ -103,18 +104,11 @@ func checkDecode(t *testing.T, p *Pipeline, s *scratch, body []byte) {
 // the ways the envelope's string can be broken.
 func decodeSeeds(t testing.TB) [][]byte {
 	t.Helper()
-	read := func(pattern string) [][]byte {
-		files, err := filepath.Glob(pattern)
-		if err != nil || len(files) == 0 {
-			t.Fatalf("%s: %v (%d files)", pattern, err, len(files))
-		}
+	read := func(pattern string) [][]byte { // in the order of the paths
+		files := testkit.ReadGlob(t, pattern)
 		var out [][]byte
-		for _, f := range files {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, b)
+		for _, p := range slices.Sorted(maps.Keys(files)) {
+			out = append(out, files[p])
 		}
 		return out
 	}

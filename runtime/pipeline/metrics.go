@@ -24,36 +24,20 @@ type metrics struct {
 // nowhere), all or none.
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
-		mapped: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tally_collector_mapped_total",
-			Help: "Messages mapped to events (a message may yield zero or more events).",
-		}),
-		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tally_collector_skipped_total",
-			Help: "Messages or events skipped, by reason (unclaimed, event_too_large, no_event_type, versioned).",
-		}, []string{"reason"}),
-		unparseable: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tally_collector_unparseable_total",
-			Help: "Messages whose body could not be read, by reason (body_too_large, not_json, bad_compression, decompressed_too_large, decoder_limit).",
-		}, []string{"reason"}),
-		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tally_collector_mapper_failures_total",
-			Help: "Mapper calls that failed, by reason (trap, timeout, budget, memory, invalid_output, invalid_event, abi, guest_error, load).",
-		}, []string{"reason"}),
-		droppedVec: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tally_collector_event_members_dropped_total",
-			Help: "Members left out of events by the event contract, by what they broke (negative, not_finite, out_of_range, wrong_type, bad_timestamp, blank, not_printable, too_long, null, nested, unknown_member, duplicate).",
-		}, []string{"reason"}),
-	}
-	// Pre-create the bounded label values so dashboards see zeros.
-	for _, r := range []string{ReasonUnclaimed, ReasonEventTooLarge, ReasonNoEventType, ReasonVersioned} {
-		m.skipped.WithLabelValues(r)
-	}
-	for _, r := range unparseableReasons {
-		m.unparseable.WithLabelValues(r)
-	}
-	for _, r := range []string{"trap", "timeout", "budget", "memory", "invalid_output", "invalid_event", "abi", "guest_error", "load"} {
-		m.failures.WithLabelValues(r)
+		mapped: imetrics.Counter("tally_collector_mapped_total",
+			"Messages mapped to events (a message may yield zero or more events)."),
+		skipped: imetrics.CounterVec("tally_collector_skipped_total",
+			"Messages or events skipped, by reason (unclaimed, event_too_large, no_event_type, versioned).",
+			imetrics.By("reason", ReasonUnclaimed, ReasonEventTooLarge, ReasonNoEventType, ReasonVersioned)),
+		unparseable: imetrics.CounterVec("tally_collector_unparseable_total",
+			"Messages whose body could not be read, by reason (body_too_large, not_json, bad_compression, decompressed_too_large, decoder_limit).",
+			imetrics.By("reason", unparseableReasons...)),
+		failures: imetrics.CounterVec("tally_collector_mapper_failures_total",
+			"Mapper calls that failed, by reason (trap, timeout, budget, memory, invalid_output, invalid_event, abi, guest_error, load).",
+			imetrics.By("reason", "trap", "timeout", "budget", "memory", "invalid_output", "invalid_event", "abi", "guest_error", "load")),
+		droppedVec: imetrics.CounterVec("tally_collector_event_members_dropped_total",
+			"Members left out of events by the event contract, by what they broke (negative, not_finite, out_of_range, wrong_type, bad_timestamp, blank, not_printable, too_long, null, nested, unknown_member, duplicate).",
+			imetrics.By("reason")),
 	}
 	for v := contract.OK + 1; int(v) < contract.NumViolations; v++ {
 		if v != contract.Missing { // a missing member fails the event instead

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -51,11 +50,7 @@ func body(t testing.TB, name string) []byte {
 	if strings.HasSuffix(name, "_001.body") {
 		dir = envelopeDir
 	}
-	b, err := os.ReadFile(filepath.Join(dir, name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return testkit.ReadFile(t, filepath.Join(dir, name))
 }
 
 type fixture struct {

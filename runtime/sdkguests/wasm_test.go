@@ -49,22 +49,14 @@ func guestWasm(t testing.TB, name string) []byte {
 			t.Fatalf("building %s: %v\n%s", name, err, out)
 		}
 	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return testkit.ReadFile(t, path)
 }
 
 // readFixture is the nova compute.instance.exists notification the SDK's
 // own tests map (wasm-sdk/testdata/nova_exists.json).
 func readFixture(t testing.TB) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(sdkDir, "testdata", "nova_exists.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return testkit.ReadFile(t, filepath.Join(sdkDir, "testdata", "nova_exists.json"))
 }
 
 // miniHost is one guest instance behind the ABI v1 imports.

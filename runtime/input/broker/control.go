@@ -531,22 +531,14 @@ type controlMetrics struct {
 // (nil: nowhere), all or none.
 func newControlMetrics(reg prometheus.Registerer) (*controlMetrics, error) {
 	m := &controlMetrics{
-		up: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "tally_collector_control_link_up",
-			Help: "1 while the control link to the other replicas is up (mapper decisions are shared).",
-		}),
-		unsent: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "tally_collector_control_unsent_decisions",
-			Help: "Mapper decisions taken here and not yet confirmed by the broker.",
-		}),
-		published: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tally_collector_control_published_total",
-			Help: "Mapper decisions sent to the other replicas (confirmed by the broker).",
-		}),
-		unreadable: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tally_collector_control_unreadable_total",
-			Help: "Control messages dropped because their body could not be read.",
-		}),
+		up: imetrics.Gauge("tally_collector_control_link_up",
+			"1 while the control link to the other replicas is up (mapper decisions are shared)."),
+		unsent: imetrics.Gauge("tally_collector_control_unsent_decisions",
+			"Mapper decisions taken here and not yet confirmed by the broker."),
+		published: imetrics.Counter("tally_collector_control_published_total",
+			"Mapper decisions sent to the other replicas (confirmed by the broker)."),
+		unreadable: imetrics.Counter("tally_collector_control_unreadable_total",
+			"Control messages dropped because their body could not be read."),
 	}
 	if err := imetrics.Register(reg, m.up, m.unsent, m.published, m.unreadable); err != nil {
 		return nil, fmt.Errorf("broker: control link: %w", err)

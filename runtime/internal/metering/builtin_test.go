@@ -124,19 +124,7 @@ func outcome(m *runtime.Module, in []byte) string {
 // corpus answers the fixture inputs of every built-in mapper.
 func corpus(tb testing.TB) map[string][]byte {
 	tb.Helper()
-	paths, err := filepath.Glob(testkit.RepoPath(tb, "mappers", "*", "testdata", "*"+fixture.InSuffix))
-	if err != nil || len(paths) == 0 {
-		tb.Fatalf("no fixture inputs: %v", err)
-	}
-	in := make(map[string][]byte, len(paths))
-	for _, p := range paths {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		in[p] = b
-	}
-	return in
+	return testkit.ReadGlob(tb, testkit.RepoPath(tb, "mappers", "*", "testdata", "*"+fixture.InSuffix))
 }
 
 // TestBuiltinParity: every built-in module, metered, maps every fixture

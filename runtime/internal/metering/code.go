@@ -57,20 +57,15 @@ func meterCode(s section, budget, globals uint32, refill []byte) ([]byte, error)
 	var stack []int
 	var body []byte
 	for i := range n {
-		size, err := r.u32()
+		fr, err := r.sized()
 		if err != nil {
 			return nil, fmt.Errorf("function body %d: %w", i, err)
 		}
-		at := r.off()
-		b, err := r.bytes(int(size))
+		points, stack, err = scan(fr, globals, points[:0], stack[:0])
 		if err != nil {
 			return nil, fmt.Errorf("function body %d: %w", i, err)
 		}
-		points, stack, err = scan(reader{b: b, base: at}, globals, points[:0], stack[:0])
-		if err != nil {
-			return nil, fmt.Errorf("function body %d: %w", i, err)
-		}
-		body = rewrite(body[:0], b, points, budget, refill)
+		body = rewrite(body[:0], fr.b, points, budget, refill)
 		out = appendULEB(out, uint64(len(body)))
 		out = append(out, body...)
 	}

@@ -241,23 +241,13 @@ func sections(wasm []byte) ([]section, error) {
 		if err != nil {
 			return nil, err
 		}
-		size, err := r.u32()
-		if err != nil {
-			return nil, fmt.Errorf("section at offset %d: %w", at, err)
-		}
-		off := r.off()
-		body, err := r.bytes(int(size))
+		sr, err := r.sized()
 		if err != nil {
 			return nil, fmt.Errorf("section %d at offset %d: %w", id, at, err)
 		}
-		s := section{id: id, body: body, off: off}
+		s := section{id: id, body: sr.b, off: sr.base}
 		if id == secCustom {
-			cr := reader{b: body, base: off}
-			n, err := cr.u32()
-			if err != nil {
-				return nil, fmt.Errorf("custom section at offset %d: %w", at, err)
-			}
-			name, err := cr.bytes(int(n))
+			name, err := sr.name()
 			if err != nil {
 				return nil, fmt.Errorf("custom section at offset %d: %w", at, err)
 			}
@@ -297,11 +287,7 @@ func walkImports(s section) (uint32, memory, error) {
 	mem := noMemory
 	for range n {
 		for range 2 { // module and name
-			l, err := r.u32()
-			if err != nil {
-				return 0, noMemory, err
-			}
-			if _, err := r.bytes(int(l)); err != nil {
+			if _, err := r.name(); err != nil {
 				return 0, noMemory, err
 			}
 		}
@@ -397,11 +383,7 @@ func checkExports(s section, globals uint64) error {
 		return err
 	}
 	for range n {
-		l, err := r.u32()
-		if err != nil {
-			return err
-		}
-		name, err := r.bytes(int(l))
+		name, err := r.name()
 		if err != nil {
 			return err
 		}

@@ -205,12 +205,8 @@ func (r *reader) skipPlain(k imm) error {
 	case immF64:
 		_, err := r.bytes(8)
 		return err
-	case immSelectT:
-		n, err := r.u32()
-		if err != nil {
-			return err
-		}
-		_, err = r.bytes(int(n))
+	case immSelectT: // a vector of value types, a byte each
+		_, err := r.sized()
 		return err
 	case immRefType:
 		_, err := r.byte()

@@ -32,6 +32,24 @@ func (r *reader) bytes(n int) ([]byte, error) {
 	return s, nil
 }
 
+// sized reads a u32 size and answers a reader of the bytes it counts: a
+// section's or a function body's contents, a name, a vector of bytes.
+func (r *reader) sized() (reader, error) {
+	n, err := r.u32()
+	if err != nil {
+		return reader{}, err
+	}
+	at := r.off()
+	b, err := r.bytes(int(n))
+	return reader{b: b, base: at}, err
+}
+
+// name reads a name: its size, then its bytes.
+func (r *reader) name() ([]byte, error) {
+	s, err := r.sized()
+	return s.b, err
+}
+
 // uleb reads an unsigned LEB128 of at most bits bits.
 func (r *reader) uleb(bits uint) (uint64, error) {
 	start := r.off()

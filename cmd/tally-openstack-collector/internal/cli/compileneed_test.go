@@ -5,16 +5,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
 // compiled answers the modules compiled into the cache dir.
 func compiled(t *testing.T, dir string) int {
 	t.Helper()
-	m, err := filepath.Glob(filepath.Join(dir, "wazero-*", "*"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(m)
+	return len(testkit.CacheEntries(t, dir))
 }
 
 // TestCommandsCompileOnlyWhatTheInputNeeds: map, mapper test and map --diff

@@ -57,15 +57,11 @@ func newControlAuth(token *tokenfile.Source, loopback bool, log zerolog.Logger, 
 	a := &controlAuth{
 		token:    token,
 		loopback: loopback,
-		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tally_collector_control_auth_failures_total",
-			Help: "Requests refused by the control routes' check, by reason: missing or wrong bearer token, or no_token (no control token set on a listener beyond loopback).",
-		}, []string{"reason"}),
+		failures: imetrics.CounterVec("tally_collector_control_auth_failures_total",
+			"Requests refused by the control routes' check, by reason: missing or wrong bearer token, or no_token (no control token set on a listener beyond loopback).",
+			imetrics.By("reason", authMissing, authWrong, authNoToken)),
 		// At most 5 refusals a minute reach the log; the counter has them all.
 		log: log.Sample(&zerolog.BurstSampler{Burst: 5, Period: time.Minute}),
-	}
-	for _, r := range []string{authMissing, authWrong, authNoToken} {
-		a.failures.WithLabelValues(r)
 	}
 	if err := imetrics.Register(reg, a.failures); err != nil {
 		return nil, err

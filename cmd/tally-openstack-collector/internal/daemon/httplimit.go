@@ -73,19 +73,13 @@ func newConnLimit(ln net.Listener, maxConns int, log zerolog.Logger, reg prometh
 		Listener: ln,
 		max:      maxConns,
 		general:  maxConns - probeShare(maxConns),
-		open: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "tally_collector_http_connections",
-			Help: "Connections open to the HTTP server (HTTP_ADDR), at most HTTP_MAX_CONNECTIONS.",
-		}),
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tally_collector_http_refused_total",
-			Help: "Connections and requests the HTTP server's bound refused, by reason: evicted (an open connection not serving a request, closed for a new one), full (a new connection closed at once, every open one serving), busy (a request other than a probe answered 503).",
-		}, []string{"reason"}),
+		open: imetrics.Gauge("tally_collector_http_connections",
+			"Connections open to the HTTP server (HTTP_ADDR), at most HTTP_MAX_CONNECTIONS."),
+		refused: imetrics.CounterVec("tally_collector_http_refused_total",
+			"Connections and requests the HTTP server's bound refused, by reason: evicted (an open connection not serving a request, closed for a new one), full (a new connection closed at once, every open one serving), busy (a request other than a probe answered 503).",
+			imetrics.By("reason", refusedEvicted, refusedFull, refusedBusy)),
 		// At most 5 refusals a minute reach the log; the counter has them all.
 		log: log.Sample(&zerolog.BurstSampler{Burst: 5, Period: time.Minute}),
-	}
-	for _, r := range []string{refusedEvicted, refusedFull, refusedBusy} {
-		l.refused.WithLabelValues(r)
 	}
 	if err := imetrics.Register(reg, l.open, l.refused); err != nil {
 		return nil, err

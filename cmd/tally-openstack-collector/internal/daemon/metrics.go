@@ -37,14 +37,8 @@ type daemonMetrics struct {
 
 func newDaemonMetrics(reg prometheus.Registerer) (*daemonMetrics, error) {
 	m := &daemonMetrics{
-		ready: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "tally_collector_ready",
-			Help: "1 while /readyz answers ok.",
-		}),
-		stopping: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "tally_collector_stopping",
-			Help: "1 once a graceful stop has begun.",
-		}),
+		ready:    imetrics.Gauge("tally_collector_ready", "1 while /readyz answers ok."),
+		stopping: imetrics.Gauge("tally_collector_stopping", "1 once a graceful stop has begun."),
 	}
 	if err := imetrics.Register(reg, m.ready, m.stopping); err != nil {
 		return nil, err
