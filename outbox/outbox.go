@@ -609,84 +609,58 @@ func (o *Outbox) loadDeadLetters(txn *badger.Txn, report *damageReport) {
 }
 
 func (o *Outbox) register(r prometheus.Registerer) error {
-	o.ledgerFolded = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "tally_collector_ledger_folded_rows_total",
-		Help: "Ledger rows counted under an (other) row instead of their own: the hour (intake), or the hour of the timestamp or of the delivery (stored), had its 512 distinct keys; for stored, also each event whose timestamp was unreadable or out of range.",
-	}, []string{"table"})
-	o.refusedFull = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "tally_collector_outbox_full_total",
-		Help: "Appends refused because the outbox holds BUFFER_MAX_EVENTS events.",
-	})
-	o.refusedIO = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "tally_collector_outbox_refused_total",
-		Help: "Appends refused because the write could not be made durable (disk full, I/O error).",
-	})
-	o.damaged = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "tally_collector_outbox_damaged_events_total",
-		Help: "Events lost to an outbox segment that could not be read (its bytes are kept as a dead letter).",
-	})
-	o.reclaims = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "tally_collector_outbox_reclaims_total",
-		Help: "Disk reclaims run after delivered events were deleted.",
-	})
-	o.reclaimSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "tally_collector_outbox_reclaim_duration_seconds",
-		Help:    "Time a disk reclaim took.",
-		Buckets: prometheus.ExponentialBuckets(0.01, 4, 7),
-	})
-	o.deadRefused = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "tally_collector_deadletter_refused_total",
-		Help: "Dead letters refused because the dead-letter area is at DEADLETTER_MAX_EVENTS or DEADLETTER_MAX_BYTES (the input pauses).",
-	})
-	o.undelivDropped = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "tally_collector_deadletter_undeliverable_dropped_total",
-		Help: "Undeliverable bodies (oversized, undecodable, refused by their decoder) acknowledged without being kept: their budget, DEADLETTER_UNDELIVERABLE_MAX_EVENTS or _MAX_BYTES, was spent.",
-	})
-	o.ledgerFolded.WithLabelValues("intake")
-	o.ledgerFolded.WithLabelValues("stored")
+	o.ledgerFolded = imetrics.CounterVec("tally_collector_ledger_folded_rows_total",
+		"Ledger rows counted under an (other) row instead of their own: the hour (intake), or the hour of the timestamp or of the delivery (stored), had its 512 distinct keys; for stored, also each event whose timestamp was unreadable or out of range.",
+		imetrics.By("table", "intake", "stored"))
+	o.refusedFull = imetrics.Counter("tally_collector_outbox_full_total",
+		"Appends refused because the outbox holds BUFFER_MAX_EVENTS events.")
+	o.refusedIO = imetrics.Counter("tally_collector_outbox_refused_total",
+		"Appends refused because the write could not be made durable (disk full, I/O error).")
+	o.damaged = imetrics.Counter("tally_collector_outbox_damaged_events_total",
+		"Events lost to an outbox segment that could not be read (its bytes are kept as a dead letter).")
+	o.reclaims = imetrics.Counter("tally_collector_outbox_reclaims_total",
+		"Disk reclaims run after delivered events were deleted.")
+	o.reclaimSeconds = imetrics.Histogram("tally_collector_outbox_reclaim_duration_seconds",
+		"Time a disk reclaim took.",
+		prometheus.ExponentialBuckets(0.01, 4, 7))
+	o.deadRefused = imetrics.Counter("tally_collector_deadletter_refused_total",
+		"Dead letters refused because the dead-letter area is at DEADLETTER_MAX_EVENTS or DEADLETTER_MAX_BYTES (the input pauses).")
+	o.undelivDropped = imetrics.Counter("tally_collector_deadletter_undeliverable_dropped_total",
+		"Undeliverable bodies (oversized, undecodable, refused by their decoder) acknowledged without being kept: their budget, DEADLETTER_UNDELIVERABLE_MAX_EVENTS or _MAX_BYTES, was spent.")
 	cs := []prometheus.Collector{
 		o.refusedFull, o.refusedIO, o.damaged, o.reclaims, o.reclaimSeconds, o.deadRefused, o.undelivDropped, o.ledgerFolded,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "tally_collector_deadletter_undeliverable",
-			Help: "Dead letters held that no replay can deliver (oversized, undecodable, refused by their decoder); they count against their own budget, not DEADLETTER_MAX_EVENTS.",
-		}, func() float64 { return float64(o.undelivCount.Load()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "tally_collector_deadletter_bytes",
-			Help: "Bytes of the dead letters held, as stored.",
-		}, func() float64 { return float64(o.DeadLetterBytes()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "tally_collector_deadletter_oldest_age_seconds",
-			Help: "Age of the dead letter stored first; 0 when there is none.",
-		}, func() float64 { return o.OldestDeadLetterAge().Seconds() }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "tally_collector_deadletter_full",
-			Help: "1 while dead letters are refused at DEADLETTER_MAX_EVENTS or DEADLETTER_MAX_BYTES (the input pauses), 0 otherwise.",
-		}, func() float64 {
-			if o.deadFull.Load() {
-				return 1
-			}
-			return 0
-		}),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "tally_collector_outbox_depth",
-			Help: "Events buffered in the outbox, not yet delivered.",
-		}, func() float64 { return float64(o.Depth()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "tally_collector_outbox_bytes",
-			Help: "Bytes of the events buffered in the outbox.",
-		}, func() float64 { return float64(o.Bytes()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "tally_collector_outbox_disk_bytes",
-			Help: "Space the outbox files take on disk.",
-		}, func() float64 { return float64(o.DiskBytes()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "tally_collector_outbox_oldest_age_seconds",
-			Help: "Age of the oldest undelivered event; 0 when the outbox is empty.",
-		}, func() float64 { return o.OldestAge().Seconds() }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "tally_collector_deadletters",
-			Help: "Dead letters held in the outbox's dead-letter area.",
-		}, func() float64 { return float64(o.DeadLetterCount()) }),
+		imetrics.GaugeFunc("tally_collector_deadletter_undeliverable",
+			"Dead letters held that no replay can deliver (oversized, undecodable, refused by their decoder); they count against their own budget, not DEADLETTER_MAX_EVENTS.",
+			func() float64 { return float64(o.undelivCount.Load()) }),
+		imetrics.GaugeFunc("tally_collector_deadletter_bytes",
+			"Bytes of the dead letters held, as stored.",
+			func() float64 { return float64(o.DeadLetterBytes()) }),
+		imetrics.GaugeFunc("tally_collector_deadletter_oldest_age_seconds",
+			"Age of the dead letter stored first; 0 when there is none.",
+			func() float64 { return o.OldestDeadLetterAge().Seconds() }),
+		imetrics.GaugeFunc("tally_collector_deadletter_full",
+			"1 while dead letters are refused at DEADLETTER_MAX_EVENTS or DEADLETTER_MAX_BYTES (the input pauses), 0 otherwise.",
+			func() float64 {
+				if o.deadFull.Load() {
+					return 1
+				}
+				return 0
+			}),
+		imetrics.GaugeFunc("tally_collector_outbox_depth",
+			"Events buffered in the outbox, not yet delivered.",
+			func() float64 { return float64(o.Depth()) }),
+		imetrics.GaugeFunc("tally_collector_outbox_bytes",
+			"Bytes of the events buffered in the outbox.",
+			func() float64 { return float64(o.Bytes()) }),
+		imetrics.GaugeFunc("tally_collector_outbox_disk_bytes",
+			"Space the outbox files take on disk.",
+			func() float64 { return float64(o.DiskBytes()) }),
+		imetrics.GaugeFunc("tally_collector_outbox_oldest_age_seconds",
+			"Age of the oldest undelivered event; 0 when the outbox is empty.",
+			func() float64 { return o.OldestAge().Seconds() }),
+		imetrics.GaugeFunc("tally_collector_deadletters",
+			"Dead letters held in the outbox's dead-letter area.",
+			func() float64 { return float64(o.DeadLetterCount()) }),
 	}
 	if err := imetrics.Register(r, cs...); err != nil {
 		return fmt.Errorf("outbox: %w", err)

@@ -27,6 +27,7 @@ func TestDeclaredNameHelpAndType(t *testing.T) {
 	mfs := gather(t,
 		Counter("tally_collector_c_total", "a counter"),
 		Gauge("tally_collector_g", "a gauge"),
+		GaugeFunc("tally_collector_gf", "a gauge read at each scrape", func() float64 { return 7 }),
 		Histogram("tally_collector_h_seconds", "a histogram", []float64{1, 2}),
 		CounterVec("tally_collector_v_total", "a family", By("reason", "x")),
 	)
@@ -36,6 +37,7 @@ func TestDeclaredNameHelpAndType(t *testing.T) {
 	}{
 		{"tally_collector_c_total", "a counter", dto.MetricType_COUNTER},
 		{"tally_collector_g", "a gauge", dto.MetricType_GAUGE},
+		{"tally_collector_gf", "a gauge read at each scrape", dto.MetricType_GAUGE},
 		{"tally_collector_h_seconds", "a histogram", dto.MetricType_HISTOGRAM},
 		{"tally_collector_v_total", "a family", dto.MetricType_COUNTER},
 	}
@@ -49,7 +51,10 @@ func TestDeclaredNameHelpAndType(t *testing.T) {
 		}
 	}
 	var bounds []float64
-	for _, b := range mfs[2].GetMetric()[0].GetHistogram().GetBucket() {
+	if v := mfs[2].GetMetric()[0].GetGauge().GetValue(); v != 7 {
+		t.Errorf("gauge func gathered %v, want 7", v)
+	}
+	for _, b := range mfs[3].GetMetric()[0].GetHistogram().GetBucket() {
 		bounds = append(bounds, b.GetUpperBound())
 	}
 	if !slices.Equal(bounds, []float64{1, 2}) {

@@ -5,7 +5,7 @@
 // nil means do not register (the collectors still count, nobody reads them).
 // The package builds its collectors and hands them all to Register in one
 // call from its constructor, which returns Register's error. Counter, Gauge,
-// Histogram and CounterVec declare the common kinds from a name and a help
+// GaugeFunc, Histogram and CounterVec declare the common kinds from a name and a help
 // text; CounterVec creates the series of the label values it is given at
 // once, at zero, so that a dashboard sees them before the first count.
 //

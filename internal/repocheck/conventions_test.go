@@ -56,7 +56,7 @@ const metricsPkg = module + "/internal/metrics"
 
 // declaring are the functions of metricsPkg that declare a metric from its
 // name, their first argument, and whether it is a counter.
-var declaring = map[string]bool{"Counter": true, "CounterVec": true, "Gauge": false, "Histogram": false}
+var declaring = map[string]bool{"Counter": true, "CounterVec": true, "Gauge": false, "GaugeFunc": false, "Histogram": false}
 
 // TestMetricNames: "Metric names start with tally_collector_; counters end in
 // _total" (docs/architecture.md). It reads the name of every metric declared
