@@ -42,12 +42,10 @@ func init() { sdk.Register(manifest, mapDesignate) }
 func main() {}
 
 func mapDesignate(m *sdk.Message, out *sdk.Output) {
-	et, ok := openstack.EventType(m)
+	e, et, ok := openstack.Begin(m, out, "designate", "dns_zone")
 	if !ok {
 		return
 	}
-	e := out.Event()
-	openstack.WriteHeader(m, e, et, "designate", "dns_zone", -1)
 	prefix := "dns.domain."
 	if et.HasPrefix("dns.zone.") {
 		prefix = "dns.zone."

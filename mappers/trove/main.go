@@ -27,12 +27,10 @@ func init() { sdk.Register(manifest, mapTrove) }
 func main() {}
 
 func mapTrove(m *sdk.Message, out *sdk.Output) {
-	et, ok := openstack.EventType(m)
+	e, et, ok := openstack.Begin(m, out, "trove", "database_instance")
 	if !ok {
 		return
 	}
-	e := out.Event()
-	openstack.WriteHeader(m, e, et, "trove", "database_instance", -1)
 	project := openstack.First(m, "payload.tenant_id", "payload.project_id")
 	openstack.WriteSubject(m, e, et, m.Get("payload.instance_id"), project, m.Get("payload.user_id"), "trove.instance.")
 

@@ -97,16 +97,82 @@ func isEventType(et sdk.Value) bool {
 	return et.Kind() == sdk.String && len(et.Raw()) > 0
 }
 
+// Begin begins the one event of a notification whose members a mapper looks
+// up one by one (Message.Get): it looks up the event type, adds an event to
+// out and writes its header (see WriteHeader). ok is false, and nothing is
+// added, when the event type is not a non-empty string (see EventType).
+//
+//	e, et, ok := openstack.Begin(m, out, "glance", "image")
+//	if !ok {
+//		return
+//	}
+//	openstack.WriteSubject(m, e, et, m.Get("payload.id"), m.Get("payload.owner"), m.Get("payload.user_id"), "image.")
+//	a := e.Object("attributes")
+//	a.Quantity("size_bytes", m.Get("payload.size"))
+//	a.End()
+//	e.End()
+func Begin(m *sdk.Message, out *sdk.Output, service, resourceType string) (e *sdk.Event, et sdk.Value, ok bool) {
+	et = m.Get("event_type")
+	e, ok = start(out, m.Get("message_id"), m.Get("timestamp"), et, service, resourceType)
+	return e, et, ok
+}
+
+// The indexes of the header's members in the values of a lookup list built
+// by Paths.
+const (
+	EventTypeAt = iota // event_type
+	MessageIDAt        // message_id
+	TimestampAt        // timestamp
+	// HeaderLen is the number of header members, the index of a mapper's
+	// first own path.
+	HeaderLen
+)
+
+// Paths returns the lookup list of a mapper that looks up its members
+// together (Message.GetMany): the members the header is read from
+// (event_type, message_id and timestamp, at EventTypeAt, MessageIDAt and
+// TimestampAt), then members. It allocates the list: call it once, for a
+// package-level variable.
+//
+//	var paths = openstack.Paths("payload.id", "payload.size")
+//
+//	const (
+//		pID = openstack.HeaderLen + iota
+//		pSize
+//		nPaths
+//	)
+func Paths(members ...string) []string {
+	return append([]string{"event_type", "message_id", "timestamp"}, members...)
+}
+
 // Start begins the one event of a notification whose members a mapper has
-// looked up together (Message.GetMany): it adds an event to out and writes
-// its header (see WriteHeaderValues) from the message_id id, the timestamp ts
-// and the event type et. ok is false, and nothing is added, when et is not a
-// non-empty string (see EventType).
-func Start(out *sdk.Output, id, ts, et sdk.Value, service, resourceType string) (e *sdk.Event, ok bool) {
+// looked up together (Message.GetMany) with a list built by Paths: it adds
+// an event to out and writes its header (see WriteHeaderValues) from the
+// header's values in v, and returns the event type. ok is false, and
+// nothing is added, when the event type is not a non-empty string (see
+// EventType).
+//
+//	var v [nPaths]sdk.Value
+//	m.GetMany(paths, v[:])
+//	e, et, ok := openstack.Start(out, v[:], "cinder", "volume")
+//	if !ok {
+//		return
+//	}
+//	openstack.WriteSubject(m, e, et, v[pID], sdk.Value{}, sdk.Value{}, "volume.")
+//	e.End()
+func Start(out *sdk.Output, v []sdk.Value, service, resourceType string) (e *sdk.Event, et sdk.Value, ok bool) {
+	et = v[EventTypeAt]
+	e, ok = start(out, v[MessageIDAt], v[TimestampAt], et, service, resourceType)
+	return e, et, ok
+}
+
+// start adds an event with its header from the message_id id, the timestamp
+// ts and the event type et, unless et is not a non-empty string.
+func start(out *sdk.Output, id, ts, et sdk.Value, service, resourceType string) (*sdk.Event, bool) {
 	if !isEventType(et) {
 		return nil, false
 	}
-	e = out.Event()
+	e := out.Event()
 	WriteHeaderValues(e, id, ts, et, service, resourceType, -1)
 	return e, true
 }

@@ -118,19 +118,29 @@ func TestIsExistsAndAuditPeriod(t *testing.T) {
 	}
 }
 
-// Start adds an event with its header only for an event type that is a
-// non-empty string; WriteSubject follows the header with resource_id, the
-// project and user (falling back to the request context) and the action.
+// Start and Begin add an event with its header only for an event type that
+// is a non-empty string; WriteSubject follows the header with resource_id,
+// the project and user (falling back to the request context) and the action.
+// Both begin the same event of the same message.
 func TestStartAndWriteSubject(t *testing.T) {
-	paths := []string{"event_type", "message_id", "timestamp", "payload.id", "payload.project_id", "payload.user_id"}
-	m := func(msg *sdk.Message, out *sdk.Output) {
-		var v [6]sdk.Value
+	paths := openstack.Paths("payload.id", "payload.project_id", "payload.user_id")
+	const pID = openstack.HeaderLen
+	many := func(msg *sdk.Message, out *sdk.Output) {
+		var v [openstack.HeaderLen + 3]sdk.Value
 		msg.GetMany(paths, v[:])
-		e, ok := openstack.Start(out, v[1], v[2], v[0], "cinder", "volume")
+		e, et, ok := openstack.Start(out, v[:], "cinder", "volume")
 		if !ok {
 			return
 		}
-		openstack.WriteSubject(msg, e, v[0], v[3], v[4], v[5], "volume.")
+		openstack.WriteSubject(msg, e, et, v[pID], v[pID+1], v[pID+2], "volume.")
+		e.End()
+	}
+	oneByOne := func(msg *sdk.Message, out *sdk.Output) {
+		e, et, ok := openstack.Begin(msg, out, "cinder", "volume")
+		if !ok {
+			return
+		}
+		openstack.WriteSubject(msg, e, et, msg.Get("payload.id"), msg.Get("payload.project_id"), msg.Get("payload.user_id"), "volume.")
 		e.End()
 	}
 	for in, want := range map[string]string{
@@ -140,12 +150,14 @@ func TestStartAndWriteSubject(t *testing.T) {
 		`{"event_type":7,"message_id":"m-1","payload":{"id":"v-1"}}`:                                                                                        `{"events":[]}`,
 		`{"message_id":"m-1","payload":{"id":"v-1"}}`:                                                                                                       `{"events":[]}`,
 	} {
-		got, err := sdk.MapJSON(m, []byte(in))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(got) != want {
-			t.Errorf("%s:\n got %s\nwant %s", in, got, want)
+		for name, m := range map[string]func(*sdk.Message, *sdk.Output){"Start": many, "Begin": oneByOne} {
+			got, err := sdk.MapJSON(m, []byte(in))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != want {
+				t.Errorf("%s %s:\n got %s\nwant %s", name, in, got, want)
+			}
 		}
 	}
 }
