@@ -115,9 +115,7 @@ func mapCinder(m *sdk.Message, out *sdk.Output) {
 				"payload.instance_uuid"))
 		}
 	}
-	if openstack.IsExists(et) {
-		openstack.WriteAuditPeriod(a, v[pAuditBeginning], v[pAuditEnding])
-	}
+	openstack.WriteAuditPeriod(a, et, v[pAuditBeginning], v[pAuditEnding])
 	a.End()
 	e.End()
 }

@@ -58,9 +58,7 @@ func mapDesignate(m *sdk.Message, out *sdk.Output) {
 	openstack.WriteStr(a, "status", m.Get("payload.status"))
 	a.Quantity("ttl", m.Get("payload.ttl"))
 	a.Quantity("serial", m.Get("payload.serial"))
-	if openstack.IsExists(et) {
-		openstack.WriteAuditPeriod(a, m.Get("payload.audit_period_beginning"), m.Get("payload.audit_period_ending"))
-	}
+	openstack.WritePayloadAuditPeriod(m, a, et)
 	a.End()
 	e.End()
 }

@@ -59,9 +59,7 @@ func mapGlance(m *sdk.Message, out *sdk.Output) {
 			a.Str("visibility", "private")
 		}
 	}
-	if openstack.IsExists(et) {
-		openstack.WriteAuditPeriod(a, m.Get("payload.audit_period_beginning"), m.Get("payload.audit_period_ending"))
-	}
+	openstack.WritePayloadAuditPeriod(m, a, et)
 	a.End()
 	e.End()
 }

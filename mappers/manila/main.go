@@ -51,9 +51,7 @@ func mapManila(m *sdk.Message, out *sdk.Output) {
 		openstack.WriteStr(a, "status", m.Get("payload.status"))
 		openstack.WriteStr(a, "availability_zone", m.Get("payload.availability_zone"))
 	}
-	if openstack.IsExists(et) {
-		openstack.WriteAuditPeriod(a, m.Get("payload.audit_period_beginning"), m.Get("payload.audit_period_ending"))
-	}
+	openstack.WritePayloadAuditPeriod(m, a, et)
 	a.End()
 	e.End()
 }

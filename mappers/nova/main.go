@@ -158,9 +158,7 @@ func mapNova(m *sdk.Message, out *sdk.Output) {
 	a.Timestamp("launched_at", v[pLaunchedAt])
 	a.Timestamp("terminated_at", v[pTerminatedAt])
 	a.Timestamp("deleted_at", v[pDeletedAt])
-	if openstack.IsExists(et) {
-		openstack.WriteAuditPeriod(a, v[pAuditBeginning], v[pAuditEnding])
-	}
+	openstack.WriteAuditPeriod(a, et, v[pAuditBeginning], v[pAuditEnding])
 	a.End()
 	e.End()
 }

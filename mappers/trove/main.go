@@ -43,9 +43,7 @@ func mapTrove(m *sdk.Message, out *sdk.Output) {
 	openstack.WriteStr(a, "state", m.Get("payload.state"))
 	openstack.WriteStr(a, "availability_zone", m.Get("payload.availability_zone"))
 	a.Timestamp("launched_at", m.Get("payload.launched_at"))
-	if openstack.IsExists(et) {
-		openstack.WriteAuditPeriod(a, m.Get("payload.audit_period_beginning"), m.Get("payload.audit_period_ending"))
-	}
+	openstack.WritePayloadAuditPeriod(m, a, et)
 	a.End()
 	e.End()
 }

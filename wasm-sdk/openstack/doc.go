@@ -2,8 +2,8 @@
 // members every event begins with (event_id, timestamp, event_type, service,
 // resource_type; then resource_id, project_id, user_id and action, which
 // WriteSubject writes together), the project and user fallbacks to the
-// request context, the action derived from the event type, and lookup paths
-// built at run time.
+// request context, the action derived from the event type, the audit period
+// of a periodic audit notification, and lookup paths built at run time.
 //
 // It is part of the guest SDK: a mapper imports it next to package sdk and it
 // is compiled into the mapper's module. The host never imports it.

@@ -285,12 +285,30 @@ func IsExists(et sdk.Value) bool {
 	return et.Equal("exists") || et.HasSuffix(".exists")
 }
 
-// WriteAuditPeriod writes audit_period_beginning and audit_period_ending from
-// beginning and ending, each as a timestamp (see sdk.Event.Timestamp): a value
-// that is missing, null or unparsable is left out.
-func WriteAuditPeriod(e *sdk.Event, beginning, ending sdk.Value) {
+// WriteAuditPeriod writes, for a periodic audit notification (IsExists(et)),
+// audit_period_beginning and audit_period_ending from beginning and ending,
+// each as a timestamp (see sdk.Event.Timestamp): a value that is missing,
+// null or unparsable is left out. For any other event type it writes
+// nothing.
+//
+//	openstack.WriteAuditPeriod(a, et, v[pAuditBeginning], v[pAuditEnding])
+func WriteAuditPeriod(e *sdk.Event, et, beginning, ending sdk.Value) {
+	if !IsExists(et) {
+		return
+	}
 	e.Timestamp("audit_period_beginning", beginning)
 	e.Timestamp("audit_period_ending", ending)
+}
+
+// WritePayloadAuditPeriod is WriteAuditPeriod with the period read from
+// payload.audit_period_beginning and payload.audit_period_ending, looked up
+// only for a periodic audit notification.
+//
+//	openstack.WritePayloadAuditPeriod(m, a, et)
+func WritePayloadAuditPeriod(m *sdk.Message, e *sdk.Event, et sdk.Value) {
+	if IsExists(et) {
+		WriteAuditPeriod(e, et, m.Get("payload.audit_period_beginning"), m.Get("payload.audit_period_ending"))
+	}
 }
 
 // Pick returns the first of vs that is usable, or a Missing value: First for

@@ -94,26 +94,32 @@ func TestPathBuf(t *testing.T) {
 	}
 }
 
+// The audit period is written for a periodic audit notification only, by
+// WriteAuditPeriod from values looked up by the caller and by
+// WritePayloadAuditPeriod from the payload.
 func TestIsExistsAndAuditPeriod(t *testing.T) {
-	m := func(msg *sdk.Message, out *sdk.Output) {
+	values := func(msg *sdk.Message, out *sdk.Output) {
 		et, _ := openstack.EventType(msg)
-		e := out.Event()
-		if openstack.IsExists(et) {
-			openstack.WriteAuditPeriod(e, msg.Get("payload.b"), msg.Get("payload.e"))
-		}
+		openstack.WriteAuditPeriod(out.Event(), et, msg.Get("payload.audit_period_beginning"), msg.Get("payload.audit_period_ending"))
+	}
+	payload := func(msg *sdk.Message, out *sdk.Output) {
+		et, _ := openstack.EventType(msg)
+		openstack.WritePayloadAuditPeriod(msg, out.Event(), et)
 	}
 	for in, want := range map[string]string{
-		`{"event_type":"volume.exists","payload":{"b":"2024-05-01 00:00:00","e":"2024-05-02T00:00:00+00:00"}}`: `{"events":[{"audit_period_beginning":"2024-05-01T00:00:00Z","audit_period_ending":"2024-05-02T00:00:00Z"}]}`,
-		`{"event_type":"instance.exists","payload":{"b":null,"e":"not a time"}}`:                               `{"events":[{}]}`,
-		`{"event_type":"volume.update.end","payload":{"b":"2024-05-01 00:00:00"}}`:                             `{"events":[{}]}`,
-		`{"event_type":"exists_count","payload":{"b":"2024-05-01 00:00:00"}}`:                                  `{"events":[{}]}`,
+		`{"event_type":"volume.exists","payload":{"audit_period_beginning":"2024-05-01 00:00:00","audit_period_ending":"2024-05-02T00:00:00+00:00"}}`: `{"events":[{"audit_period_beginning":"2024-05-01T00:00:00Z","audit_period_ending":"2024-05-02T00:00:00Z"}]}`,
+		`{"event_type":"instance.exists","payload":{"audit_period_beginning":null,"audit_period_ending":"not a time"}}`:                               `{"events":[{}]}`,
+		`{"event_type":"volume.update.end","payload":{"audit_period_beginning":"2024-05-01 00:00:00"}}`:                                               `{"events":[{}]}`,
+		`{"event_type":"exists_count","payload":{"audit_period_beginning":"2024-05-01 00:00:00"}}`:                                                    `{"events":[{}]}`,
 	} {
-		got, err := sdk.MapJSON(m, []byte(in))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(got) != want {
-			t.Errorf("%s:\n got %s\nwant %s", in, got, want)
+		for name, m := range map[string]func(*sdk.Message, *sdk.Output){"WriteAuditPeriod": values, "WritePayloadAuditPeriod": payload} {
+			got, err := sdk.MapJSON(m, []byte(in))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != want {
+				t.Errorf("%s %s:\n got %s\nwant %s", name, in, got, want)
+			}
 		}
 	}
 }
