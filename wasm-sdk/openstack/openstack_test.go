@@ -106,22 +106,12 @@ func TestIsExistsAndAuditPeriod(t *testing.T) {
 		et, _ := openstack.EventType(msg)
 		openstack.WritePayloadAuditPeriod(msg, out.Event(), et)
 	}
-	for in, want := range map[string]string{
+	checkMappings(t, map[string]mapping{"WriteAuditPeriod": values, "WritePayloadAuditPeriod": payload}, map[string]string{
 		`{"event_type":"volume.exists","payload":{"audit_period_beginning":"2024-05-01 00:00:00","audit_period_ending":"2024-05-02T00:00:00+00:00"}}`: `{"events":[{"audit_period_beginning":"2024-05-01T00:00:00Z","audit_period_ending":"2024-05-02T00:00:00Z"}]}`,
 		`{"event_type":"instance.exists","payload":{"audit_period_beginning":null,"audit_period_ending":"not a time"}}`:                               `{"events":[{}]}`,
 		`{"event_type":"volume.update.end","payload":{"audit_period_beginning":"2024-05-01 00:00:00"}}`:                                               `{"events":[{}]}`,
 		`{"event_type":"exists_count","payload":{"audit_period_beginning":"2024-05-01 00:00:00"}}`:                                                    `{"events":[{}]}`,
-	} {
-		for name, m := range map[string]func(*sdk.Message, *sdk.Output){"WriteAuditPeriod": values, "WritePayloadAuditPeriod": payload} {
-			got, err := sdk.MapJSON(m, []byte(in))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if string(got) != want {
-				t.Errorf("%s %s:\n got %s\nwant %s", name, in, got, want)
-			}
-		}
-	}
+	})
 }
 
 // Start and Begin add an event with its header only for an event type that
@@ -149,14 +139,24 @@ func TestStartAndWriteSubject(t *testing.T) {
 		openstack.WriteSubject(msg, e, et, msg.Get("payload.id"), msg.Get("payload.project_id"), msg.Get("payload.user_id"), "volume.")
 		e.End()
 	}
-	for in, want := range map[string]string{
+	checkMappings(t, map[string]mapping{"Start": many, "Begin": oneByOne}, map[string]string{
 		`{"event_type":"volume.create.end","message_id":"m-1","timestamp":"2024-05-01 12:00:00","payload":{"id":"v-1","project_id":"p-1","user_id":"u-1"}}`: `{"events":[{"event_id":"m-1","timestamp":"2024-05-01T12:00:00Z","event_type":"volume.create.end","service":"cinder","resource_type":"volume","resource_id":"v-1","project_id":"p-1","user_id":"u-1","action":"create"}]}`,
 		`{"event_type":"volume.delete.start","_context_project_id":"p-ctx","_context_user":"u-ctx","payload":{"id":""}}`:                                    `{"events":[{"event_type":"volume.delete.start","service":"cinder","resource_type":"volume","project_id":"p-ctx","user_id":"u-ctx","action":"delete"}]}`,
 		`{"event_type":"","message_id":"m-1","payload":{"id":"v-1"}}`:                                                                                       `{"events":[]}`,
 		`{"event_type":7,"message_id":"m-1","payload":{"id":"v-1"}}`:                                                                                        `{"events":[]}`,
 		`{"message_id":"m-1","payload":{"id":"v-1"}}`:                                                                                                       `{"events":[]}`,
-	} {
-		for name, m := range map[string]func(*sdk.Message, *sdk.Output){"Start": many, "Begin": oneByOne} {
+	})
+}
+
+// mapping is a mapper's function, as sdk.MapJSON runs it.
+type mapping = func(*sdk.Message, *sdk.Output)
+
+// checkMappings fails unless each of mappings (by name) maps every input of
+// cases to its document.
+func checkMappings(t *testing.T, mappings map[string]mapping, cases map[string]string) {
+	t.Helper()
+	for in, want := range cases {
+		for name, m := range mappings {
 			got, err := sdk.MapJSON(m, []byte(in))
 			if err != nil {
 				t.Fatal(err)
