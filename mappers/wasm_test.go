@@ -42,14 +42,40 @@ func TestMain(m *testing.M) {
 // ends the test when the modules were not built (make wasm).
 func loadBuiltin(tb testing.TB) map[string]*runtime.Module {
 	tb.Helper()
-	if _, err := Builtin(); errors.Is(err, ErrMissing) {
-		testkit.Missing(tb, "the built-in mappers are not built: run make wasm (make build and make test build them)")
-	}
+	builtinWasm(tb)
 	shared.once.Do(func() { shared.mods, shared.err = compileBuiltin(testkit.CacheDir(tb)) })
 	if shared.err != nil {
 		tb.Fatal(shared.err)
 	}
 	return shared.mods
+}
+
+// builtinWasm returns the built-in modules (Builtin), and ends the test when
+// they are not built (testkit.Missing) or cannot be read.
+func builtinWasm(tb testing.TB) map[string][]byte {
+	tb.Helper()
+	wasm, err := Builtin()
+	if errors.Is(err, ErrMissing) {
+		testkit.Missing(tb, "the built-in mappers are not built: run make wasm (make build and make test build them)")
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return wasm
+}
+
+// meteredEngine returns an engine that runs modules as the daemon does by
+// default (MAPPER_METERED: metered, unguarded), closed when the test ends;
+// callTimeout 0 keeps the runtime's default.
+func meteredEngine(tb testing.TB, callTimeout time.Duration) *runtime.Engine {
+	tb.Helper()
+	ctx := context.Background()
+	eng, err := runtime.NewEngine(ctx, runtime.Config{CacheDir: testkit.CacheDir(tb), CallTimeout: callTimeout, Metered: true, Logger: zerolog.Nop()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = eng.Close(ctx) })
+	return eng
 }
 
 func compileBuiltin(cacheDir string) (map[string]*runtime.Module, error) {
@@ -273,10 +299,7 @@ func eventType(tb testing.TB, path string) string {
 // what GuardUntrusted becomes after its trial calls).
 func BenchmarkBuiltinNovaExists(b *testing.B) {
 	loadBuiltin(b)
-	wasm, err := Builtin()
-	if err != nil {
-		b.Fatal(err)
-	}
+	wasm := builtinWasm(b)
 	in, err := os.ReadFile(filepath.Join("nova", "testdata", "edge__exists_2024_1.in.json"))
 	if err != nil {
 		b.Fatal(err)
@@ -333,17 +356,9 @@ var benchInputs = []struct{ name, module, file string }{
 // metered as the daemon runs it, to the one event its benchmark counts on:
 // a benchmark whose first call fails measures nothing.
 func TestBenchInputs(t *testing.T) {
-	loadBuiltin(t)
-	wasm, err := Builtin()
-	if err != nil {
-		t.Fatal(err)
-	}
+	wasm := builtinWasm(t)
 	ctx := context.Background()
-	metered, err := runtime.NewEngine(ctx, runtime.Config{CacheDir: testkit.CacheDir(t), Metered: true, Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer metered.Close(ctx)
+	metered := meteredEngine(t, 0)
 	covered := map[string]bool{}
 	for _, bi := range benchInputs {
 		covered[bi.module] = true
@@ -381,19 +396,11 @@ func TestBenchInputs(t *testing.T) {
 // docs/performance.md has the figures.
 func BenchmarkBuiltin(b *testing.B) {
 	loadBuiltin(b)
-	wasm, err := Builtin()
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx := context.Background()
+	wasm := builtinWasm(b)
 	// The metered engine runs the modules as the daemon does by default:
 	// metered and unguarded (mode "metered").
 	timeout, _ := time.ParseDuration(os.Getenv("TALLY_BENCH_CALL_TIMEOUT"))
-	metered, err := runtime.NewEngine(ctx, runtime.Config{CacheDir: testkit.CacheDir(b), CallTimeout: timeout, Metered: true, Logger: zerolog.Nop()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer metered.Close(ctx)
+	metered := meteredEngine(b, timeout)
 	modes := []struct {
 		name string
 		eng  *runtime.Engine
@@ -422,9 +429,7 @@ func BenchmarkBuiltin(b *testing.B) {
 // fixtures to the expected events, and its largest fixture grown to near the
 // 1 MiB body limit (a member no mapper reads) without failing.
 func TestBuiltinWithinMinMemory(t *testing.T) {
-	if _, err := Builtin(); errors.Is(err, ErrMissing) {
-		testkit.Missing(t, "the built-in mappers are not built: run make wasm (make build and make test build them)")
-	}
+	wasm := builtinWasm(t)
 	ctx := context.Background()
 	eng, err := runtime.NewEngine(ctx, runtime.Config{
 		CacheDir:    testkit.CacheDir(t),
@@ -437,10 +442,6 @@ func TestBuiltinWithinMinMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = eng.Close(ctx) })
-	wasm, err := Builtin()
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, s := range services {
 		t.Run(s, func(t *testing.T) {
 			m, err := eng.Load(ctx, "builtin:"+s+".wasm", wasm[s+".wasm"])

@@ -2,30 +2,24 @@ package main
 
 import (
 	"bytes"
-	"flag"
 	"testing"
 
+	"github.com/tally-billing/tally-openstack-collector/mappers/internal/builtintest"
 	"github.com/tally-billing/tally-openstack-collector/runtime/fixture"
 	sdk "github.com/tally-billing/tally-openstack-collector/wasm-sdk"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/*.out.json from the mapper's output")
-
 func mapJSON(in []byte) ([]byte, error) { return sdk.MapJSON(mapChannel, in) }
 
 // mapper is what the golden test and the fuzz target know of the mapper.
-var mapper = fixture.Mapper{
-	Map: mapJSON, EventType: "usage", MaxEvents: maxEvents,
-	Claims: manifest.EventTypes, Unclaimed: "../testdata/unclaimed",
-	Schema:   "../../docs/event.schema.json",
+var mapper = builtintest.Mapper(fixture.Mapper{
+	Map: mapJSON, EventType: "usage", MaxEvents: maxEvents, Claims: manifest.EventTypes,
 	FreeForm: true, Refuses: true,
-}
+})
 
 // TestGolden runs the pairs of testdata (credential check included), the
 // hostile inputs and the manifest's claims: see fixture.Golden.
-func TestGolden(t *testing.T) {
-	fixture.Golden(t, "testdata", mapper, *update)
-}
+func TestGolden(t *testing.T) { builtintest.Golden(t, mapper) }
 
 func TestActionOf(t *testing.T) {
 	for in, want := range map[string]string{

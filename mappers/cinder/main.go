@@ -33,10 +33,7 @@ func main() {}
 
 // paths are the members of all three resource types, looked up together
 // with one host call; each type uses its own.
-var paths = []string{
-	"event_type",
-	"message_id",
-	"timestamp",
+var paths = openstack.Paths(
 	"payload.tenant_id",
 	"payload.project_id",
 	"payload.user_id",
@@ -52,14 +49,11 @@ var paths = []string{
 	"payload.availability_zone",
 	"payload.audit_period_beginning",
 	"payload.audit_period_ending",
-}
+)
 
 // Indexes into paths.
 const (
-	pEventType = iota
-	pMessageID
-	pTimestamp
-	pTenantID
+	pTenantID = openstack.HeaderLen + iota
 	pProjectID
 	pUserID
 	pID
@@ -80,7 +74,7 @@ const (
 func mapCinder(m *sdk.Message, out *sdk.Output) {
 	var v [nPaths]sdk.Value
 	m.GetMany(paths, v[:])
-	et := v[pEventType]
+	et := v[openstack.EventTypeAt]
 	resourceType, id, prefix := "volume", v[pVolumeID], "volume."
 	switch {
 	case et.HasPrefix("backup."):
@@ -88,7 +82,7 @@ func mapCinder(m *sdk.Message, out *sdk.Output) {
 	case et.HasPrefix("snapshot."):
 		resourceType, id, prefix = "snapshot", v[pSnapshotID], "snapshot."
 	}
-	e, ok := openstack.Start(out, v[pMessageID], v[pTimestamp], et, "cinder", resourceType)
+	e, _, ok := openstack.Start(out, v[:], "cinder", resourceType)
 	if !ok {
 		return
 	}
@@ -121,9 +115,7 @@ func mapCinder(m *sdk.Message, out *sdk.Output) {
 				"payload.instance_uuid"))
 		}
 	}
-	if openstack.IsExists(et) {
-		openstack.WriteAuditPeriod(a, v[pAuditBeginning], v[pAuditEnding])
-	}
+	openstack.WriteAuditPeriod(a, et, v[pAuditBeginning], v[pAuditEnding])
 	a.End()
 	e.End()
 }

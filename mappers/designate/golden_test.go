@@ -3,33 +3,27 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
 	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
 
+	"github.com/tally-billing/tally-openstack-collector/mappers/internal/builtintest"
 	"github.com/tally-billing/tally-openstack-collector/runtime"
 	"github.com/tally-billing/tally-openstack-collector/runtime/fixture"
 	sdk "github.com/tally-billing/tally-openstack-collector/wasm-sdk"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/*.out.json from the mapper's output")
-
 func mapJSON(in []byte) ([]byte, error) { return sdk.MapJSON(mapDesignate, in) }
 
 // mapper is what the golden test and the fuzz target know of the mapper.
-var mapper = fixture.Mapper{
-	Map: mapJSON, EventType: "dns.domain.create", MaxEvents: 1,
-	Claims: manifest.EventTypes, Unclaimed: "../testdata/unclaimed",
-	Schema: "../../docs/event.schema.json",
-}
+var mapper = builtintest.Mapper(fixture.Mapper{
+	Map: mapJSON, EventType: "dns.domain.create", MaxEvents: 1, Claims: manifest.EventTypes,
+})
 
 // TestGolden runs the pairs of testdata (credential check included), the
 // hostile inputs and the manifest's claims: see fixture.Golden.
-func TestGolden(t *testing.T) {
-	fixture.Golden(t, "testdata", mapper, *update)
-}
+func TestGolden(t *testing.T) { builtintest.Golden(t, mapper) }
 
 // TestOneEventPerChange: designate publishes a zone change under both of its
 // names with the same payload. Of such a pair exactly one is claimed, the

@@ -42,12 +42,10 @@ func init() { sdk.Register(manifest, mapDesignate) }
 func main() {}
 
 func mapDesignate(m *sdk.Message, out *sdk.Output) {
-	et, ok := openstack.EventType(m)
+	e, et, ok := openstack.Begin(m, out, "designate", "dns_zone")
 	if !ok {
 		return
 	}
-	e := out.Event()
-	openstack.WriteHeader(m, e, et, "designate", "dns_zone", -1)
 	prefix := "dns.domain."
 	if et.HasPrefix("dns.zone.") {
 		prefix = "dns.zone."
@@ -60,9 +58,7 @@ func mapDesignate(m *sdk.Message, out *sdk.Output) {
 	openstack.WriteStr(a, "status", m.Get("payload.status"))
 	a.Quantity("ttl", m.Get("payload.ttl"))
 	a.Quantity("serial", m.Get("payload.serial"))
-	if openstack.IsExists(et) {
-		openstack.WriteAuditPeriod(a, m.Get("payload.audit_period_beginning"), m.Get("payload.audit_period_ending"))
-	}
+	openstack.WritePayloadAuditPeriod(m, a, et)
 	a.End()
 	e.End()
 }

@@ -30,12 +30,10 @@ func init() { sdk.Register(manifest, mapGlance) }
 func main() {}
 
 func mapGlance(m *sdk.Message, out *sdk.Output) {
-	et, ok := openstack.EventType(m)
+	e, et, ok := openstack.Begin(m, out, "glance", "image")
 	if !ok {
 		return
 	}
-	e := out.Event()
-	openstack.WriteHeader(m, e, et, "glance", "image", -1)
 	id := openstack.First(m, "payload.id", "payload.image_id")
 	if et.Equal("image.send") {
 		openstack.WriteSubject(m, e, et, id, m.Get("payload.receiver_tenant_id"), m.Get("payload.receiver_user_id"), "image.")
@@ -61,9 +59,7 @@ func mapGlance(m *sdk.Message, out *sdk.Output) {
 			a.Str("visibility", "private")
 		}
 	}
-	if openstack.IsExists(et) {
-		openstack.WriteAuditPeriod(a, m.Get("payload.audit_period_beginning"), m.Get("payload.audit_period_ending"))
-	}
+	openstack.WritePayloadAuditPeriod(m, a, et)
 	a.End()
 	e.End()
 }

@@ -27,10 +27,7 @@ func init() { sdk.Register(manifest, mapIronic) }
 
 func main() {}
 
-var paths = []string{
-	"event_type",
-	"message_id",
-	"timestamp",
+var paths = openstack.Paths(
 	`payload.ironic_object\.data.uuid`,
 	`payload.ironic_object\.data.lessee`,
 	`payload.ironic_object\.data.owner`,
@@ -39,13 +36,10 @@ var paths = []string{
 	`payload.ironic_object\.data.power_state`,
 	`payload.ironic_object\.data.instance_uuid`,
 	`payload.ironic_object\.data.driver`,
-}
+)
 
 const (
-	pEventType = iota
-	pMessageID
-	pTimestamp
-	pUUID
+	pUUID = openstack.HeaderLen + iota
 	pLessee
 	pOwner
 	pResourceClass
@@ -59,8 +53,7 @@ const (
 func mapIronic(m *sdk.Message, out *sdk.Output) {
 	var v [nPaths]sdk.Value
 	m.GetMany(paths, v[:])
-	et := v[pEventType]
-	e, ok := openstack.Start(out, v[pMessageID], v[pTimestamp], et, "ironic", "baremetal_node")
+	e, et, ok := openstack.Start(out, v[:], "ironic", "baremetal_node")
 	if !ok {
 		return
 	}

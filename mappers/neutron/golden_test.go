@@ -3,31 +3,25 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/tally-billing/tally-openstack-collector/mappers/internal/builtintest"
 	"github.com/tally-billing/tally-openstack-collector/runtime/fixture"
 	sdk "github.com/tally-billing/tally-openstack-collector/wasm-sdk"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/*.out.json from the mapper's output")
-
 func mapJSON(in []byte) ([]byte, error) { return sdk.MapJSON(mapNeutron, in) }
 
 // mapper is what the golden test and the fuzz target know of the mapper.
-var mapper = fixture.Mapper{
-	Map: mapJSON, EventType: "network.create.end", MaxEvents: 5,
-	Claims: manifest.EventTypes, Unclaimed: "../testdata/unclaimed",
-	Schema: "../../docs/event.schema.json",
-}
+var mapper = builtintest.Mapper(fixture.Mapper{
+	Map: mapJSON, EventType: "network.create.end", MaxEvents: 5, Claims: manifest.EventTypes,
+})
 
 // TestGolden runs the pairs of testdata (credential check included), the
 // hostile inputs and the manifest's claims: see fixture.Golden.
-func TestGolden(t *testing.T) {
-	fixture.Golden(t, "testdata", mapper, *update)
-}
+func TestGolden(t *testing.T) { builtintest.Golden(t, mapper) }
 
 // TestPreSharedKeyNotCopied: an IPsec site connection carries its pre-shared
 // key as "psk", a name the shared credential check does not know. No event

@@ -124,9 +124,7 @@ func event(m *sdk.Message, out *sdk.Output, et sdk.Value, r *resource, p *openst
 			openstack.WriteStr(a, "peer_address", m.Get(p.At("peer_address")))
 		}
 	}
-	if openstack.IsExists(et) {
-		openstack.WriteAuditPeriod(a, m.Get("payload.audit_period_beginning"), m.Get("payload.audit_period_ending"))
-	}
+	openstack.WritePayloadAuditPeriod(m, a, et)
 	a.End()
 	e.End()
 }

@@ -39,12 +39,9 @@ func main() {}
 
 // paths are the members of an unversioned notification, looked up together
 // with one host call (the fallbacks of openstack.First are asked for only
-// when needed). The first one tells a versioned payload.
-var paths = []string{
+// when needed). The first after the header's tells a versioned payload.
+var paths = openstack.Paths(
 	`payload.nova_object\.data`,
-	"event_type",
-	"message_id",
-	"timestamp",
 	"payload.instance_id",
 	"payload.tenant_id",
 	"payload.user_id",
@@ -64,16 +61,13 @@ var paths = []string{
 	"payload.deleted_at",
 	"payload.audit_period_beginning",
 	"payload.audit_period_ending",
-}
+)
 
 // versionedPaths are the same members in a versioned notification, in the
 // same order (the envelope's members repeat, so both lists share the
 // indexes below). Nothing of a versioned payload gives disk_gb.
-var versionedPaths = []string{
+var versionedPaths = openstack.Paths(
 	`payload.nova_object\.data`,
-	"event_type",
-	"message_id",
-	"timestamp",
 	`payload.nova_object\.data.uuid`,
 	`payload.nova_object\.data.tenant_id`,
 	`payload.nova_object\.data.user_id`,
@@ -93,14 +87,11 @@ var versionedPaths = []string{
 	`payload.nova_object\.data.deleted_at`,
 	`payload.nova_object\.data.audit_period.nova_object\.data.audit_period_beginning`,
 	`payload.nova_object\.data.audit_period.nova_object\.data.audit_period_ending`,
-}
+)
 
 // Indexes into paths and versionedPaths.
 const (
-	pVersioned = iota
-	pEventType
-	pMessageID
-	pTimestamp
+	pVersioned = openstack.HeaderLen + iota
 	pInstanceID
 	pTenantID
 	pUserID
@@ -131,8 +122,7 @@ func mapNova(m *sdk.Message, out *sdk.Output) {
 		m.GetMany(versionedPaths, v[:])
 	}
 	runaway(v[pHost])
-	et := v[pEventType]
-	e, ok := openstack.Start(out, v[pMessageID], v[pTimestamp], et, "nova", "instance")
+	e, et, ok := openstack.Start(out, v[:], "nova", "instance")
 	if !ok {
 		return
 	}
@@ -168,9 +158,7 @@ func mapNova(m *sdk.Message, out *sdk.Output) {
 	a.Timestamp("launched_at", v[pLaunchedAt])
 	a.Timestamp("terminated_at", v[pTerminatedAt])
 	a.Timestamp("deleted_at", v[pDeletedAt])
-	if openstack.IsExists(et) {
-		openstack.WriteAuditPeriod(a, v[pAuditBeginning], v[pAuditEnding])
-	}
+	openstack.WriteAuditPeriod(a, et, v[pAuditBeginning], v[pAuditEnding])
 	a.End()
 	e.End()
 }

@@ -25,12 +25,10 @@ func init() { sdk.Register(manifest, mapOctavia) }
 func main() {}
 
 func mapOctavia(m *sdk.Message, out *sdk.Output) {
-	et, ok := openstack.EventType(m)
+	e, et, ok := openstack.Begin(m, out, "octavia", "loadbalancer")
 	if !ok {
 		return
 	}
-	e := out.Event()
-	openstack.WriteHeader(m, e, et, "octavia", "loadbalancer", -1)
 	id := openstack.First(m, "payload.id", "payload.loadbalancer_id")
 	openstack.WriteSubject(m, e, et, id, openstack.First(m, "payload.project_id", "payload.tenant_id"), sdk.Value{}, "octavia.loadbalancer.")
 	a := e.Object("attributes")

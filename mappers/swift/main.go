@@ -39,10 +39,7 @@ const maxMeasurements = 16
 // paths are the members read, looked up together with one host call. The
 // middleware sends at most two measurements; they are among them, and any
 // further one is looked up on its own.
-var paths = []string{
-	"event_type",
-	"message_id",
-	"timestamp",
+var paths = openstack.Paths(
 	"payload.target.id",
 	"payload.initiator.project_id",
 	"payload.initiator.id",
@@ -56,14 +53,11 @@ var paths = []string{
 	"payload.measurements.1.metric.name",
 	"payload.measurements.1.result",
 	"payload.measurements.2",
-}
+)
 
 // Indexes into paths.
 const (
-	pEventType = iota
-	pMessageID
-	pTimestamp
-	pAccount
+	pAccount = openstack.HeaderLen + iota
 	pProject
 	pUser
 	pMethod
@@ -82,8 +76,7 @@ const (
 func mapSwift(m *sdk.Message, out *sdk.Output) {
 	var v [nPaths]sdk.Value
 	m.GetMany(paths, v[:])
-	et := v[pEventType]
-	e, ok := openstack.Start(out, v[pMessageID], v[pTimestamp], et, "swift", "object_storage")
+	e, et, ok := openstack.Start(out, v[:], "swift", "object_storage")
 	if !ok {
 		return
 	}

@@ -27,12 +27,10 @@ func init() { sdk.Register(manifest, mapTrove) }
 func main() {}
 
 func mapTrove(m *sdk.Message, out *sdk.Output) {
-	et, ok := openstack.EventType(m)
+	e, et, ok := openstack.Begin(m, out, "trove", "database_instance")
 	if !ok {
 		return
 	}
-	e := out.Event()
-	openstack.WriteHeader(m, e, et, "trove", "database_instance", -1)
 	project := openstack.First(m, "payload.tenant_id", "payload.project_id")
 	openstack.WriteSubject(m, e, et, m.Get("payload.instance_id"), project, m.Get("payload.user_id"), "trove.instance.")
 
@@ -45,9 +43,7 @@ func mapTrove(m *sdk.Message, out *sdk.Output) {
 	openstack.WriteStr(a, "state", m.Get("payload.state"))
 	openstack.WriteStr(a, "availability_zone", m.Get("payload.availability_zone"))
 	a.Timestamp("launched_at", m.Get("payload.launched_at"))
-	if openstack.IsExists(et) {
-		openstack.WriteAuditPeriod(a, m.Get("payload.audit_period_beginning"), m.Get("payload.audit_period_ending"))
-	}
+	openstack.WritePayloadAuditPeriod(m, a, et)
 	a.End()
 	e.End()
 }

@@ -149,14 +149,20 @@ func (v Violation) String() string {
 // CheckQuantity checks raw, the text of a JSON number, as a quantity in
 // [0, max].
 func CheckQuantity(raw []byte, max float64) Violation {
-	if len(raw) > 0 && raw[0] == '-' {
-		return Negative
-	}
 	if v, ok := smallInt(raw); ok { // the usual quantity: exact as a float64
 		if float64(v) > max {
 			return OutOfRange
 		}
 		return OK
+	}
+	return checkQuantityParsed(raw, max)
+}
+
+// checkQuantityParsed is CheckQuantity without the fast path for small
+// integers (smallInt): the reference the fast path must agree with.
+func checkQuantityParsed(raw []byte, max float64) Violation {
+	if len(raw) > 0 && raw[0] == '-' {
+		return Negative
 	}
 	f, err := strconv.ParseFloat(unsafe.String(unsafe.SliceData(raw), len(raw)), 64) //nolint:gosec // zero-copy view of raw, which is not changed during the call; ParseFloat keeps no reference (its error holds a copy)
 	switch {

@@ -1,7 +1,6 @@
 package contract
 
 import (
-	"math"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -77,24 +76,6 @@ func TestCheckTextWordAtATime(t *testing.T) {
 			t.Fatalf("%q (breaks %v): %v, want %v", s, breaks, got, want)
 		}
 	}
-}
-
-// checkQuantityParsed is CheckQuantity without the fast path for small
-// integers: the reference it must agree with.
-func checkQuantityParsed(raw []byte, max float64) Violation {
-	if len(raw) > 0 && raw[0] == '-' {
-		return Negative
-	}
-	f, err := strconv.ParseFloat(string(raw), 64)
-	switch {
-	case err != nil && math.IsInf(f, 0):
-		return NotFinite
-	case err != nil:
-		return WrongType
-	case f > max:
-		return OutOfRange
-	}
-	return OK
 }
 
 // TestCheckQuantitySmallInt: the fast path for 1 to 15 digits agrees with

@@ -12,19 +12,13 @@ func IsNumber(b []byte) bool {
 	case i < len(b) && b[i] == '0':
 		i++
 	case i < len(b) && b[i] >= '1' && b[i] <= '9':
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
+		i = digits(b, i)
 	default:
 		return false
 	}
 	if i < len(b) && b[i] == '.' {
-		i++
-		j := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-		if i == j {
+		j := i + 1
+		if i = digits(b, j); i == j {
 			return false
 		}
 	}
@@ -34,12 +28,18 @@ func IsNumber(b []byte) bool {
 			i++
 		}
 		j := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-		if i == j {
+		if i = digits(b, i); i == j {
 			return false
 		}
 	}
 	return i == len(b)
+}
+
+// digits returns the index just past the decimal digits of b that begin at
+// i (i itself when there are none).
+func digits(b []byte, i int) int {
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		i++
+	}
+	return i
 }

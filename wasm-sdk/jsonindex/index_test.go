@@ -27,11 +27,7 @@ func TestLookup(t *testing.T) {
 	"payload":{"fixed_ips":[{"address":"10.0.0.1"},{"address":"10.0.0.2"}],"n":-1.5e3,"o":{},"l":[]}, "dup":1, "dup":2}`
 	var x Index
 	mustParse(t, &x, doc)
-	cases := []struct {
-		path string
-		kind Kind
-		text string
-	}{
+	checkLookups(t, &x, []lookupCase{
 		{"", Object, doc},
 		{"a", Number, "1"},
 		{"b", Array, `[true,"x",{"c":null}]`},
@@ -55,15 +51,34 @@ func TestLookup(t *testing.T) {
 		{"payload.", Missing, ""},
 		{"nope", Missing, ""},
 		{"dup", Number, "2"}, // the last member of a name counts, as in Python's json
-	}
-	for _, c := range cases {
-		k, s, e := x.Lookup(c.path)
-		if k != c.kind || string(x.Bytes()[s:e]) != c.text {
-			t.Errorf("Lookup(%q) = %v %q, want %v %q", c.path, k, x.Bytes()[s:e], c.kind, c.text)
+	})
+}
+
+// lookupCase is a path and what a lookup of it answers: the kind and the
+// text of the value.
+type lookupCase struct {
+	path string
+	kind Kind
+	text string
+}
+
+// checkLookups fails unless Lookup answers each case, and LookupBytes and a
+// Cursor agree with it.
+func checkLookups(t *testing.T, x *Index, cases []lookupCase) {
+	t.Helper()
+	doc := x.Bytes()
+	var c Cursor
+	c.Reset(x)
+	for _, tc := range cases {
+		k, s, e := x.Lookup(tc.path)
+		if k != tc.kind || string(doc[s:e]) != tc.text {
+			t.Errorf("Lookup(%q) = %v %q, want %v %q", tc.path, k, doc[s:e], tc.kind, tc.text)
 		}
-		k2, s2, e2 := x.LookupBytes([]byte(c.path))
-		if k2 != k || s2 != s || e2 != e {
-			t.Errorf("LookupBytes(%q) differs from Lookup", c.path)
+		if k2, s2, e2 := x.LookupBytes([]byte(tc.path)); k2 != k || s2 != s || e2 != e {
+			t.Errorf("LookupBytes(%q) differs from Lookup", tc.path)
+		}
+		if k2, s2, e2 := c.LookupBytes([]byte(tc.path)); k2 != k || s2 != s || e2 != e {
+			t.Errorf("Cursor.LookupBytes(%q) = %v %q, Lookup %v %q", tc.path, k2, doc[s2:e2], k, doc[s:e])
 		}
 	}
 }

@@ -282,7 +282,7 @@ func nameBucket(name []byte) uint8 {
 
 // appendSegment appends a path segment with its escapes undone: a backslash
 // makes the next byte literal; a backslash at the end stands for itself.
-func appendSegment(dst, seg []byte) []byte {
+func appendSegment[P string | []byte](dst []byte, seg P) []byte {
 	for i := 0; i < len(seg); i++ {
 		c := seg[i]
 		if c == '\\' && i+1 < len(seg) {

@@ -82,14 +82,7 @@ func findMember[P string | []byte](x *Index, off int32, seg P, esc bool) (int32,
 	if !esc {
 		name = append(name, seg...)
 	} else {
-		for i := 0; i < len(seg); i++ {
-			c := seg[i]
-			if c == '\\' && i+1 < len(seg) {
-				i++
-				c = seg[i]
-			}
-			name = append(name, c)
-		}
+		name = appendSegment(name, seg)
 	}
 	x.segBuf = name
 	h := maphash.Bytes(x.seed, name)
@@ -112,10 +105,7 @@ func findMember[P string | []byte](x *Index, off int32, seg P, esc bool) (int32,
 func (x *Index) buildMembers(cur int32) bool {
 	nodes := x.nodes
 	nd := &nodes[cur]
-	n := 0
-	for c := cur + 1; c < nd.next; c = nodes[c].next {
-		n++
-	}
+	n := x.childCount(cur)
 	size := 1
 	for size < 2*n {
 		size <<= 1
@@ -174,21 +164,29 @@ func element[P string | []byte](x *Index, cur int32, seg P) (int32, bool) {
 	return tabs[1+idx], true
 }
 
+// childCount returns the number of members or elements of the container at
+// cur.
+func (x *Index) childCount(cur int32) int {
+	nodes := x.nodes
+	n := 0
+	for c := cur + 1; c < nodes[cur].next; c = nodes[c].next {
+		n++
+	}
+	return n
+}
+
 // buildElements builds the table of the array at cur; false as for
 // buildMembers.
 func (x *Index) buildElements(cur int32) bool {
 	nodes := x.nodes
 	nd := &nodes[cur]
-	n := 0
-	for c := cur + 1; c < nd.next; c = nodes[c].next {
-		n++
-	}
+	n := x.childCount(cur)
 	off, ok := x.grow(1 + n)
 	if !ok {
 		return false
 	}
 	tabs := x.tabs[off:]
-	tabs[0] = int32(n)
+	tabs[0] = int32(n) //nolint:gosec // grow(1 + n) succeeded, so n < 2^31
 	i := 1
 	for c := cur + 1; c < nd.next; c = nodes[c].next {
 		tabs[i] = c

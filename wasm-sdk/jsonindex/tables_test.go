@@ -32,11 +32,7 @@ func TestDuplicateMembersLastWins(t *testing.T) {
 				`"\u0061":2,"b":{"y":2},"c\u002ed":3,"e\u005cf":4,"z":{"0":"o"},"n":{"k":1,"k":5},"last":true}}`
 			var x Index
 			mustParse(t, &x, doc)
-			cases := []struct {
-				path string
-				kind Kind
-				text string
-			}{
+			checkLookups(t, &x, []lookupCase{
 				{"payload.a", Number, "2"},
 				{"payload.\\a", Number, "2"},
 				{"payload.b.x", Missing, ""},
@@ -48,21 +44,7 @@ func TestDuplicateMembersLastWins(t *testing.T) {
 				{"payload.n.k", Number, "5"},
 				{"payload.last", True, "true"},
 				{"payload.nope", Missing, ""},
-			}
-			var c Cursor
-			c.Reset(&x)
-			for _, tc := range cases {
-				k, s, e := x.Lookup(tc.path)
-				if k != tc.kind || doc[s:e] != tc.text {
-					t.Errorf("Lookup(%q) = %v %q, want %v %q", tc.path, k, doc[s:e], tc.kind, tc.text)
-				}
-				if k2, s2, e2 := x.LookupBytes([]byte(tc.path)); k2 != k || s2 != s || e2 != e {
-					t.Errorf("LookupBytes(%q) differs from Lookup", tc.path)
-				}
-				if k2, s2, e2 := c.LookupBytes([]byte(tc.path)); k2 != k || s2 != s || e2 != e {
-					t.Errorf("Cursor.LookupBytes(%q) = %v %q, Lookup %v %q", tc.path, k2, doc[s2:e2], k, doc[s:e])
-				}
-			}
+			})
 			if got, want := len(x.AppendChildren(nil, "payload")), 2*pad+13; got != want {
 				t.Errorf("AppendChildren lists %d members, want %d", got, want)
 			}

@@ -27,16 +27,22 @@ func TestNoAllocations(t *testing.T) {
 		openstack.WriteUser(msg, e, msg.Get("payload.user_id"))
 		openstack.WriteStr(e, "resource_id", openstack.First(msg, "payload.volume_id", "payload.id"))
 	}
-	paths := []string{"event_type", "message_id", "timestamp", "payload.id", "payload.tenant_id", "payload.user_id"}
+	paths := openstack.Paths("payload.id", "payload.tenant_id", "payload.user_id")
+	const pID = openstack.HeaderLen
 	many := func(msg *sdk.Message, out *sdk.Output) {
-		var v [6]sdk.Value
+		var v [openstack.HeaderLen + 3]sdk.Value
 		msg.GetMany(paths, v[:])
-		if e, ok := openstack.Start(out, v[1], v[2], v[0], "cinder", "volume"); ok {
-			openstack.WriteSubject(msg, e, v[0], v[3], v[4], v[5], "volume.")
+		if e, et, ok := openstack.Start(out, v[:], "cinder", "volume"); ok {
+			openstack.WriteSubject(msg, e, et, v[pID], v[pID+1], v[pID+2], "volume.")
+		}
+	}
+	begin := func(msg *sdk.Message, out *sdk.Output) {
+		if e, et, ok := openstack.Begin(msg, out, "cinder", "volume"); ok {
+			openstack.WriteSubject(msg, e, et, msg.Get("payload.id"), msg.Get("payload.tenant_id"), msg.Get("payload.user_id"), "volume.")
 		}
 	}
 	base := testing.AllocsPerRun(100, func() { _, _ = sdk.MapJSON(func(*sdk.Message, *sdk.Output) {}, in) })
-	for name, m := range map[string]func(*sdk.Message, *sdk.Output){"one by one": m, "Start and WriteSubject": many} {
+	for name, m := range map[string]func(*sdk.Message, *sdk.Output){"one by one": m, "Start and WriteSubject": many, "Begin and WriteSubject": begin} {
 		if n := testing.AllocsPerRun(100, func() { _, _ = sdk.MapJSON(m, in) }); n > base {
 			t.Errorf("%s: %v allocations per call, %v without the helpers", name, n, base)
 		}

@@ -2,19 +2,22 @@
 // members every event begins with (event_id, timestamp, event_type, service,
 // resource_type; then resource_id, project_id, user_id and action, which
 // WriteSubject writes together), the project and user fallbacks to the
-// request context, the action derived from the event type, and lookup paths
-// built at run time.
+// request context, the action derived from the event type, the audit period
+// of a periodic audit notification, and lookup paths built at run time.
 //
 // It is part of the guest SDK: a mapper imports it next to package sdk and it
 // is compiled into the mapper's module. The host never imports it.
 //
+// An event begins with one call: [Begin] for a mapper that looks up its
+// members one by one (Message.Get), as below; [Start] for one that looks them
+// up together (Message.GetMany) with a lookup list built by [Paths], which
+// puts the header's members first.
+//
 //	func mapVolume(m *sdk.Message, out *sdk.Output) {
-//		et, ok := openstack.EventType(m)
+//		e, et, ok := openstack.Begin(m, out, "cinder", "volume")
 //		if !ok {
 //			return
 //		}
-//		e := out.Event()
-//		openstack.WriteHeader(m, e, et, "cinder", "volume", -1)
 //		openstack.WriteAction(e, et, "volume.")
 //		openstack.WriteProject(m, e, m.Get("payload.tenant_id"))
 //		openstack.WriteUser(m, e, m.Get("payload.user_id"))

@@ -10,12 +10,10 @@ import (
 )
 
 func mapVolume(m *sdk.Message, out *sdk.Output) {
-	et, ok := openstack.EventType(m)
+	e, et, ok := openstack.Begin(m, out, "cinder", "volume")
 	if !ok {
 		return
 	}
-	e := out.Event()
-	openstack.WriteHeader(m, e, et, "cinder", "volume", -1)
 	openstack.WriteAction(e, et, "volume.")
 	openstack.WriteProject(m, e, m.Get("payload.tenant_id"))
 	openstack.WriteUser(m, e, m.Get("payload.user_id"))

@@ -97,16 +97,82 @@ func isEventType(et sdk.Value) bool {
 	return et.Kind() == sdk.String && len(et.Raw()) > 0
 }
 
+// Begin begins the one event of a notification whose members a mapper looks
+// up one by one (Message.Get): it looks up the event type, adds an event to
+// out and writes its header (see WriteHeader). ok is false, and nothing is
+// added, when the event type is not a non-empty string (see EventType).
+//
+//	e, et, ok := openstack.Begin(m, out, "glance", "image")
+//	if !ok {
+//		return
+//	}
+//	openstack.WriteSubject(m, e, et, m.Get("payload.id"), m.Get("payload.owner"), m.Get("payload.user_id"), "image.")
+//	a := e.Object("attributes")
+//	a.Quantity("size_bytes", m.Get("payload.size"))
+//	a.End()
+//	e.End()
+func Begin(m *sdk.Message, out *sdk.Output, service, resourceType string) (e *sdk.Event, et sdk.Value, ok bool) {
+	et = m.Get("event_type")
+	e, ok = start(out, m.Get("message_id"), m.Get("timestamp"), et, service, resourceType)
+	return e, et, ok
+}
+
+// The indexes of the header's members in the values of a lookup list built
+// by Paths.
+const (
+	EventTypeAt = iota // event_type
+	MessageIDAt        // message_id
+	TimestampAt        // timestamp
+	// HeaderLen is the number of header members, the index of a mapper's
+	// first own path.
+	HeaderLen
+)
+
+// Paths returns the lookup list of a mapper that looks up its members
+// together (Message.GetMany): the members the header is read from
+// (event_type, message_id and timestamp, at EventTypeAt, MessageIDAt and
+// TimestampAt), then members. It allocates the list: call it once, for a
+// package-level variable.
+//
+//	var paths = openstack.Paths("payload.id", "payload.size")
+//
+//	const (
+//		pID = openstack.HeaderLen + iota
+//		pSize
+//		nPaths
+//	)
+func Paths(members ...string) []string {
+	return append([]string{"event_type", "message_id", "timestamp"}, members...)
+}
+
 // Start begins the one event of a notification whose members a mapper has
-// looked up together (Message.GetMany): it adds an event to out and writes
-// its header (see WriteHeaderValues) from the message_id id, the timestamp ts
-// and the event type et. ok is false, and nothing is added, when et is not a
-// non-empty string (see EventType).
-func Start(out *sdk.Output, id, ts, et sdk.Value, service, resourceType string) (e *sdk.Event, ok bool) {
+// looked up together (Message.GetMany) with a list built by Paths: it adds
+// an event to out and writes its header (see WriteHeaderValues) from the
+// header's values in v, and returns the event type. ok is false, and
+// nothing is added, when the event type is not a non-empty string (see
+// EventType).
+//
+//	var v [nPaths]sdk.Value
+//	m.GetMany(paths, v[:])
+//	e, et, ok := openstack.Start(out, v[:], "cinder", "volume")
+//	if !ok {
+//		return
+//	}
+//	openstack.WriteSubject(m, e, et, v[pID], sdk.Value{}, sdk.Value{}, "volume.")
+//	e.End()
+func Start(out *sdk.Output, v []sdk.Value, service, resourceType string) (e *sdk.Event, et sdk.Value, ok bool) {
+	et = v[EventTypeAt]
+	e, ok = start(out, v[MessageIDAt], v[TimestampAt], et, service, resourceType)
+	return e, et, ok
+}
+
+// start adds an event with its header from the message_id id, the timestamp
+// ts and the event type et, unless et is not a non-empty string.
+func start(out *sdk.Output, id, ts, et sdk.Value, service, resourceType string) (*sdk.Event, bool) {
 	if !isEventType(et) {
 		return nil, false
 	}
-	e = out.Event()
+	e := out.Event()
 	WriteHeaderValues(e, id, ts, et, service, resourceType, -1)
 	return e, true
 }
@@ -219,12 +285,30 @@ func IsExists(et sdk.Value) bool {
 	return et.Equal("exists") || et.HasSuffix(".exists")
 }
 
-// WriteAuditPeriod writes audit_period_beginning and audit_period_ending from
-// beginning and ending, each as a timestamp (see sdk.Event.Timestamp): a value
-// that is missing, null or unparsable is left out.
-func WriteAuditPeriod(e *sdk.Event, beginning, ending sdk.Value) {
+// WriteAuditPeriod writes, for a periodic audit notification (IsExists(et)),
+// audit_period_beginning and audit_period_ending from beginning and ending,
+// each as a timestamp (see sdk.Event.Timestamp): a value that is missing,
+// null or unparsable is left out. For any other event type it writes
+// nothing.
+//
+//	openstack.WriteAuditPeriod(a, et, v[pAuditBeginning], v[pAuditEnding])
+func WriteAuditPeriod(e *sdk.Event, et, beginning, ending sdk.Value) {
+	if !IsExists(et) {
+		return
+	}
 	e.Timestamp("audit_period_beginning", beginning)
 	e.Timestamp("audit_period_ending", ending)
+}
+
+// WritePayloadAuditPeriod is WriteAuditPeriod with the period read from
+// payload.audit_period_beginning and payload.audit_period_ending, looked up
+// only for a periodic audit notification.
+//
+//	openstack.WritePayloadAuditPeriod(m, a, et)
+func WritePayloadAuditPeriod(m *sdk.Message, e *sdk.Event, et sdk.Value) {
+	if IsExists(et) {
+		WriteAuditPeriod(e, et, m.Get("payload.audit_period_beginning"), m.Get("payload.audit_period_ending"))
+	}
 }
 
 // Pick returns the first of vs that is usable, or a Missing value: First for

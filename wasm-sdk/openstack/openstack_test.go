@@ -94,58 +94,76 @@ func TestPathBuf(t *testing.T) {
 	}
 }
 
+// The audit period is written for a periodic audit notification only, by
+// WriteAuditPeriod from values looked up by the caller and by
+// WritePayloadAuditPeriod from the payload.
 func TestIsExistsAndAuditPeriod(t *testing.T) {
-	m := func(msg *sdk.Message, out *sdk.Output) {
+	values := func(msg *sdk.Message, out *sdk.Output) {
 		et, _ := openstack.EventType(msg)
-		e := out.Event()
-		if openstack.IsExists(et) {
-			openstack.WriteAuditPeriod(e, msg.Get("payload.b"), msg.Get("payload.e"))
-		}
+		openstack.WriteAuditPeriod(out.Event(), et, msg.Get("payload.audit_period_beginning"), msg.Get("payload.audit_period_ending"))
 	}
-	for in, want := range map[string]string{
-		`{"event_type":"volume.exists","payload":{"b":"2024-05-01 00:00:00","e":"2024-05-02T00:00:00+00:00"}}`: `{"events":[{"audit_period_beginning":"2024-05-01T00:00:00Z","audit_period_ending":"2024-05-02T00:00:00Z"}]}`,
-		`{"event_type":"instance.exists","payload":{"b":null,"e":"not a time"}}`:                               `{"events":[{}]}`,
-		`{"event_type":"volume.update.end","payload":{"b":"2024-05-01 00:00:00"}}`:                             `{"events":[{}]}`,
-		`{"event_type":"exists_count","payload":{"b":"2024-05-01 00:00:00"}}`:                                  `{"events":[{}]}`,
-	} {
-		got, err := sdk.MapJSON(m, []byte(in))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(got) != want {
-			t.Errorf("%s:\n got %s\nwant %s", in, got, want)
-		}
+	payload := func(msg *sdk.Message, out *sdk.Output) {
+		et, _ := openstack.EventType(msg)
+		openstack.WritePayloadAuditPeriod(msg, out.Event(), et)
 	}
+	checkMappings(t, map[string]mapping{"WriteAuditPeriod": values, "WritePayloadAuditPeriod": payload}, map[string]string{
+		`{"event_type":"volume.exists","payload":{"audit_period_beginning":"2024-05-01 00:00:00","audit_period_ending":"2024-05-02T00:00:00+00:00"}}`: `{"events":[{"audit_period_beginning":"2024-05-01T00:00:00Z","audit_period_ending":"2024-05-02T00:00:00Z"}]}`,
+		`{"event_type":"instance.exists","payload":{"audit_period_beginning":null,"audit_period_ending":"not a time"}}`:                               `{"events":[{}]}`,
+		`{"event_type":"volume.update.end","payload":{"audit_period_beginning":"2024-05-01 00:00:00"}}`:                                               `{"events":[{}]}`,
+		`{"event_type":"exists_count","payload":{"audit_period_beginning":"2024-05-01 00:00:00"}}`:                                                    `{"events":[{}]}`,
+	})
 }
 
-// Start adds an event with its header only for an event type that is a
-// non-empty string; WriteSubject follows the header with resource_id, the
-// project and user (falling back to the request context) and the action.
+// Start and Begin add an event with its header only for an event type that
+// is a non-empty string; WriteSubject follows the header with resource_id,
+// the project and user (falling back to the request context) and the action.
+// Both begin the same event of the same message.
 func TestStartAndWriteSubject(t *testing.T) {
-	paths := []string{"event_type", "message_id", "timestamp", "payload.id", "payload.project_id", "payload.user_id"}
-	m := func(msg *sdk.Message, out *sdk.Output) {
-		var v [6]sdk.Value
+	paths := openstack.Paths("payload.id", "payload.project_id", "payload.user_id")
+	const pID = openstack.HeaderLen
+	many := func(msg *sdk.Message, out *sdk.Output) {
+		var v [openstack.HeaderLen + 3]sdk.Value
 		msg.GetMany(paths, v[:])
-		e, ok := openstack.Start(out, v[1], v[2], v[0], "cinder", "volume")
+		e, et, ok := openstack.Start(out, v[:], "cinder", "volume")
 		if !ok {
 			return
 		}
-		openstack.WriteSubject(msg, e, v[0], v[3], v[4], v[5], "volume.")
+		openstack.WriteSubject(msg, e, et, v[pID], v[pID+1], v[pID+2], "volume.")
 		e.End()
 	}
-	for in, want := range map[string]string{
+	oneByOne := func(msg *sdk.Message, out *sdk.Output) {
+		e, et, ok := openstack.Begin(msg, out, "cinder", "volume")
+		if !ok {
+			return
+		}
+		openstack.WriteSubject(msg, e, et, msg.Get("payload.id"), msg.Get("payload.project_id"), msg.Get("payload.user_id"), "volume.")
+		e.End()
+	}
+	checkMappings(t, map[string]mapping{"Start": many, "Begin": oneByOne}, map[string]string{
 		`{"event_type":"volume.create.end","message_id":"m-1","timestamp":"2024-05-01 12:00:00","payload":{"id":"v-1","project_id":"p-1","user_id":"u-1"}}`: `{"events":[{"event_id":"m-1","timestamp":"2024-05-01T12:00:00Z","event_type":"volume.create.end","service":"cinder","resource_type":"volume","resource_id":"v-1","project_id":"p-1","user_id":"u-1","action":"create"}]}`,
 		`{"event_type":"volume.delete.start","_context_project_id":"p-ctx","_context_user":"u-ctx","payload":{"id":""}}`:                                    `{"events":[{"event_type":"volume.delete.start","service":"cinder","resource_type":"volume","project_id":"p-ctx","user_id":"u-ctx","action":"delete"}]}`,
 		`{"event_type":"","message_id":"m-1","payload":{"id":"v-1"}}`:                                                                                       `{"events":[]}`,
 		`{"event_type":7,"message_id":"m-1","payload":{"id":"v-1"}}`:                                                                                        `{"events":[]}`,
 		`{"message_id":"m-1","payload":{"id":"v-1"}}`:                                                                                                       `{"events":[]}`,
-	} {
-		got, err := sdk.MapJSON(m, []byte(in))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(got) != want {
-			t.Errorf("%s:\n got %s\nwant %s", in, got, want)
+	})
+}
+
+// mapping is a mapper's function, as sdk.MapJSON runs it.
+type mapping = func(*sdk.Message, *sdk.Output)
+
+// checkMappings fails unless each of mappings (by name) maps every input of
+// cases to its document.
+func checkMappings(t *testing.T, mappings map[string]mapping, cases map[string]string) {
+	t.Helper()
+	for in, want := range cases {
+		for name, m := range mappings {
+			got, err := sdk.MapJSON(m, []byte(in))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != want {
+				t.Errorf("%s %s:\n got %s\nwant %s", name, in, got, want)
+			}
 		}
 	}
 }
