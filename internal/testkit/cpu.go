@@ -1,7 +1,6 @@
 package testkit
 
 import (
-	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -46,10 +45,7 @@ func BenchMap[F any](b *testing.B, in []byte, mapJSON func(F, []byte) ([]byte, e
 // as the bytes of an operation (MB/s).
 func BenchMapFile[F any](b *testing.B, file string, mapJSON func(F, []byte) ([]byte, error), f F) {
 	b.Helper()
-	in, err := os.ReadFile(file)
-	if err != nil {
-		b.Fatal(err)
-	}
+	in := ReadFile(b, file)
 	b.SetBytes(int64(len(in)))
 	BenchMap(b, in, mapJSON, f)
 }
