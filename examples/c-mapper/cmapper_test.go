@@ -34,20 +34,12 @@ func cMapper(t testing.TB) []byte {
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		testkit.Missing(t, "c-mapper.wasm is not built and clang-14 failed (apt-get install %s): %v\n%s", pkgs, err, msg)
 	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return testkit.ReadFile(t, out)
 }
 
 func fixture(t testing.TB) []byte {
 	t.Helper()
-	b, err := os.ReadFile("testdata/nova_exists.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return testkit.ReadFile(t, "testdata/nova_exists.json")
 }
 
 // TestConformance runs the runtime's ABI conformance suite against the C
