@@ -269,11 +269,7 @@ func TestRunInProcessDeliversAndStopsCleanly(t *testing.T) {
 func checkCleanStop(t *testing.T, d *inProcess, v *testkit.Vhost) {
 	t.Helper()
 	log := d.log.String()
-	for _, want := range []string{`"message":"inputs stopped; every delivery taken was committed and acknowledged"`, `"message":"flushed"`, `"message":"outbox closed"`} {
-		if !strings.Contains(log, want) {
-			t.Errorf("the log lacks %s:\n%s", want, log)
-		}
-	}
+	testkit.WantAll(t, "the log", log, `"message":"inputs stopped; every delivery taken was committed and acknowledged"`, `"message":"flushed"`, `"message":"outbox closed"`)
 	if depth := checkReleased(t, d.cfg); depth != 0 {
 		t.Errorf("%d events left in the outbox after a clean stop", depth)
 	}

@@ -1,0 +1,33 @@
+package testkit
+
+import (
+	"fmt"
+	"testing"
+)
+
+// errorsTB records what a helper reports instead of failing the test.
+type errorsTB struct {
+	testing.TB
+	errs []string
+}
+
+func (e *errorsTB) Helper() {}
+
+func (e *errorsTB) Errorf(format string, args ...any) {
+	e.errs = append(e.errs, fmt.Sprintf(format, args...))
+}
+
+// WantAll reports each missing text once, naming it and what lacks it, and
+// nothing when every text is there.
+func TestWantAllReportsEachMissingText(t *testing.T) {
+	var tb errorsTB
+	WantAll(&tb, "the log", "started\nflushed\n", "started", "flushed")
+	if len(tb.errs) != 0 {
+		t.Fatalf("every text present, reported %q", tb.errs)
+	}
+	WantAll(&tb, "the log", "started\n", "started", "flushed", "closed")
+	want := []string{"the log lacks \"flushed\":\nstarted\n", "the log lacks \"closed\":\nstarted\n"}
+	if fmt.Sprint(tb.errs) != fmt.Sprint(want) {
+		t.Fatalf("reported %q, want %q", tb.errs, want)
+	}
+}
