@@ -400,15 +400,11 @@ func bareConsume(url, queue, nStr, prefetchStr string) error {
 	if err != nil {
 		return fmt.Errorf("prefetch: %w", err)
 	}
-	conn, err := amqp.DialConfig(url, amqp.Config{Properties: amqp.Table{"connection_name": "tally-bench-bare"}})
+	conn, ch, err := dialChannel(url, "tally-bench-bare")
 	if err != nil {
-		return fmt.Errorf("dial: %w", err)
+		return err
 	}
 	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return fmt.Errorf("channel: %w", err)
-	}
 	if err := ch.Qos(prefetch, 0, false); err != nil {
 		return fmt.Errorf("qos: %w", err)
 	}

@@ -34,7 +34,7 @@ func channelDir(t *testing.T) string {
 // around it; the collector is not yet started.
 func newChannelCollector(t *testing.T) (b bins, a *api, c *collector, sock string) {
 	t.Helper()
-	b, v, a := novaStack(t)
+	b, v, a := stack(t, "nova")
 	sock = filepath.Join(channelDir(t), "channel.sock")
 	c = newCollector(t, b, v, a.url(), a.token, "TALLY_OSC_EXCHANGES=nova", "TALLY_OSC_CHANNEL_SOCKET="+sock)
 	return b, a, c, sock

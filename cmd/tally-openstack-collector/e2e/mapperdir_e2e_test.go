@@ -18,7 +18,7 @@ import (
 // took it to 2.8 GiB and out of memory at every start, and the FIFO held
 // every reload and the stop.
 func TestEndToEndHostileMapperDirectory(t *testing.T) {
-	b, v, a := novaStack(t)
+	b, v, a := stack(t, "nova")
 	dir := t.TempDir()
 	dropIn(t, dir, "echo_v1", "echo")
 	if err := os.Symlink("/dev/zero", filepath.Join(dir, "zero.wasm")); err != nil {

@@ -318,7 +318,7 @@ func (lp *livezProber) close() {
 // each answers every /livez probe within a second the whole time, garbage
 // collections forced throughout.
 func meteredRunawayScenario(t *testing.T, bin string) {
-	b, v, a := novaStack(t)
+	b, v, a := stack(t, "nova")
 	b.collector = bin
 	var reps [2]*supervised
 	for i := range reps {
@@ -377,7 +377,7 @@ func (s *supervised) forceGC() {
 }
 
 func runawayScenario(t *testing.T, bin string, freeze bool) {
-	b, v, a := novaStack(t)
+	b, v, a := stack(t, "nova")
 	b.collector = bin
 
 	const watchdog = 3 * time.Second
