@@ -35,6 +35,25 @@ func Logger() zerolog.Logger {
 	return zerolog.Nop()
 }
 
+// CacheEntries answers the compiled modules a compilation cache directory
+// (CacheDir, or a runtime.Config's CacheDir) holds, by path.
+func CacheEntries(tb testing.TB, dir string) map[string]os.FileInfo {
+	tb.Helper()
+	paths, err := filepath.Glob(filepath.Join(dir, "wazero-*", "*"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := map[string]os.FileInfo{}
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		out[p] = st
+	}
+	return out
+}
+
 // BuiltModule answers a module that make builds, at path relative to the
 // repository's top directory (mappers/dist/nova.wasm, built by make wasm;
 // wasm-sdk/testdata/noop.wasm, built by make test-wasm). When it is missing

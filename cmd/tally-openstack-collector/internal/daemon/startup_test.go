@@ -22,25 +22,6 @@ func builtinsCompiled(t *testing.T, d *inProcess) float64 {
 	return metricValue(t, body, "tally_collector_mapper_builtins_compiled")
 }
 
-// cacheEntries answers the compiled modules in the compilation cache dir,
-// with their modification times.
-func cacheEntries(t *testing.T, dir string) map[string]time.Time {
-	t.Helper()
-	paths, err := filepath.Glob(filepath.Join(dir, "wazero-*", "*"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]time.Time{}
-	for _, p := range paths {
-		st, err := os.Stat(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[p] = st.ModTime()
-	}
-	return out
-}
-
 // TestStartCompilesNothing: a daemon started on an empty data directory,
 // with the default compilation cache, is ready without compiling a module
 // (builtins_compiled 0, nothing in the cache); the first nova notification
@@ -64,7 +45,7 @@ func TestStartCompilesNothing(t *testing.T) {
 			return st.Accepted == int64(n)
 		})
 	}
-	var first map[string]time.Time
+	var first map[string]os.FileInfo
 	for run := 1; run <= 2; run++ {
 		cfg := daemonSettings(t, v, srv.URL, "TALLY_OSC_MAPPER_CACHE_DIR=", "TALLY_OSC_BUFFER_PATH="+filepath.Join(data, "outbox"),
 			"TALLY_OSC_HTTP_ADDR="+testkit.FreeAddr(t))
@@ -73,7 +54,7 @@ func TestStartCompilesNothing(t *testing.T) {
 		if n := builtinsCompiled(t, d); n != 0 {
 			t.Fatalf("start %d: builtins_compiled %v once ready, want 0", run, n)
 		}
-		entries := cacheEntries(t, cacheDir)
+		entries := testkit.CacheEntries(t, cacheDir)
 		if run == 1 && len(entries) != 0 {
 			t.Fatalf("first start: %d modules compiled into %s before any notification", len(entries), cacheDir)
 		}
@@ -82,7 +63,7 @@ func TestStartCompilesNothing(t *testing.T) {
 		if n := builtinsCompiled(t, d); n != 1 {
 			t.Fatalf("start %d: builtins_compiled %v after a nova notification, want 1", run, n)
 		}
-		entries = cacheEntries(t, cacheDir)
+		entries = testkit.CacheEntries(t, cacheDir)
 		if run == 1 {
 			if len(entries) == 0 {
 				t.Fatalf("nothing compiled into %s", cacheDir)
@@ -91,8 +72,8 @@ func TestStartCompilesNothing(t *testing.T) {
 		} else if len(entries) != len(first) {
 			t.Fatalf("second start: %d entries in the cache, want the %d of the first", len(entries), len(first))
 		}
-		for p, at := range first {
-			if !entries[p].Equal(at) {
+		for p, fi := range first {
+			if now, ok := entries[p]; !ok || !now.ModTime().Equal(fi.ModTime()) {
 				t.Fatalf("start %d: entry %s written again", run, p)
 			}
 		}
