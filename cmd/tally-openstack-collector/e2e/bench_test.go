@@ -618,10 +618,7 @@ func loadAvg() string {
 // every CPU from /proc/stat, in USER_HZ.
 func machineCPU(tb testing.TB) (busy, total float64) {
 	tb.Helper()
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		tb.Fatal(err)
-	}
+	b := testkit.ReadFile(tb, "/proc/stat")
 	line, _, _ := strings.Cut(string(b), "\n")
 	f := strings.Fields(line)
 	if len(f) < 8 || f[0] != "cpu" {
@@ -693,10 +690,7 @@ func beamPIDs(root string) []int {
 // procStatus reads a kB field of /proc/<pid>/status.
 func procStatus(tb testing.TB, pid int, field string) float64 {
 	tb.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		tb.Fatal(err)
-	}
+	b := testkit.ReadFile(tb, fmt.Sprintf("/proc/%d/status", pid))
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, field+":"); ok {
 			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)

@@ -399,10 +399,7 @@ func otherUser(t *testing.T, name string) client.Cred {
 func publicBinary(t *testing.T, bin string) string {
 	t.Helper()
 	dst := filepath.Join(channelDir(t), filepath.Base(bin))
-	b, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := testkit.ReadFile(t, bin)
 	if err := os.WriteFile(dst, b, 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -136,10 +136,7 @@ type corpus struct {
 
 func loadCorpus(tb testing.TB) *corpus {
 	tb.Helper()
-	b, err := os.ReadFile("testdata/corpus.json")
-	if err != nil {
-		tb.Fatal(err)
-	}
+	b := testkit.ReadFile(tb, "testdata/corpus.json")
 	var c corpus
 	if err := json.Unmarshal(b, &c.items); err != nil {
 		tb.Fatalf("corpus: %v", err)

@@ -92,10 +92,7 @@ func TestPrintConfig(t *testing.T) {
 // file, and a summary with reasons.
 func TestMapCommand(t *testing.T) {
 	var items []map[string]any
-	b, err := os.ReadFile("../../e2e/testdata/corpus.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := testkit.ReadFile(t, "../../e2e/testdata/corpus.json")
 	if err := json.Unmarshal(b, &items); err != nil {
 		t.Fatal(err)
 	}

@@ -74,11 +74,7 @@ func TestMapperNewFromCapture(t *testing.T) {
 	testkit.WantAll(t, "the last line", last, "go test ./mappers/magnum", "make mapper NAME=magnum", "magnum-ex", "TALLY_OSC_EXCHANGES")
 	read := func(name string) string {
 		t.Helper()
-		b, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(b)
+		return string(testkit.ReadFile(t, filepath.Join(dir, name)))
 	}
 	for _, f := range []string{"main.go", "golden_test.go", "fuzz_test.go"} {
 		src := read(f)

@@ -208,10 +208,7 @@ func checkReleased(t *testing.T, cfg *settings.Config) int64 {
 // from it).
 func novaNotification(t *testing.T, n int) []byte {
 	t.Helper()
-	fixture, err := os.ReadFile(testkit.RepoPath(t, "mappers", "nova", "testdata", "compute.instance.create.end__almanach__1.in.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	fixture := testkit.ReadFile(t, testkit.RepoPath(t, "mappers", "nova", "testdata", "compute.instance.create.end__almanach__1.in.json"))
 	var inner map[string]any
 	if err := json.Unmarshal(fixture, &inner); err != nil {
 		t.Fatal(err)

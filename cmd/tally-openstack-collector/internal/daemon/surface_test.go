@@ -9,7 +9,6 @@ import (
 	"bufio"
 	"maps"
 	"net/http"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -183,10 +182,7 @@ func TestFreshDaemonExportsWhatTheRulesAndDocsName(t *testing.T) {
 	})
 
 	t.Run("docs/operations.md", func(t *testing.T) {
-		doc, err := os.ReadFile(testkit.RepoPath(t, "docs", "operations.md"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		doc := testkit.ReadFile(t, testkit.RepoPath(t, "docs", "operations.md"))
 		rows := metricRows(t, string(doc))
 		documented := map[string]bool{}
 		for _, r := range rows {
@@ -229,10 +225,7 @@ func TestFreshDaemonExportsWhatTheRulesAndDocsName(t *testing.T) {
 				}
 			}
 		}
-		channelDoc, err := os.ReadFile(testkit.RepoPath(t, "docs", "channel.md"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		channelDoc := testkit.ReadFile(t, testkit.RepoPath(t, "docs", "channel.md"))
 		for name := range fams {
 			if !strings.HasPrefix(name, "tally_collector_") || documented[name] {
 				continue

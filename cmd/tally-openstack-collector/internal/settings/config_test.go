@@ -425,10 +425,7 @@ func TestSecretsRedacted(t *testing.T) {
 
 // TestSettingsDocumented: docs/settings.md names every setting with its default.
 func TestSettingsDocumented(t *testing.T) {
-	b, err := os.ReadFile(repo + "/docs/settings.md")
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := testkit.ReadFile(t, repo+"/docs/settings.md")
 	doc := string(b)
 	for _, s := range table {
 		if !strings.Contains(doc, "`"+s.env()+"`") {
@@ -601,10 +598,7 @@ func TestDocumentedVariablesExist(t *testing.T) {
 	word := regexp.MustCompile(`\bTALLY_OSC_[A-Z0-9_]*[A-Z0-9]\b`)
 	src := code.String()
 	for _, p := range docs {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := testkit.ReadFile(t, p)
 		for _, v := range word.FindAllString(string(b), -1) {
 			if known[v] || strings.Contains(src, v) {
 				continue
@@ -694,10 +688,7 @@ func TestMinimums(t *testing.T) {
 // TestMinimumsDocumented: docs/settings.md's table of minimums has a row for
 // every setting with one, stating the value the code applies.
 func TestMinimumsDocumented(t *testing.T) {
-	b, err := os.ReadFile(repo + "/docs/settings.md")
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := testkit.ReadFile(t, repo+"/docs/settings.md")
 	doc := string(b)
 	_, section, ok := strings.Cut(doc, "\n## Minimums\n")
 	if !ok {
