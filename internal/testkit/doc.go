@@ -2,11 +2,10 @@
 // when a tool or a service a test needs is missing, the real RabbitMQ and a
 // virtual host of a test's own on it, the lock that keeps broker restarts
 // away from tests that count messages, waiting for a background reaction,
-// the compiled-module cache and what it holds, the test modules built by
-// make test-wasm, delivering every event an outbox holds (DeliverAll),
-// failing a test for each expected text an output lacks (WantAll);
-// directories and system users for tests that run clients as other users
-// (PublicTempDir, SystemUser); and the three-node RabbitMQ 4 cluster of
+// the compiled-module cache and the test modules built by make test-wasm,
+// delivering every event an outbox holds (DeliverAll); directories and
+// system users for tests that run clients as other users (PublicTempDir,
+// SystemUser); and the three-node RabbitMQ 4 cluster of
 // .ci/rabbitmq4-cluster (RabbitMQ4Cluster, RabbitMQ4Ctl, StopRabbitMQ4Node,
 // StartRabbitMQ4Node; see docs/broker.md, "A RabbitMQ 4 cluster for tests").
 //
@@ -19,4 +18,7 @@
 // developer's machine that should not get those packages,
 // TALLY_OSC_ALLOW_SKIP=1 turns these failures into skips, with the same
 // message.
+//
+// WantAll fails a test for each text it expects that an output lacks, naming
+// the output and the text.
 package testkit

@@ -26,17 +26,8 @@ func CacheDir(tb testing.TB) string {
 	return filepath.Join(os.TempDir(), "tally-osc-test-wazero-cache")
 }
 
-// Logger answers a logger that discards, or writes to stderr when TEST_LOG
-// is set (to read what a failing test's component said).
-func Logger() zerolog.Logger {
-	if os.Getenv("TEST_LOG") != "" {
-		return zerolog.New(zerolog.NewConsoleWriter()).With().Timestamp().Logger()
-	}
-	return zerolog.Nop()
-}
-
-// CacheEntries answers the compiled modules a compilation cache directory
-// (CacheDir, or a runtime.Config's CacheDir) holds, by path.
+// CacheEntries answers the compiled modules in the compilation cache dir
+// (one directory a wazero version, one file a module), by path.
 func CacheEntries(tb testing.TB, dir string) map[string]os.FileInfo {
 	tb.Helper()
 	paths, err := filepath.Glob(filepath.Join(dir, "wazero-*", "*"))
@@ -52,6 +43,15 @@ func CacheEntries(tb testing.TB, dir string) map[string]os.FileInfo {
 		out[p] = st
 	}
 	return out
+}
+
+// Logger answers a logger that discards, or writes to stderr when TEST_LOG
+// is set (to read what a failing test's component said).
+func Logger() zerolog.Logger {
+	if os.Getenv("TEST_LOG") != "" {
+		return zerolog.New(zerolog.NewConsoleWriter()).With().Timestamp().Logger()
+	}
+	return zerolog.Nop()
 }
 
 // BuiltModule answers a module that make builds, at path relative to the

@@ -164,8 +164,15 @@ func (v *Vhost) Publish(tb testing.TB, exchange, key string, bodies ...[]byte) {
 // exists (a passive declare, so it costs no rabbitmqctl call).
 func (v *Vhost) QueueState(tb testing.TB, queue string) (ready int, exists bool) {
 	tb.Helper()
-	c, ch := v.channel(tb)
+	c, err := amqp.Dial(v.URL())
+	if err != nil {
+		tb.Fatal(err)
+	}
 	defer c.Close()
+	ch, err := c.Channel()
+	if err != nil {
+		tb.Fatal(err)
+	}
 	q, err := ch.QueueDeclarePassive(queue, false, false, false, false, nil)
 	var ae *amqp.Error
 	if errors.As(err, &ae) && ae.Code == amqp.NotFound {

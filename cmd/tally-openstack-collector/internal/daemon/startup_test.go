@@ -72,8 +72,8 @@ func TestStartCompilesNothing(t *testing.T) {
 		} else if len(entries) != len(first) {
 			t.Fatalf("second start: %d entries in the cache, want the %d of the first", len(entries), len(first))
 		}
-		for p, fi := range first {
-			if now, ok := entries[p]; !ok || !now.ModTime().Equal(fi.ModTime()) {
+		for p, st := range first {
+			if e := entries[p]; e == nil || !e.ModTime().Equal(st.ModTime()) {
 				t.Fatalf("start %d: entry %s written again", run, p)
 			}
 		}
