@@ -76,11 +76,10 @@ func publishTypes(t *testing.T, conn *amqp.Connection, eventType, prefix string,
 // mapped twice). Then a module that traps dead-letters notifications, a fixed
 // version is dropped in and promoted, and `deadletter replay` delivers them.
 func TestEndToEndHotReloadMigrationAndReplay(t *testing.T) {
-	b, v, a := stack(t, "nova")
 	dir := t.TempDir()
 	dropIn(t, dir, "echo_v1", "echo")
 	dropIn(t, dir, "flaky_v1", "flaky")
-	c := newCollector(t, b, v, a.url(), a.token, "TALLY_OSC_EXCHANGES=nova", "TALLY_OSC_MAPPERS_DIR="+dir)
+	c, v, a := novaCollector(t, "TALLY_OSC_MAPPERS_DIR="+dir)
 	c.start(t)
 	c.waitReady(t)
 	if out := c.cli(t, "mappers"); !strings.Contains(out, "echo@1.0.0") || !strings.Contains(out, "nova@") {
@@ -154,10 +153,9 @@ func TestEndToEndHotReloadMigrationAndReplay(t *testing.T) {
 // candidate still in shadow; the candidate is not promoted by the restart.
 // The decisions are kept in the outbox, which outlives the process.
 func TestEndToEndMigrationSurvivesAKill(t *testing.T) {
-	b, v, a := stack(t, "nova")
 	dir := t.TempDir()
 	dropIn(t, dir, "echo_v1", "echo")
-	c := newCollector(t, b, v, a.url(), a.token, "TALLY_OSC_EXCHANGES=nova", "TALLY_OSC_MAPPERS_DIR="+dir)
+	c, _, _ := novaCollector(t, "TALLY_OSC_MAPPERS_DIR="+dir)
 	c.start(t)
 	c.waitReady(t)
 	dropIn(t, dir, "echo_v2", "echo-2")

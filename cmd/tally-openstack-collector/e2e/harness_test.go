@@ -106,6 +106,15 @@ func stack(t *testing.T, exchanges ...string) (bins, *vhost, *api) {
 	return b, v, startAPI(t, b)
 }
 
+// novaCollector is a collector, not yet started, consuming the nova exchange
+// of a stack of its own with the settings extra; with the stack's virtual
+// host and Reporting API.
+func novaCollector(t *testing.T, extra ...string) (*collector, *vhost, *api) {
+	t.Helper()
+	b, v, a := stack(t, "nova")
+	return newCollector(t, b, v, a.url(), a.token, append([]string{"TALLY_OSC_EXCHANGES=nova"}, extra...)...), v, a
+}
+
 // queueDepth answers the ready and unacknowledged messages of a queue, -1
 // and -1 when there is no such queue.
 func queueDepth(tb testing.TB, v *vhost, queue string) (ready, unacked int) {

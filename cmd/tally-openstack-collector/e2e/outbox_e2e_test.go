@@ -59,10 +59,9 @@ func TestEndToEndSecondCollectorOnTheSameOutbox(t *testing.T) {
 // queue, /readyz fails and the metrics say why; `deadletter purge` makes
 // room and consumption resumes.
 func TestEndToEndDeadLetterBoundPauses(t *testing.T) {
-	b, v, a := stack(t, "nova")
 	dir := t.TempDir()
 	dropIn(t, dir, "flaky_v1", "flaky") // traps on every call
-	c := newCollector(t, b, v, a.url(), a.token, "TALLY_OSC_EXCHANGES=nova", "TALLY_OSC_MAPPERS_DIR="+dir,
+	c, v, _ := novaCollector(t, "TALLY_OSC_MAPPERS_DIR="+dir,
 		"TALLY_OSC_DEADLETTER_MAX_EVENTS=3")
 	c.start(t)
 	c.waitReady(t)

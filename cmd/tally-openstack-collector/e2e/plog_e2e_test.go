@@ -17,15 +17,13 @@ import (
 // chain naming the built-in nova module, and checks they reach the Reporting
 // API through the same outbox and sender as the AMQP input.
 func TestEndToEndPlog(t *testing.T) {
-	b, v, a := stack(t, "nova")
-
 	udpAddr, tcpAddr := testkit.FreeAddr(t), testkit.FreeAddr(t)
 	cfg := filepath.Join(t.TempDir(), "collector.yaml")
 	yaml := fmt.Sprintf("plog:\n  listeners:\n    - address: udp://%s\n      mappers: [nova]\n    - address: tcp://%s\n      mappers: [nova]\n", udpAddr, tcpAddr)
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c := newCollector(t, b, v, a.url(), a.token, "TALLY_OSC_EXCHANGES=nova",
+	c, _, a := novaCollector(t,
 		"TALLY_OSC_PLOG_LISTENERS=udp://"+udpAddr+",tcp://"+tcpAddr)
 	c.runs++
 	c.p = startProc(t, "collector", c.bin, []string{"--config", cfg}, c.env)
