@@ -116,14 +116,10 @@ func benchMap(b *testing.B, opts ...runtime.ModuleOption) {
 	}
 	ctx := context.Background()
 	src := runtime.Source{Exchange: "nova", RoutingKey: "notifications.info"}
-	b.ReportAllocs()
-	start := testkit.CPUTime()
-	for b.Loop() {
-		if _, err := m.Map(ctx, &x, src); err != nil {
-			b.Fatal(err)
-		}
-	}
-	testkit.ReportCPU(b, start)
+	testkit.BenchCPU(b, func() error {
+		_, err := m.Map(ctx, &x, src)
+		return err
+	})
 }
 
 // BenchmarkMap: the C mapper on a ~2 KB compute.instance.exists through the

@@ -31,10 +31,21 @@ func ReportCPU(b *testing.B, cpu0 time.Duration) {
 //
 //	testkit.BenchMap(b, in, sdk.MapJSON, mapNova)
 func BenchMap[F any](b *testing.B, in []byte, mapJSON func(F, []byte) ([]byte, error), f F) {
+	BenchCPU(b, func() error {
+		_, err := mapJSON(f, in)
+		return err
+	})
+}
+
+// BenchCPU runs call in a b.Loop, an error failing the benchmark, and
+// reports allocations and the CPU time per call (cpu-ns/op): the loop of
+// BenchMap and BenchIndexed, and of a benchmark of a host that maps through
+// its own calls.
+func BenchCPU(b *testing.B, call func() error) {
 	b.ReportAllocs()
 	cpu0 := CPUTime()
 	for b.Loop() {
-		if _, err := mapJSON(f, in); err != nil {
+		if err := call(); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -56,17 +67,12 @@ func BenchMapFile[F any](b *testing.B, file string, mapJSON func(F, []byte) ([]b
 // (cpu-ns/op) are reported.
 func BenchIndexed(b *testing.B, in []byte, call func(*jsonindex.Index) error) {
 	var x jsonindex.Index
-	b.ReportAllocs()
-	cpu0 := CPUTime()
-	for b.Loop() {
+	BenchCPU(b, func() error {
 		if err := x.Parse(in); err != nil {
-			b.Fatal(err)
+			return err
 		}
-		if err := call(&x); err != nil {
-			b.Fatal(err)
-		}
-	}
-	ReportCPU(b, cpu0)
+		return call(&x)
+	})
 }
 
 // BenchIndexedParallel runs call in b.RunParallel until the benchmark ends,
