@@ -34,20 +34,12 @@ func cMapper(t testing.TB) []byte {
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		testkit.Missing(t, "c-mapper.wasm is not built and clang-14 failed (apt-get install %s): %v\n%s", pkgs, err, msg)
 	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return testkit.ReadFile(t, out)
 }
 
 func fixture(t testing.TB) []byte {
 	t.Helper()
-	b, err := os.ReadFile("testdata/nova_exists.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return testkit.ReadFile(t, "testdata/nova_exists.json")
 }
 
 // TestConformance runs the runtime's ABI conformance suite against the C
@@ -124,14 +116,10 @@ func benchMap(b *testing.B, opts ...runtime.ModuleOption) {
 	}
 	ctx := context.Background()
 	src := runtime.Source{Exchange: "nova", RoutingKey: "notifications.info"}
-	b.ReportAllocs()
-	start := testkit.CPUTime()
-	for b.Loop() {
-		if _, err := m.Map(ctx, &x, src); err != nil {
-			b.Fatal(err)
-		}
-	}
-	testkit.ReportCPU(b, start)
+	testkit.BenchCPU(b, func() error {
+		_, err := m.Map(ctx, &x, src)
+		return err
+	})
 }
 
 // BenchmarkMap: the C mapper on a ~2 KB compute.instance.exists through the

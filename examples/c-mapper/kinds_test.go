@@ -1,12 +1,12 @@
 package cmapper_test
 
 import (
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/wasm-sdk/jsonindex"
 )
 
@@ -15,10 +15,7 @@ import (
 // internal/repocheck holds to docs/abi.md): a C guest reads the same kinds
 // the host answers.
 func TestHeaderKindsAreTheABIs(t *testing.T) {
-	h, err := os.ReadFile("src/tally.h")
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := testkit.ReadFile(t, "src/tally.h")
 	enum := regexp.MustCompile(`(?s)enum tally_kind \{(.*?)\};`).FindSubmatch(h)
 	if enum == nil {
 		t.Fatal("src/tally.h declares no enum tally_kind")

@@ -8,16 +8,15 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
 // The build stage installs nothing `make build` does not run: every command
 // of its recipe (as make prints it without running it) is Go's, make's or
 // the base image's.
 func TestBuildStageInstallsWhatMakeBuildRuns(t *testing.T) {
-	cf, err := os.ReadFile("Containerfile")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cf := testkit.ReadFile(t, "Containerfile")
 	build := regexp.MustCompile(`(?s)FROM \S+ AS build\n(.*?)\nFROM `).FindSubmatch(cf)
 	if build == nil {
 		t.Fatal("no build stage in the Containerfile")

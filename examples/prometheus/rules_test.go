@@ -99,10 +99,7 @@ func TestPrometheusRuleMatchesRulesFile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, err := os.ReadFile(manifestFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := testkit.ReadFile(t, manifestFile)
 	if !bytes.Equal(got, want) {
 		t.Fatalf("%s differs from what %s generates; run %s=1 go test ./examples/prometheus -run %s",
 			manifestFile, rulesFile, writeManifestEnv, t.Name())
@@ -146,10 +143,7 @@ func anchor(heading string) string {
 // check and what to do. Every alert is tested in tests.yml both where it
 // fires and where it must not.
 func TestAlertsHaveRunbooksAndTests(t *testing.T) {
-	doc, err := os.ReadFile(operationsDoc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	doc := testkit.ReadFile(t, operationsDoc)
 	sections := map[string]string{} // anchor -> body up to the next heading
 	var cur string
 	for _, line := range strings.Split(string(doc), "\n") {
@@ -162,10 +156,7 @@ func TestAlertsHaveRunbooksAndTests(t *testing.T) {
 			sections[cur] += line + "\n"
 		}
 	}
-	tb, err := os.ReadFile(testsFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tb := testkit.ReadFile(t, testsFile)
 	var tests struct {
 		Tests []struct {
 			AlertRuleTest []struct {

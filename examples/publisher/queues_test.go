@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-
 	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
@@ -15,13 +13,9 @@ import (
 // with --delete removes them; a queue that does not exist is left out.
 func TestQueuesListsAndDeletes(t *testing.T) {
 	testkit.RequireBroker(t)
-	url := "amqp://guest:guest@" + testkit.BrokerAddr + "/"
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
+	v := testkit.VhostByName("/")
+	url := v.URL()
+	ch, err := v.Conn(t).Channel()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,18 +25,7 @@ func TestQueuesListsAndDeletes(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = ch.QueueDelete(name, false, false, false) })
-	if err := ch.Confirm(false); err != nil {
-		t.Fatal(err)
-	}
-	for range 2 {
-		dc, err := ch.PublishWithDeferredConfirm("", name, false, false, amqp.Publishing{Body: []byte("{}")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !dc.Wait() {
-			t.Fatal("publish not confirmed")
-		}
-	}
+	v.Publish(t, "", name, []byte("{}"), []byte("{}"))
 	var out bytes.Buffer
 	if err := runQueues([]string{"--url", url, missing, name}, &out); err != nil {
 		t.Fatal(err)

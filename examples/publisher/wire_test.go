@@ -3,11 +3,12 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"regexp"
 	"testing"
 	"time"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
 // The encoder reproduces oslo's bytes: decoding a captured body and encoding
@@ -18,10 +19,7 @@ func TestEnvelopeMatchesCaptures(t *testing.T) {
 		t.Fatal("captures missing")
 	}
 	for _, f := range files {
-		body, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
+		body := testkit.ReadFile(t, f)
 		var outer struct {
 			Message string `json:"oslo.message"`
 		}

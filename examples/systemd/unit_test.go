@@ -3,11 +3,12 @@
 package systemd
 
 import (
-	"os"
 	"regexp"
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
 // Every secret a setting names by file (a token, a private key) reaches the
@@ -15,18 +16,9 @@ import (
 // %d/<name>, both active or both commented out; the environment file sets
 // none of them, since the dynamic user could not own the file.
 func TestSecretFilesAreCredentials(t *testing.T) {
-	unit, err := os.ReadFile("tally-openstack-collector.service")
-	if err != nil {
-		t.Fatal(err)
-	}
-	env, err := os.ReadFile("env.example")
-	if err != nil {
-		t.Fatal(err)
-	}
-	settings, err := os.ReadFile("../../docs/settings.md")
-	if err != nil {
-		t.Fatal(err)
-	}
+	unit := testkit.ReadFile(t, "tally-openstack-collector.service")
+	env := testkit.ReadFile(t, "env.example")
+	settings := testkit.ReadFile(t, "../../docs/settings.md")
 	secrets := map[string]bool{}
 	for _, s := range regexp.MustCompile(`TALLY_OSC_[A-Z_]*(KEY|TOKEN)_FILE`).FindAllString(string(settings), -1) {
 		secrets[s] = true

@@ -1,7 +1,6 @@
 package testkit
 
 import (
-	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -32,10 +31,21 @@ func ReportCPU(b *testing.B, cpu0 time.Duration) {
 //
 //	testkit.BenchMap(b, in, sdk.MapJSON, mapNova)
 func BenchMap[F any](b *testing.B, in []byte, mapJSON func(F, []byte) ([]byte, error), f F) {
+	BenchCPU(b, func() error {
+		_, err := mapJSON(f, in)
+		return err
+	})
+}
+
+// BenchCPU runs call in a b.Loop, an error failing the benchmark, and
+// reports allocations and the CPU time per call (cpu-ns/op): the loop of
+// BenchMap and BenchIndexed, and of a benchmark of a host that maps through
+// its own calls.
+func BenchCPU(b *testing.B, call func() error) {
 	b.ReportAllocs()
 	cpu0 := CPUTime()
 	for b.Loop() {
-		if _, err := mapJSON(f, in); err != nil {
+		if err := call(); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -46,10 +56,7 @@ func BenchMap[F any](b *testing.B, in []byte, mapJSON func(F, []byte) ([]byte, e
 // as the bytes of an operation (MB/s).
 func BenchMapFile[F any](b *testing.B, file string, mapJSON func(F, []byte) ([]byte, error), f F) {
 	b.Helper()
-	in, err := os.ReadFile(file)
-	if err != nil {
-		b.Fatal(err)
-	}
+	in := ReadFile(b, file)
 	b.SetBytes(int64(len(in)))
 	BenchMap(b, in, mapJSON, f)
 }
@@ -60,17 +67,12 @@ func BenchMapFile[F any](b *testing.B, file string, mapJSON func(F, []byte) ([]b
 // (cpu-ns/op) are reported.
 func BenchIndexed(b *testing.B, in []byte, call func(*jsonindex.Index) error) {
 	var x jsonindex.Index
-	b.ReportAllocs()
-	cpu0 := CPUTime()
-	for b.Loop() {
+	BenchCPU(b, func() error {
 		if err := x.Parse(in); err != nil {
-			b.Fatal(err)
+			return err
 		}
-		if err := call(&x); err != nil {
-			b.Fatal(err)
-		}
-	}
-	ReportCPU(b, cpu0)
+		return call(&x)
+	})
 }
 
 // BenchIndexedParallel runs call in b.RunParallel until the benchmark ends,

@@ -22,4 +22,7 @@
 // developer's machine that should not get those packages,
 // TALLY_OSC_ALLOW_SKIP=1 turns these failures into skips, with the same
 // message.
+//
+// WantAll fails a test for each text it expects that an output lacks, naming
+// the output and the text.
 package testkit

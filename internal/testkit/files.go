@@ -27,10 +27,7 @@ func CopyDir(tb testing.TB, src string) string {
 		if !e.Type().IsRegular() {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(src, e.Name()))
-		if err != nil {
-			tb.Fatal(err)
-		}
+		b := ReadFile(tb, filepath.Join(src, e.Name()))
 		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o600); err != nil {
 			tb.Fatal(err)
 		}

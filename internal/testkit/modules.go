@@ -85,9 +85,5 @@ func WAT(tb testing.TB, dir, name string) []byte {
 	if msg, err := exec.Command(wat2wasm, "-o", out, filepath.Join(dir, name+".wat")).CombinedOutput(); err != nil {
 		tb.Fatalf("wat2wasm %s: %v\n%s", filepath.Join(dir, name+".wat"), err, msg)
 	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return b
+	return ReadFile(tb, out)
 }

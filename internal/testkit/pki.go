@@ -135,10 +135,7 @@ func (ca *CA) Pool() *x509.CertPool {
 // way a rotation tool replaces a certificate.
 func CopyFile(tb testing.TB, src, dst string) {
 	tb.Helper()
-	b, err := os.ReadFile(src)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	b := ReadFile(tb, src)
 	tmp := dst + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		tb.Fatal(err)

@@ -39,6 +39,26 @@ func rmq4Dial(t *testing.T, url string) *amqp.Channel {
 	return ch
 }
 
+// rmq4QuorumQueue declares queue on the node at url as a quorum queue with
+// RabbitMQ 4's unlimited delivery limit, as the collector declares its own,
+// deleted when the test ends; it answers the channel it declared it on.
+func rmq4QuorumQueue(t *testing.T, url, queue string) *amqp.Channel {
+	t.Helper()
+	ch := rmq4Dial(t, url)
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, amqp.Table{
+		"x-queue-type":     "quorum",
+		"x-delivery-limit": int64(-1),
+	}); err != nil {
+		t.Fatalf("declare quorum queue %s with x-delivery-limit -1: %v", queue, err)
+	}
+	t.Cleanup(func() {
+		if _, err := rmq4Dial(t, url).QueueDelete(queue, false, false, false); err != nil {
+			t.Errorf("deleting %s: %v", queue, err)
+		}
+	})
+	return ch
+}
+
 // rmq4RoundTrip publishes body on node pub (a URL) to queue and reads it back
 // through node sub.
 func rmq4RoundTrip(t *testing.T, pub, sub, queue, body string) {
@@ -96,22 +116,8 @@ func TestRabbitMQ4Cluster(t *testing.T) {
 		t.Fatalf("second call returned %v, want %v", again, urls)
 	}
 
-	// A quorum queue declared on node 1 with RabbitMQ 4's unlimited delivery
-	// limit, as the collector declares its own.
 	queue := fmt.Sprintf("tally-testkit-%d-%d", os.Getpid(), time.Now().UnixNano())
-	ch := rmq4Dial(t, urls[0])
-	if _, err := ch.QueueDeclare(queue, true, false, false, false, amqp.Table{
-		"x-queue-type":     "quorum",
-		"x-delivery-limit": int64(-1),
-	}); err != nil {
-		t.Fatalf("declare quorum queue with x-delivery-limit -1: %v", err)
-	}
-	t.Cleanup(func() {
-		del := rmq4Dial(t, urls[0])
-		if _, err := del.QueueDelete(queue, false, false, false); err != nil {
-			t.Errorf("deleting %s: %v", queue, err)
-		}
-	})
+	rmq4QuorumQueue(t, urls[0], queue)
 
 	rmq4RoundTrip(t, urls[1], urls[1], queue, "through node 2")
 
@@ -138,18 +144,7 @@ func TestRabbitMQ4ConsumerTimeoutPolicy(t *testing.T) {
 	RabbitMQ4Ctl(t, 1, "set_policy", queue, "^"+queue+"$", `{"consumer-timeout":1000}`, "--apply-to", "quorum_queues")
 	t.Cleanup(func() { RabbitMQ4Ctl(t, 1, "clear_policy", queue) })
 
-	ch := rmq4Dial(t, urls[0])
-	if _, err := ch.QueueDeclare(queue, true, false, false, false, amqp.Table{
-		"x-queue-type":     "quorum",
-		"x-delivery-limit": int64(-1),
-	}); err != nil {
-		t.Fatalf("declare: %v", err)
-	}
-	t.Cleanup(func() {
-		if _, err := rmq4Dial(t, urls[0]).QueueDelete(queue, false, false, false); err != nil {
-			t.Errorf("deleting %s: %v", queue, err)
-		}
-	})
+	ch := rmq4QuorumQueue(t, urls[0], queue)
 	if err := ch.Publish("", queue, false, false, amqp.Publishing{Body: []byte("never acked")}); err != nil {
 		t.Fatalf("publish: %v", err)
 	}

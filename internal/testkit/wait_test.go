@@ -23,15 +23,19 @@ func TestBackgroundStops(t *testing.T) {
 	stop()
 }
 
-// errorsTB records the failures Background reports, and holds its cleanup.
+// errorsTB records what a helper reports instead of failing the test, and
+// drops the cleanups it is given.
 type errorsTB struct {
 	testing.TB
 	errs []string
 }
 
+func (e *errorsTB) Helper() {}
+
 func (e *errorsTB) Errorf(format string, args ...any) {
 	e.errs = append(e.errs, fmt.Sprintf(format, args...))
 }
+
 func (e *errorsTB) Cleanup(func()) {}
 
 // A Run that does not return within the limit fails the test.

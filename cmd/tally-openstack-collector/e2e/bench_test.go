@@ -400,15 +400,11 @@ func bareConsume(url, queue, nStr, prefetchStr string) error {
 	if err != nil {
 		return fmt.Errorf("prefetch: %w", err)
 	}
-	conn, err := amqp.DialConfig(url, amqp.Config{Properties: amqp.Table{"connection_name": "tally-bench-bare"}})
+	conn, ch, err := dialChannel(url, "tally-bench-bare")
 	if err != nil {
-		return fmt.Errorf("dial: %w", err)
+		return err
 	}
 	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return fmt.Errorf("channel: %w", err)
-	}
 	if err := ch.Qos(prefetch, 0, false); err != nil {
 		return fmt.Errorf("qos: %w", err)
 	}
@@ -622,10 +618,7 @@ func loadAvg() string {
 // every CPU from /proc/stat, in USER_HZ.
 func machineCPU(tb testing.TB) (busy, total float64) {
 	tb.Helper()
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		tb.Fatal(err)
-	}
+	b := testkit.ReadFile(tb, "/proc/stat")
 	line, _, _ := strings.Cut(string(b), "\n")
 	f := strings.Fields(line)
 	if len(f) < 8 || f[0] != "cpu" {
@@ -697,10 +690,7 @@ func beamPIDs(root string) []int {
 // procStatus reads a kB field of /proc/<pid>/status.
 func procStatus(tb testing.TB, pid int, field string) float64 {
 	tb.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		tb.Fatal(err)
-	}
+	b := testkit.ReadFile(tb, fmt.Sprintf("/proc/%d/status", pid))
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, field+":"); ok {
 			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)

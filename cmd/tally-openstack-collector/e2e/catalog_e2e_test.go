@@ -76,11 +76,10 @@ func publishTypes(t *testing.T, conn *amqp.Connection, eventType, prefix string,
 // mapped twice). Then a module that traps dead-letters notifications, a fixed
 // version is dropped in and promoted, and `deadletter replay` delivers them.
 func TestEndToEndHotReloadMigrationAndReplay(t *testing.T) {
-	b, v, a := novaStack(t)
 	dir := t.TempDir()
 	dropIn(t, dir, "echo_v1", "echo")
 	dropIn(t, dir, "flaky_v1", "flaky")
-	c := newCollector(t, b, v, a.url(), a.token, "TALLY_OSC_EXCHANGES=nova", "TALLY_OSC_MAPPERS_DIR="+dir)
+	c, v, a := novaCollector(t, "TALLY_OSC_MAPPERS_DIR="+dir)
 	c.start(t)
 	c.waitReady(t)
 	if out := c.cli(t, "mappers"); !strings.Contains(out, "echo@1.0.0") || !strings.Contains(out, "nova@") {
@@ -149,30 +148,14 @@ func TestEndToEndHotReloadMigrationAndReplay(t *testing.T) {
 	}
 }
 
-// novaStack skips in -short mode, else starts what the daemon's end-to-end
-// tests of one exchange share: the built binaries, a virtual host of their
-// own with the nova exchange declared, and the reference Reporting API.
-func novaStack(t *testing.T) (bins, *vhost, *api) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("end-to-end test")
-	}
-	testkit.RequireBroker(t)
-	b := buildBinaries(t)
-	v := testkit.NewVhost(t)
-	v.DeclareExchanges(t, false, "nova")
-	return b, v, startAPI(t, b)
-}
-
 // TestEndToEndMigrationSurvivesAKill: a collector killed with SIGKILL during
 // a shadow migration comes back with the same version in service and the
 // candidate still in shadow; the candidate is not promoted by the restart.
 // The decisions are kept in the outbox, which outlives the process.
 func TestEndToEndMigrationSurvivesAKill(t *testing.T) {
-	b, v, a := novaStack(t)
 	dir := t.TempDir()
 	dropIn(t, dir, "echo_v1", "echo")
-	c := newCollector(t, b, v, a.url(), a.token, "TALLY_OSC_EXCHANGES=nova", "TALLY_OSC_MAPPERS_DIR="+dir)
+	c, _, _ := novaCollector(t, "TALLY_OSC_MAPPERS_DIR="+dir)
 	c.start(t)
 	c.waitReady(t)
 	dropIn(t, dir, "echo_v2", "echo-2")

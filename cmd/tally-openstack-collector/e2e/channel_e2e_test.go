@@ -34,7 +34,7 @@ func channelDir(t *testing.T) string {
 // around it; the collector is not yet started.
 func newChannelCollector(t *testing.T) (b bins, a *api, c *collector, sock string) {
 	t.Helper()
-	b, v, a := novaStack(t)
+	b, v, a := stack(t, "nova")
 	sock = filepath.Join(channelDir(t), "channel.sock")
 	c = newCollector(t, b, v, a.url(), a.token, "TALLY_OSC_EXCHANGES=nova", "TALLY_OSC_CHANNEL_SOCKET="+sock)
 	return b, a, c, sock
@@ -399,10 +399,7 @@ func otherUser(t *testing.T, name string) client.Cred {
 func publicBinary(t *testing.T, bin string) string {
 	t.Helper()
 	dst := filepath.Join(channelDir(t), filepath.Base(bin))
-	b, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := testkit.ReadFile(t, bin)
 	if err := os.WriteFile(dst, b, 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -31,14 +31,8 @@ type e2e struct {
 // exist), starts the API and the collector, and waits until it consumes.
 func setupE2E(t *testing.T, extraEnv ...string) *e2e {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("end-to-end test")
-	}
-	testkit.RequireBroker(t)
-	e := &e2e{b: buildBinaries(t), corpus: loadCorpus(t), prefix: randHex(4)}
-	e.v = testkit.NewVhost(t)
-	e.v.DeclareExchanges(t, false, e.corpus.exchanges()...)
-	e.api = startAPI(t, e.b)
+	e := &e2e{corpus: loadCorpus(t), prefix: randHex(4)}
+	e.b, e.v, e.api = stack(t, e.corpus.exchanges()...)
 	env := append([]string{"TALLY_OSC_EXCHANGES=" + strings.Join(e.corpus.exchanges(), ",")}, extraEnv...)
 	e.c = newCollector(t, e.b, e.v, e.api.url(), e.api.token, env...)
 	e.c.start(t)

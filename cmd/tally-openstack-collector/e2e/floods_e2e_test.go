@@ -256,16 +256,7 @@ func floodPlogUDP(t *testing.T, e *e2e, addr string) []string {
 		t.Fatal(err)
 	}
 	stormFrag := frags[0]
-	storm, err := net.Dial("udp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer storm.Close()
-	good, err := net.Dial("udp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer good.Close()
+	storm, good := dial(t, "udp", addr), dial(t, "udp", addr)
 	received := func() float64 {
 		m := e.c.metrics(t)
 		return sum(m, "tally_collector_plog_cache_hits_total") + sum(m, "tally_collector_plog_cache_misses_total")

@@ -90,6 +90,31 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
+// stack skips in -short mode, else starts what the daemon's end-to-end tests
+// share: the built binaries, a virtual host of the test's own with the
+// service exchanges declared as a cloud's broker has them, and the reference
+// Reporting API.
+func stack(t *testing.T, exchanges ...string) (bins, *vhost, *api) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end test")
+	}
+	testkit.RequireBroker(t)
+	b := buildBinaries(t)
+	v := testkit.NewVhost(t)
+	v.DeclareExchanges(t, false, exchanges...)
+	return b, v, startAPI(t, b)
+}
+
+// novaCollector is a collector, not yet started, consuming the nova exchange
+// of a stack of its own with the settings extra; with the stack's virtual
+// host and Reporting API.
+func novaCollector(t *testing.T, extra ...string) (*collector, *vhost, *api) {
+	t.Helper()
+	b, v, a := stack(t, "nova")
+	return newCollector(t, b, v, a.url(), a.token, append([]string{"TALLY_OSC_EXCHANGES=nova"}, extra...)...), v, a
+}
+
 // queueDepth answers the ready and unacknowledged messages of a queue, -1
 // and -1 when there is no such queue.
 func queueDepth(tb testing.TB, v *vhost, queue string) (ready, unacked int) {
@@ -120,10 +145,7 @@ type corpus struct {
 
 func loadCorpus(tb testing.TB) *corpus {
 	tb.Helper()
-	b, err := os.ReadFile("testdata/corpus.json")
-	if err != nil {
-		tb.Fatal(err)
-	}
+	b := testkit.ReadFile(tb, "testdata/corpus.json")
 	var c corpus
 	if err := json.Unmarshal(b, &c.items); err != nil {
 		tb.Fatalf("corpus: %v", err)
@@ -186,18 +208,31 @@ func publishRawRetry(url string, c *corpus, prefix string, from, to int) error {
 	}
 }
 
+// dialChannel opens a connection to the AMQP URL url, under the name the
+// broker lists it by, and a channel on it; the caller closes the
+// connection. It does not use a testing.TB, so it may run off the test
+// goroutine or in a child process.
+func dialChannel(url, name string) (*amqp.Connection, *amqp.Channel, error) {
+	conn, err := amqp.DialConfig(url, amqp.Config{Properties: amqp.Table{"connection_name": name}})
+	if err != nil {
+		return nil, nil, fmt.Errorf("dial: %w", err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		conn.Close()
+		return nil, nil, fmt.Errorf("channel: %w", err)
+	}
+	return conn, ch, nil
+}
+
 var publishEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func publishRawErr(url string, c *corpus, prefix string, from, to int) error {
-	conn, err := amqp.DialConfig(url, amqp.Config{Properties: amqp.Table{"connection_name": "tally-e2e-publisher"}})
-	if err != nil {
-		return fmt.Errorf("dial: %w", err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
+	conn, ch, err := dialChannel(url, "tally-e2e-publisher")
 	if err != nil {
 		return err
 	}
+	defer conn.Close()
 	defer ch.Close()
 	if err := ch.Confirm(false); err != nil {
 		return err
@@ -376,6 +411,18 @@ func startProc(tb testing.TB, name, bin string, args, env []string) *proc {
 		}
 	})
 	return p
+}
+
+// dial connects to a listener of a collector (a plog input); the connection
+// is closed when the test ends.
+func dial(tb testing.TB, network, addr string) net.Conn {
+	tb.Helper()
+	c, err := net.Dial(network, addr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	return c
 }
 
 func tail(s string, n int) string {

@@ -22,10 +22,7 @@ import (
 func buildNovaVariant(t *testing.T, old, new string) string {
 	t.Helper()
 	src := testkit.RepoPath(t, "mappers", "nova", "main.go")
-	b, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := testkit.ReadFile(t, src)
 	if !bytes.Contains(b, []byte(old)) {
 		t.Fatalf("mappers/nova/main.go has no %q", old)
 	}

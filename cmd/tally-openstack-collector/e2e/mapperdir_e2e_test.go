@@ -18,7 +18,6 @@ import (
 // took it to 2.8 GiB and out of memory at every start, and the FIFO held
 // every reload and the stop.
 func TestEndToEndHostileMapperDirectory(t *testing.T) {
-	b, v, a := novaStack(t)
 	dir := t.TempDir()
 	dropIn(t, dir, "echo_v1", "echo")
 	if err := os.Symlink("/dev/zero", filepath.Join(dir, "zero.wasm")); err != nil {
@@ -35,7 +34,7 @@ func TestEndToEndHostileMapperDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = big.Close()
-	c := newCollector(t, b, v, a.url(), a.token, "TALLY_OSC_EXCHANGES=nova", "TALLY_OSC_MAPPERS_DIR="+dir,
+	c, _, _ := novaCollector(t, "TALLY_OSC_MAPPERS_DIR="+dir,
 		"TALLY_OSC_MAPPER_MAX_FILE_MIB=2")
 	c.start(t)
 	c.waitReady(t)

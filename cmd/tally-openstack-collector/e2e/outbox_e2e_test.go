@@ -14,11 +14,7 @@ import (
 // A second collector started on the BUFFER_PATH of a running one exits at
 // once, non-zero, saying that the directory is in use; the first goes on.
 func TestEndToEndSecondCollectorOnTheSameOutbox(t *testing.T) {
-	testkit.RequireBroker(t)
-	b := buildBinaries(t)
-	v := testkit.NewVhost(t)
-	v.DeclareExchanges(t, false, "nova", "neutron", "openstack", "glance")
-	a := startAPI(t, b)
+	b, v, a := stack(t, "nova", "neutron", "openstack", "glance")
 	first := newCollector(t, b, v, a.url(), a.token)
 	first.start(t)
 	first.waitReady(t)
@@ -63,10 +59,9 @@ func TestEndToEndSecondCollectorOnTheSameOutbox(t *testing.T) {
 // queue, /readyz fails and the metrics say why; `deadletter purge` makes
 // room and consumption resumes.
 func TestEndToEndDeadLetterBoundPauses(t *testing.T) {
-	b, v, a := novaStack(t)
 	dir := t.TempDir()
 	dropIn(t, dir, "flaky_v1", "flaky") // traps on every call
-	c := newCollector(t, b, v, a.url(), a.token, "TALLY_OSC_EXCHANGES=nova", "TALLY_OSC_MAPPERS_DIR="+dir,
+	c, v, _ := novaCollector(t, "TALLY_OSC_MAPPERS_DIR="+dir,
 		"TALLY_OSC_DEADLETTER_MAX_EVENTS=3")
 	c.start(t)
 	c.waitReady(t)

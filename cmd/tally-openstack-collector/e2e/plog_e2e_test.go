@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -18,15 +17,13 @@ import (
 // chain naming the built-in nova module, and checks they reach the Reporting
 // API through the same outbox and sender as the AMQP input.
 func TestEndToEndPlog(t *testing.T) {
-	b, v, a := novaStack(t)
-
 	udpAddr, tcpAddr := testkit.FreeAddr(t), testkit.FreeAddr(t)
 	cfg := filepath.Join(t.TempDir(), "collector.yaml")
 	yaml := fmt.Sprintf("plog:\n  listeners:\n    - address: udp://%s\n      mappers: [nova]\n    - address: tcp://%s\n      mappers: [nova]\n", udpAddr, tcpAddr)
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c := newCollector(t, b, v, a.url(), a.token, "TALLY_OSC_EXCHANGES=nova",
+	c, _, a := novaCollector(t,
 		"TALLY_OSC_PLOG_LISTENERS=udp://"+udpAddr+",tcp://"+tcpAddr)
 	c.runs++
 	c.p = startProc(t, "collector", c.bin, []string{"--config", cfg}, c.env)
@@ -36,16 +33,7 @@ func TestEndToEndPlog(t *testing.T) {
 		return `{"message_id":"` + id + `","event_type":"compute.instance.exists","timestamp":"2024-05-01 12:00:00.5",` +
 			`"publisher_id":"compute.host1","payload":{"instance_id":"i-` + id + `","tenant_id":"p1","vcpus":2,"memory_mb":2048}}`
 	}
-	uc, err := net.Dial("udp", udpAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer uc.Close()
-	tc, err := net.Dial("tcp", tcpAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tc.Close()
+	uc, tc := dial(t, "udp", udpAddr), dial(t, "tcp", tcpAddr)
 	if _, err := tc.Write([]byte(note("plog-tcp-1") + "\n")); err != nil {
 		t.Fatal(err)
 	}

@@ -60,7 +60,7 @@ func (c *collector) waitModule(t *testing.T, who, name, want string) {
 // balances each replica's ledger, and the merged ledger adds up to it.
 func TestEndToEndDecisionsReachEveryReplica(t *testing.T) {
 	const n = 300
-	b, v, a := novaStack(t)
+	b, v, a := stack(t, "nova")
 	reps, dirs := newReplicas(t, b, v, a, 3, "echo", "flaky")
 	for _, c := range reps {
 		c.start(t)
@@ -193,7 +193,7 @@ func publishToReplicas(t *testing.T, v *vhost, a *api, prefix string, n int) {
 // (here after a restart). The two ledgers balance afterwards.
 func TestEndToEndDecisionKeptWhileTheBrokerIsOutOfReach(t *testing.T) {
 	const n = 200
-	b, v, a := novaStack(t)
+	b, v, a := stack(t, "nova")
 	reps, dirs := newReplicas(t, b, v, a, 2, "echo")
 	reps[1].start(t)
 	reps[1].waitReady(t)

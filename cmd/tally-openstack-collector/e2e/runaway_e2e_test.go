@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -41,10 +40,7 @@ func buildRunawayBinary(t *testing.T) string {
 // (mappers/nova/testdata) with message_id id and payload.host host.
 func novaNotification(t *testing.T, id, host string) []byte {
 	t.Helper()
-	b, err := os.ReadFile("../../../mappers/nova/testdata/compute.instance.create.end__ceilometer__1.in.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := testkit.ReadFile(t, "../../../mappers/nova/testdata/compute.instance.create.end__ceilometer__1.in.json")
 	var n map[string]any
 	if err := json.Unmarshal(b, &n); err != nil {
 		t.Fatal(err)
@@ -318,7 +314,7 @@ func (lp *livezProber) close() {
 // each answers every /livez probe within a second the whole time, garbage
 // collections forced throughout.
 func meteredRunawayScenario(t *testing.T, bin string) {
-	b, v, a := novaStack(t)
+	b, v, a := stack(t, "nova")
 	b.collector = bin
 	var reps [2]*supervised
 	for i := range reps {
@@ -377,7 +373,7 @@ func (s *supervised) forceGC() {
 }
 
 func runawayScenario(t *testing.T, bin string, freeze bool) {
-	b, v, a := novaStack(t)
+	b, v, a := stack(t, "nova")
 	b.collector = bin
 
 	const watchdog = 3 * time.Second

@@ -52,7 +52,7 @@ var protectedPaths = []string{"/mappers", "/deadletters", "/deadletters/1", "/le
 // answer; the mapper state, the dead letters and the profiler are refused
 // with 403 and a message that says what to set, and each refusal is counted.
 func TestHTTPNonLoopbackWithoutTokenServesProbesOnly(t *testing.T) {
-	b, v, a := novaStack(t)
+	b, v, a := stack(t, "nova")
 	_, port, _ := net.SplitHostPort(testkit.FreeAddr(t))
 	c := newCollector(t, b, v, a.url(), a.token,
 		"TALLY_OSC_HTTP_ADDR=0.0.0.0:"+port, "TALLY_OSC_DEBUG_PPROF=true",
@@ -101,7 +101,7 @@ func TestHTTPNonLoopbackWithoutTokenServesProbesOnly(t *testing.T) {
 // loopback listener, needs it too; failures are counted and logged, sampled,
 // without the token presented.
 func TestHTTPControlTokenGuardsEveryRoute(t *testing.T) {
-	b, v, a := novaStack(t)
+	b, v, a := stack(t, "nova")
 	tokFile := filepath.Join(t.TempDir(), "control-token")
 	const first, second = "ctl-first-0123456789", "ctl-second-9876543210"
 	if err := os.WriteFile(tokFile, []byte(first+"\n"), 0o600); err != nil {

@@ -73,7 +73,7 @@ func (ns *notifySocket) count(m string) int {
 // READY=1 once the broker session consumes, WATCHDOG=1 regularly when
 // systemd asks for a watchdog (WATCHDOG_USEC), and STOPPING=1 at SIGTERM.
 func TestSystemdNotify(t *testing.T) {
-	b, v, a := novaStack(t)
+	b, v, a := stack(t, "nova")
 	ns := listenNotify(t)
 	c := newCollector(t, b, v, a.url(), a.token, "NOTIFY_SOCKET="+ns.path, "WATCHDOG_USEC=400000")
 	c.start(t)

@@ -126,10 +126,7 @@ func checkNoKeyMaterial(t *testing.T, out string, keyFiles ...string) {
 		t.Error("a PEM key block in the output")
 	}
 	for _, f := range keyFiles {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := testkit.ReadFile(t, f)
 		for _, line := range strings.Split(string(b), "\n") {
 			if len(line) >= 32 && !strings.HasPrefix(line, "-----") && strings.Contains(out, line) {
 				t.Errorf("a line of %s in the output", f)

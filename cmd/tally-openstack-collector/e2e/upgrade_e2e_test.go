@@ -14,9 +14,8 @@ import (
 // migrates it at start, logs so, and delivers exactly the events it held
 // undelivered to the Reporting API; the store's two dead letters are kept.
 func TestUpgradeDeliversFirstFormatOutbox(t *testing.T) {
-	b, v, a := novaStack(t)
 	store := testkit.CopyDir(t, "../../../outbox/testdata/format-v1")
-	c := newCollector(t, b, v, a.url(), a.token, "TALLY_OSC_EXCHANGES=nova", "TALLY_OSC_BUFFER_PATH="+store)
+	c, _, a := novaCollector(t, "TALLY_OSC_BUFFER_PATH="+store)
 	c.start(t)
 	c.waitReady(t)
 	waitAccepted(t, a, 9, 2*time.Minute)

@@ -18,11 +18,7 @@ import (
 // restart it; a daemon stopped by SIGTERM takes its watchdog process with
 // it.
 func TestDaemonFrozenIsKilledByItsWatchdog(t *testing.T) {
-	b := buildBinaries(t)
-	v := testkit.NewVhost(t)
-	v.DeclareExchanges(t, false, "nova")
-	a := startAPI(t, b)
-	c := newCollector(t, b, v, a.url(), a.token, "TALLY_OSC_EXCHANGES=nova", "TALLY_OSC_WATCHDOG_TIMEOUT=2s")
+	c, _, _ := novaCollector(t, "TALLY_OSC_WATCHDOG_TIMEOUT=2s")
 
 	// A graceful stop ends the watchdog process too.
 	c.start(t)

@@ -76,10 +76,7 @@ func TestEndToEndWritingMappersDoc(t *testing.T) {
 	testkit.LookPath(t, "make", "make")
 	bash := testkit.LookPath(t, "bash", "bash")
 	root := testkit.RepoRoot(t)
-	doc, err := os.ReadFile(filepath.Join(root, "docs", "writing-mappers.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	doc := testkit.ReadFile(t, filepath.Join(root, "docs", "writing-mappers.md"))
 	steps := docSteps(t, string(doc))
 	if len(steps) < 6 {
 		t.Fatalf("docs/writing-mappers.md marks %d blocks; the loop has more steps", len(steps))
@@ -88,10 +85,7 @@ func TestEndToEndWritingMappersDoc(t *testing.T) {
 	b := buildBinaries(t)
 	tree := t.TempDir()
 	testkit.CopyWorkingTree(t, gitBin, root, tree)
-	capture, err := os.ReadFile(filepath.Join("testdata", "writing-mappers", "magnum.dump"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	capture := testkit.ReadFile(t, filepath.Join("testdata", "writing-mappers", "magnum.dump"))
 	if err := os.WriteFile(filepath.Join(tree, "magnum.dump"), capture, 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -54,14 +54,10 @@ events; how many is reported on stderr.
 Flags:
 `
 
-// channelFlags are the command's own flags and the channel settings; the
-// other settings are hidden.
+// channelFlags are --channel and the channel settings; the other settings
+// are hidden.
 func channelFlags(name string) *pflag.FlagSet {
-	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
-	fs.SortFlags = false
-	fs.String("channel", "", "the daemon's channel socket (TALLY_OSC_CHANNEL_SOCKET)")
-	settings.AddFlags(fs, func(key string) bool { return settings.ModeChannel.Uses(key) && key != "channel_socket" })
-	return fs
+	return shortFlags(name, settings.ModeChannel, "channel", "channel_socket", "the daemon's channel socket (TALLY_OSC_CHANNEL_SOCKET)")
 }
 
 // channelSetup parses the command line and the settings; code >= 0 means
@@ -70,9 +66,7 @@ func channelSetup(fs *pflag.FlagSet, usage string, args, environ []string, stdou
 	if code := parseFlags(fs, usage, args, stdout, stderr); code >= 0 {
 		return nil, code
 	}
-	if sock, _ := fs.GetString("channel"); sock != "" {
-		_ = fs.Set("channel-socket", sock)
-	}
+	takeShortFlag(fs, "channel", "channel_socket")
 	cfg, err := settings.Load(fs, environ, settings.ModeChannel)
 	if err != nil {
 		fmt.Fprintln(stderr, err)

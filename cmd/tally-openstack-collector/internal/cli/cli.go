@@ -125,6 +125,25 @@ func rootFlags() *pflag.FlagSet {
 	return fs
 }
 
+// shortFlags are the flags of a command of mode m: first its own flag
+// short, which stands for the setting key (takeShortFlag), then the settings
+// m uses but key; the other settings are hidden.
+func shortFlags(name string, m settings.Mode, short, key, usage string) *pflag.FlagSet {
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	fs.SortFlags = false
+	fs.String(short, "", usage)
+	settings.AddFlags(fs, func(k string) bool { return m.Uses(k) && k != key })
+	return fs
+}
+
+// takeShortFlag gives the setting key the value of the short flag
+// (shortFlags), when the command line sets it.
+func takeShortFlag(fs *pflag.FlagSet, short, key string) {
+	if v, _ := fs.GetString(short); v != "" {
+		_ = fs.Set(settings.FlagName(key), v)
+	}
+}
+
 // parseFlags parses args into fs. It answers -1 when the command is to run,
 // or else the status to exit with: 0 once --help printed the usage (head and
 // the flags) on stdout, 2 once stderr says what is wrong.

@@ -54,11 +54,7 @@ Flags:
 
 // offlineFlags are --mappers and the mapper settings; the others are hidden.
 func offlineFlags(name string) *pflag.FlagSet {
-	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
-	fs.SortFlags = false
-	fs.String("mappers", "", "drop-in directory of .wasm modules, on top of the built-in ones (TALLY_OSC_MAPPERS_DIR)")
-	settings.AddFlags(fs, func(key string) bool { return settings.ModeOffline.Uses(key) && key != "mappers_dir" })
-	return fs
+	return shortFlags(name, settings.ModeOffline, "mappers", "mappers_dir", "drop-in directory of .wasm modules, on top of the built-in ones (TALLY_OSC_MAPPERS_DIR)")
 }
 
 func offlineSetup(name, usage string, args, environ []string, stdout, stderr io.Writer) (*settings.Config, *pflag.FlagSet, zerolog.Logger, int) {
@@ -70,9 +66,7 @@ func offlineSetupWith(fs *pflag.FlagSet, usage string, args, environ []string, s
 	if code := parseFlags(fs, usage, args, stdout, stderr); code >= 0 {
 		return nil, nil, zerolog.Nop(), code
 	}
-	if dir, _ := fs.GetString("mappers"); dir != "" {
-		_ = fs.Set("mappers-dir", dir)
-	}
+	takeShortFlag(fs, "mappers", "mappers_dir")
 	cfg, err := settings.Load(fs, environ, settings.ModeOffline)
 	if err == nil && cfg.MappersDir != "" {
 		if fi, serr := os.Stat(cfg.MappersDir); serr != nil || !fi.IsDir() {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime/input/broker"
 )
 
@@ -70,18 +71,10 @@ func TestMapperNewFromCapture(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	last := lines[len(lines)-1]
-	for _, want := range []string{"go test ./mappers/magnum", "make mapper NAME=magnum", "magnum-ex", "TALLY_OSC_EXCHANGES"} {
-		if !strings.Contains(last, want) {
-			t.Errorf("last line %q lacks %q", last, want)
-		}
-	}
+	testkit.WantAll(t, "the last line", last, "go test ./mappers/magnum", "make mapper NAME=magnum", "magnum-ex", "TALLY_OSC_EXCHANGES")
 	read := func(name string) string {
 		t.Helper()
-		b, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(b)
+		return string(testkit.ReadFile(t, filepath.Join(dir, name)))
 	}
 	for _, f := range []string{"main.go", "golden_test.go", "fuzz_test.go"} {
 		src := read(f)
@@ -92,18 +85,8 @@ func TestMapperNewFromCapture(t *testing.T) {
 			t.Errorf("%s names another mapper:\n%s", f, src)
 		}
 	}
-	main := read("main.go")
-	for _, want := range []string{`Name:       "magnum"`, `EventTypes: []string{"magnum.cluster.*"}`, `"magnum-ex"`, "func mapMagnum(", `"cluster"`, `"magnum.cluster."`} {
-		if !strings.Contains(main, want) {
-			t.Errorf("main.go lacks %s:\n%s", want, main)
-		}
-	}
-	golden := read("golden_test.go")
-	for _, want := range []string{"mapMagnum", "FreeForm: true", `"../testdata/unclaimed"`, `"../../docs/event.schema.json"`, `EventType: "magnum.cluster.create"`} {
-		if !strings.Contains(golden, want) {
-			t.Errorf("golden_test.go lacks %s:\n%s", want, golden)
-		}
-	}
+	testkit.WantAll(t, "main.go", read("main.go"), `Name:       "magnum"`, `EventTypes: []string{"magnum.cluster.*"}`, `"magnum-ex"`, "func mapMagnum(", `"cluster"`, `"magnum.cluster."`)
+	testkit.WantAll(t, "golden_test.go", read("golden_test.go"), "mapMagnum", "FreeForm: true", `"../testdata/unclaimed"`, `"../../docs/event.schema.json"`, `EventType: "magnum.cluster.create"`)
 	ins, _ := filepath.Glob(filepath.Join(dir, "testdata", "*.in.json"))
 	var names []string
 	for _, in := range ins {

@@ -5,6 +5,7 @@ package cli
 
 import (
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 	"github.com/tally-billing/tally-openstack-collector/runtime/catalog"
 )
 
@@ -24,24 +26,16 @@ func TestPrintConfigWithoutRequiredSettings(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	for _, want := range []string{
+	testkit.WantAll(t, "the output", out,
 		"TALLY_OSC_REPORTING_URL=  # missing: TALLY_OSC_REPORTING_URL: required",
 		"TALLY_OSC_REPORTING_TOKEN=  # missing:",
 		"TALLY_OSC_PREFETCH=100\n",
 		"TALLY_OSC_CONTROL_TOKEN=[redacted]\n",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("output lacks %q:\n%s", want, out)
-		}
-	}
+	)
 	if strings.Contains(out, "ctl-987") {
 		t.Errorf("a secret printed:\n%s", out)
 	}
-	for _, want := range []string{"warning: TALLY_OSC_PREFECH is not a setting and is ignored; did you mean TALLY_OSC_PREFETCH?", "2 setting problem(s), marked above: the daemon would refuse to start"} {
-		if !strings.Contains(errOut, want) {
-			t.Errorf("standard error lacks %q:\n%s", want, errOut)
-		}
-	}
+	testkit.WantAll(t, "standard error", errOut, "warning: TALLY_OSC_PREFECH is not a setting and is ignored; did you mean TALLY_OSC_PREFETCH?", "2 setting problem(s), marked above: the daemon would refuse to start")
 }
 
 // controlEnv points the control commands at srv.
@@ -96,11 +90,7 @@ func TestUnauthorizedNamesTheTokenSetting(t *testing.T) {
 		if code != 1 || strings.Count(errOut, "unauthorized") != 1 {
 			t.Errorf("%v: exit %d: %s", tc.args, code, errOut)
 		}
-		for _, w := range tc.wants {
-			if !strings.Contains(errOut, w) {
-				t.Errorf("%v: lacks %q: %s", tc.args, w, errOut)
-			}
-		}
+		testkit.WantAll(t, fmt.Sprint(tc.args), errOut, tc.wants...)
 	}
 }
 

@@ -208,10 +208,7 @@ func checkReleased(t *testing.T, cfg *settings.Config) int64 {
 // from it).
 func novaNotification(t *testing.T, n int) []byte {
 	t.Helper()
-	fixture, err := os.ReadFile(testkit.RepoPath(t, "mappers", "nova", "testdata", "compute.instance.create.end__almanach__1.in.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	fixture := testkit.ReadFile(t, testkit.RepoPath(t, "mappers", "nova", "testdata", "compute.instance.create.end__almanach__1.in.json"))
 	var inner map[string]any
 	if err := json.Unmarshal(fixture, &inner); err != nil {
 		t.Fatal(err)
@@ -269,11 +266,7 @@ func TestRunInProcessDeliversAndStopsCleanly(t *testing.T) {
 func checkCleanStop(t *testing.T, d *inProcess, v *testkit.Vhost) {
 	t.Helper()
 	log := d.log.String()
-	for _, want := range []string{`"message":"inputs stopped; every delivery taken was committed and acknowledged"`, `"message":"flushed"`, `"message":"outbox closed"`} {
-		if !strings.Contains(log, want) {
-			t.Errorf("the log lacks %s:\n%s", want, log)
-		}
-	}
+	testkit.WantAll(t, "the log", log, `"message":"inputs stopped; every delivery taken was committed and acknowledged"`, `"message":"flushed"`, `"message":"outbox closed"`)
 	if depth := checkReleased(t, d.cfg); depth != 0 {
 		t.Errorf("%d events left in the outbox after a clean stop", depth)
 	}

@@ -3,12 +3,12 @@ package daemon
 import (
 	"bytes"
 	"encoding/json"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
 // A duration in the log carries its unit (docs/operations.md, "Logs").
@@ -28,10 +28,7 @@ func TestLogDurationsCarryTheirUnit(t *testing.T) {
 // The program sets the duration format before anything runs: main calls
 // ConfigureLogging first.
 func TestMainConfiguresLogging(t *testing.T) {
-	src, err := os.ReadFile("../../main.go")
-	if err != nil {
-		t.Fatal(err)
-	}
+	src := testkit.ReadFile(t, "../../main.go")
 	body := string(src)
 	i := strings.Index(body, "func main() {")
 	if i < 0 {

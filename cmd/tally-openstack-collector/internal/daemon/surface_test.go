@@ -7,10 +7,11 @@ package daemon
 
 import (
 	"bufio"
+	"maps"
 	"net/http"
-	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -181,10 +182,7 @@ func TestFreshDaemonExportsWhatTheRulesAndDocsName(t *testing.T) {
 	})
 
 	t.Run("docs/operations.md", func(t *testing.T) {
-		doc, err := os.ReadFile(testkit.RepoPath(t, "docs", "operations.md"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		doc := testkit.ReadFile(t, testkit.RepoPath(t, "docs", "operations.md"))
 		rows := metricRows(t, string(doc))
 		documented := map[string]bool{}
 		for _, r := range rows {
@@ -199,7 +197,7 @@ func TestFreshDaemonExportsWhatTheRulesAndDocsName(t *testing.T) {
 			if f.typ != r.typ {
 				t.Errorf("%s: documented as a %s, exported as a %s", r.name, r.typ, f.typ)
 			}
-			if got, want := setString(keySet(f.labels)), strings.Join(r.labels, " "); got != want && !(len(f.labels) == 0 && hasOnlyOpen(r.labels)) {
+			if got, want := setString(f.labels), strings.Join(r.labels, " "); got != want && !(len(f.labels) == 0 && hasOnlyOpen(r.labels)) {
 				t.Errorf("%s: labels %q exported, %q documented", r.name, got, want)
 			}
 			var exported []string
@@ -221,16 +219,13 @@ func TestFreshDaemonExportsWhatTheRulesAndDocsName(t *testing.T) {
 			}
 			if allClosed {
 				for v := range r.values {
-					if !contains(exported, v) {
+					if !slices.Contains(exported, v) {
 						t.Errorf("%s: its row lists %q, which a fresh daemon does not export", r.name, v)
 					}
 				}
 			}
 		}
-		channelDoc, err := os.ReadFile(testkit.RepoPath(t, "docs", "channel.md"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		channelDoc := testkit.ReadFile(t, testkit.RepoPath(t, "docs", "channel.md"))
 		for name := range fams {
 			if !strings.HasPrefix(name, "tally_collector_") || documented[name] {
 				continue
@@ -312,7 +307,7 @@ func metricRows(t *testing.T, doc string) []metricRow {
 				sort.Strings(r.labels)
 			}
 			for _, v := range valueRe.FindAllStringSubmatch(meaning, -1) {
-				if !contains(r.labels, v[1]) && !strings.HasPrefix(v[1], "tally_collector_") && len(r.labels) > 0 {
+				if !slices.Contains(r.labels, v[1]) && !strings.HasPrefix(v[1], "tally_collector_") && len(r.labels) > 0 {
 					r.values[v[1]] = true
 				}
 			}
@@ -323,15 +318,6 @@ func metricRows(t *testing.T, doc string) []metricRow {
 		t.Fatalf("only %d metrics read from the tables", len(rows))
 	}
 	return rows
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 func hasOpen(labels []string) bool {
@@ -352,21 +338,9 @@ func hasOnlyOpen(labels []string) bool {
 	return true
 }
 
-func keySet[V any](m map[string]V) map[string]bool {
-	out := map[string]bool{}
-	for k := range m {
-		out[k] = true
-	}
-	return out
-}
-
-func setString(s map[string]bool) string {
-	out := make([]string, 0, len(s))
-	for k := range s {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return strings.Join(out, " ")
+// setString is the keys of m, sorted, separated by spaces.
+func setString[V any](m map[string]V) string {
+	return strings.Join(slices.Sorted(maps.Keys(m)), " ")
 }
 
 // TestReadyzNamesTheURLThatAnswers404: a REPORTING_URL whose path leads

@@ -392,12 +392,8 @@ plog:
 	if err == nil {
 		t.Fatal("accepted")
 	}
-	for _, w := range []string{`plog: unknown key "extra"`, `plog.defaults: unknown key "colour"`, "must not be negative", "idle_timeout",
-		"tcp://127.0.0.1:2 is not in TALLY_OSC_PLOG_LISTENERS", "plog.listeners[2]: address is required"} {
-		if !strings.Contains(err.Error(), w) {
-			t.Errorf("missing %q in:\n%v", w, err)
-		}
-	}
+	testkit.WantAll(t, "the error", err.Error(), `plog: unknown key "extra"`, `plog.defaults: unknown key "colour"`, "must not be negative", "idle_timeout",
+		"tcp://127.0.0.1:2 is not in TALLY_OSC_PLOG_LISTENERS", "plog.listeners[2]: address is required")
 }
 
 // TestSecretsRedacted: the effective settings never show a token or a broker
@@ -421,11 +417,7 @@ func TestSecretsRedacted(t *testing.T) {
 			t.Errorf("%q shown:\n%s", secret, all)
 		}
 	}
-	for _, want := range []string{"TALLY_OSC_REPORTING_TOKEN=[redacted]", "rabbit://alice:[redacted]@h1:5672,bob:[redacted]@h2:5672/vhost"} {
-		if !strings.Contains(all, want) {
-			t.Errorf("want %q in:\n%s", want, all)
-		}
-	}
+	testkit.WantAll(t, "the settings printed", all, "TALLY_OSC_REPORTING_TOKEN=[redacted]", "rabbit://alice:[redacted]@h1:5672,bob:[redacted]@h2:5672/vhost")
 	if c.ReportingToken != "tok-very-secret" {
 		t.Error("the token itself must still reach the sender")
 	}
@@ -433,10 +425,7 @@ func TestSecretsRedacted(t *testing.T) {
 
 // TestSettingsDocumented: docs/settings.md names every setting with its default.
 func TestSettingsDocumented(t *testing.T) {
-	b, err := os.ReadFile(repo + "/docs/settings.md")
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := testkit.ReadFile(t, repo+"/docs/settings.md")
 	doc := string(b)
 	for _, s := range table {
 		if !strings.Contains(doc, "`"+s.env()+"`") {
@@ -609,10 +598,7 @@ func TestDocumentedVariablesExist(t *testing.T) {
 	word := regexp.MustCompile(`\bTALLY_OSC_[A-Z0-9_]*[A-Z0-9]\b`)
 	src := code.String()
 	for _, p := range docs {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := testkit.ReadFile(t, p)
 		for _, v := range word.FindAllString(string(b), -1) {
 			if known[v] || strings.Contains(src, v) {
 				continue
@@ -702,10 +688,7 @@ func TestMinimums(t *testing.T) {
 // TestMinimumsDocumented: docs/settings.md's table of minimums has a row for
 // every setting with one, stating the value the code applies.
 func TestMinimumsDocumented(t *testing.T) {
-	b, err := os.ReadFile(repo + "/docs/settings.md")
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := testkit.ReadFile(t, repo+"/docs/settings.md")
 	doc := string(b)
 	_, section, ok := strings.Cut(doc, "\n## Minimums\n")
 	if !ok {

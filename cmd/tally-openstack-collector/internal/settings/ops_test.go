@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tally-billing/tally-openstack-collector/internal/testkit"
 )
 
 // TestUnknownVariableWarns: a misspelt TALLY_OSC_* variable is a warning that
@@ -71,11 +73,7 @@ func TestProblemsNameWhatTheUserTyped(t *testing.T) {
 	file := writeFile(t, "c.yaml", "batch_max: lots\n")
 	_, err := Load(parse(t, []string{"--config", file, "--prefetch", "none"}), append([]string{"TALLY_OSC_QUEUE_TYPE=stream"}, daemonEnv...), ModeDaemon)
 	msg := err.Error()
-	for _, want := range []string{`--prefetch: "none" is not a whole number`, file + `: batch_max: "lots" is not a whole number`, `TALLY_OSC_QUEUE_TYPE: "stream"`} {
-		if !strings.Contains(msg, want) {
-			t.Errorf("error lacks %q:\n%s", want, msg)
-		}
-	}
+	testkit.WantAll(t, "the error", msg, `--prefetch: "none" is not a whole number`, file+`: batch_max: "lots" is not a whole number`, `TALLY_OSC_QUEUE_TYPE: "stream"`)
 	if strings.Contains(msg, "TALLY_OSC_PREFETCH") || strings.Contains(msg, "TALLY_OSC_BATCH_MAX") {
 		t.Errorf("a flag or a file key reported under its variable:\n%s", msg)
 	}
@@ -83,12 +81,8 @@ func TestProblemsNameWhatTheUserTyped(t *testing.T) {
 	_, err = Load(parse(t, []string{"--stop-timeout", "5s", "--debug-pprof", "--debug-pprof-addr", "0.0.0.0:9470"}),
 		append([]string{"TALLY_OSC_FLUSH_TIMEOUT=5s", "TALLY_OSC_CONTROL_TOKEN=x", "TALLY_OSC_CONTROL_TOKEN_FILE=/x"}, daemonEnv...), ModeDaemon)
 	msg = err.Error()
-	for _, want := range []string{"TALLY_OSC_FLUSH_TIMEOUT (5s) must be shorter than --stop-timeout (5s)", "--debug-pprof-addr (0.0.0.0:9470) must be a loopback address",
-		"TALLY_OSC_CONTROL_TOKEN and TALLY_OSC_CONTROL_TOKEN_FILE are both set"} {
-		if !strings.Contains(msg, want) {
-			t.Errorf("error lacks %q:\n%s", want, msg)
-		}
-	}
+	testkit.WantAll(t, "the error", msg, "TALLY_OSC_FLUSH_TIMEOUT (5s) must be shorter than --stop-timeout (5s)", "--debug-pprof-addr (0.0.0.0:9470) must be a loopback address",
+		"TALLY_OSC_CONTROL_TOKEN and TALLY_OSC_CONTROL_TOKEN_FILE are both set")
 }
 
 // TestTokenFileProblemNamesThePath: a token file that cannot be read is
@@ -97,11 +91,7 @@ func TestTokenFileProblemNamesThePath(t *testing.T) {
 	env := []string{"TALLY_OSC_REPORTING_URL=https://h", "TALLY_OSC_REPORTING_TOKEN_FILE=/nonexistent/reporting-token", "TALLY_OSC_CONTROL_TOKEN_FILE=/nonexistent/control-token"}
 	_, err := Load(parse(t, nil), env, ModeDaemon)
 	msg := err.Error()
-	for _, want := range []string{"TALLY_OSC_REPORTING_TOKEN_FILE: /nonexistent/reporting-token: no such file", "TALLY_OSC_CONTROL_TOKEN_FILE: /nonexistent/control-token: no such file"} {
-		if !strings.Contains(msg, want) {
-			t.Errorf("error lacks %q:\n%s", want, msg)
-		}
-	}
+	testkit.WantAll(t, "the error", msg, "TALLY_OSC_REPORTING_TOKEN_FILE: /nonexistent/reporting-token: no such file", "TALLY_OSC_CONTROL_TOKEN_FILE: /nonexistent/control-token: no such file")
 }
 
 // TestMissingMappersDirIsAWarning: the daemon starts without its drop-in
