@@ -4,10 +4,11 @@
 // Every package that has metrics takes a prometheus.Registerer in its options;
 // nil means do not register (the collectors still count, nobody reads them).
 // The package builds its collectors and hands them all to Register in one
-// call from its constructor, which returns Register's error. Counter, Gauge,
-// GaugeFunc, Histogram and CounterVec declare the common kinds from a name and a help
-// text; CounterVec creates the series of the label values it is given at
-// once, at zero, so that a dashboard sees them before the first count.
+// call from its constructor, which returns Register's error. Counter,
+// Gauge, GaugeFunc, Histogram and CounterVec declare the common kinds from
+// a name and a help text; CounterVec creates the series of the label values
+// it is given at once, at zero, so that a dashboard sees them before the
+// first count.
 //
 // Register is all or nothing: when one collector cannot be registered, the
 // ones registered before it in the same call are unregistered again and the
