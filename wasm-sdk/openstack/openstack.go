@@ -293,11 +293,9 @@ func IsExists(et sdk.Value) bool {
 //
 //	openstack.WriteAuditPeriod(a, et, v[pAuditBeginning], v[pAuditEnding])
 func WriteAuditPeriod(e *sdk.Event, et, beginning, ending sdk.Value) {
-	if !IsExists(et) {
-		return
+	if IsExists(et) {
+		writeAuditPeriod(e, beginning, ending)
 	}
-	e.Timestamp("audit_period_beginning", beginning)
-	e.Timestamp("audit_period_ending", ending)
 }
 
 // WritePayloadAuditPeriod is WriteAuditPeriod with the period read from
@@ -307,8 +305,15 @@ func WriteAuditPeriod(e *sdk.Event, et, beginning, ending sdk.Value) {
 //	openstack.WritePayloadAuditPeriod(m, a, et)
 func WritePayloadAuditPeriod(m *sdk.Message, e *sdk.Event, et sdk.Value) {
 	if IsExists(et) {
-		WriteAuditPeriod(e, et, m.Get("payload.audit_period_beginning"), m.Get("payload.audit_period_ending"))
+		writeAuditPeriod(e, m.Get("payload.audit_period_beginning"), m.Get("payload.audit_period_ending"))
 	}
+}
+
+// writeAuditPeriod writes the period of a notification known to be a
+// periodic audit one.
+func writeAuditPeriod(e *sdk.Event, beginning, ending sdk.Value) {
+	e.Timestamp("audit_period_beginning", beginning)
+	e.Timestamp("audit_period_ending", ending)
 }
 
 // Pick returns the first of vs that is usable, or a Missing value: First for
